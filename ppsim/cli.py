@@ -1,0 +1,186 @@
+"""``ppsim``: command-line entry point. Flags map onto the scenario; the config file sits below them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ppsim.errors import PPSimError
+
+# flag dest -> path in the scenario
+FLAG_PATHS: dict[str, tuple[str, ...]] = {
+    "model": ("model",),
+    "hardware": ("hardware",),
+    "seed": ("seed",),
+    "pipeline_parallel_size": ("cluster", "pipeline_parallel_size"),
+    "tensor_parallel_size": ("cluster", "tensor_parallel_size"),
+    "layer_partition": ("cluster", "layer_partition"),
+    "link": ("cluster", "link"),
+    "tp_link": ("cluster", "tp_link"),
+    "policy": ("engine", "policy"),
+    "max_num_seqs": ("engine", "max_num_seqs"),
+    "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
+    "enable_chunked_prefill": ("engine", "enable_chunked_prefill"),
+    "block_size": ("engine", "block_size"),
+    "gpu_memory_utilization": ("engine", "gpu_memory_utilization"),
+    "pp_throttle": ("engine", "pp_throttle"),
+    "num_prompts": ("workload", "num_prompts"),
+    "request_rate": ("workload", "request_rate"),
+    "burstiness": ("workload", "burstiness"),
+    "max_concurrency": ("workload", "max_concurrency"),
+    "random_input_len": ("workload", "random_input_len"),
+    "random_output_len": ("workload", "random_output_len"),
+    "random_range_ratio": ("workload", "random_range_ratio"),
+    "trace": ("workload", "trace"),
+    "profile": ("cost", "profile_dir"),
+}
+
+
+def add_scenario_flags(p: argparse.ArgumentParser) -> None:
+    """The flags shared by ``simulate``, ``engine`` and ``validate`` (vLLM names)."""
+    a = p.add_argument
+    a("--config", help="TOML/YAML/JSON scenario file; flags override it")
+    a("--model", help="preset name (see `ppsim models`) or path to a HF config.json")
+    a("--hardware", help="device preset (see `ppsim hardware`)")
+    a("-pp", "--pipeline-parallel-size", type=int, dest="pipeline_parallel_size")
+    a("-tp", "--tensor-parallel-size", type=int, dest="tensor_parallel_size")
+    a("--layer-partition", help="vllm | last-heavy | counts like 20,20,20,20")
+    a("--link", help="link preset between stages")
+    a("--tp-link", help="link preset inside a stage")
+    a("--policy", help="pipeline policy (default vllm-batch-queue)")
+    a("--max-num-seqs", type=int)
+    a("--max-num-batched-tokens", type=int)
+    a("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
+    a("--block-size", type=int)
+    a("--gpu-memory-utilization", type=float)
+    a("--pp-throttle", action=argparse.BooleanOptionalAction, default=None)
+    a("--num-prompts", type=int)
+    a("--request-rate", type=float, help="requests/s; inf sends all at once")
+    a("--burstiness", type=float)
+    a("--max-concurrency", type=int)
+    a("--random-input-len", type=int)
+    a("--random-output-len", type=int)
+    a("--random-range-ratio", type=float)
+    a("--trace", help="CSV trace: arrival_s,input_tokens,output_tokens")
+    a("--profile", help="calibration artifact directory (profiled cost model)")
+    a("--seed", type=int)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for dest, path in FLAG_PATHS.items():
+        v = getattr(args, dest, None)
+        if v is None:
+            continue
+        node = out
+        for k in path[:-1]:
+            node = node.setdefault(k, {})
+        node[path[-1]] = v
+    if getattr(args, "profile", None):
+        out.setdefault("cost", {})["kind"] = "profile"
+    return out
+
+
+def scenario_from_args(args: argparse.Namespace):  # noqa: ANN201
+    from ppsim.config import build_scenario
+
+    return build_scenario(args.config, overrides_from_args(args))
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from ppsim.metrics.summary import format_summary
+    from ppsim.run import run_scenario
+
+    s = scenario_from_args(args)
+    out = run_scenario(s, args.output_dir)
+    print(format_summary(out.summary))
+    print(f"results written to {args.output_dir}/ (summary.json, requests.csv, trace.json, config.json)")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from ppsim.models.shape import list_presets, load_model
+
+    print(f"{'name':<14}{'layers':>7}{'hidden':>8}{'heads':>7}{'kv':>5}{'vocab':>8}{'params(B)':>11}")
+    for n in list_presets():
+        m = load_model(n)
+        params = m.total_weight_bytes() / m.dtype_bytes / 1e9
+        print(f"{n:<14}{m.num_layers:>7}{m.hidden_size:>8}{m.num_heads:>7}{m.num_kv_heads:>5}{m.vocab_size:>8}{params:>11.2f}")
+    return 0
+
+
+def cmd_hardware(args: argparse.Namespace) -> int:
+    from ppsim.hardware.presets import DEVICES, LINKS
+
+    print(f"{'device':<12}{'bf16 TFLOP/s':>14}{'HBM GB/s':>10}{'mem GiB':>9}")
+    for d in DEVICES.values():
+        print(f"{d.name:<12}{d.peak_tflops:>14.0f}{d.hbm_bandwidth_gbps:>10.0f}{d.memory_gib:>9.1f}")
+    print(f"\n{'link':<12}{'latency us':>11}{'GB/s':>8}")
+    for ln in LINKS.values():
+        print(f"{ln.name:<12}{ln.latency_us:>11.1f}{ln.bandwidth_gbps:>8.1f}")
+    return 0
+
+
+def cmd_bubble(args: argparse.Namespace) -> int:
+    from ppsim.bubble import bubble_rows
+
+    rows = bubble_rows()
+    bad = [r for r in rows if abs(r["analytic"] - r["simulated"]) > 1e-6]
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print(f"{'P':>3}{'M':>5}{'(P-1)/(M+P-1)':>16}{'simulated':>12}")
+        for r in rows:
+            print(f"{r['pp']:>3}{r['microbatches']:>5}{r['analytic']:>16.6f}{r['simulated']:>12.6f}")
+    if bad:
+        print(f"error: {len(bad)} rows differ from the closed form by more than 1e-6", file=sys.stderr)
+        return 1
+    return 0
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
+    "simulate": (cmd_simulate, "simulate a serving scenario (default: Llama-3-70B, PP=4 H100, 8 req/s)"),
+    "models": (cmd_models, "list model presets"),
+    "hardware": (cmd_hardware, "list device and link presets"),
+    "bubble": (cmd_bubble, "closed-form pipeline bubble vs the simulator"),
+}
+
+EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ppsim", description=__doc__)
+    sub = p.add_subparsers(dest="command")
+    sim = sub.add_parser("simulate", help=COMMANDS["simulate"][1])
+    add_scenario_flags(sim)
+    sim.add_argument("--output-dir", default="ppsim-results", help="where results go (default ppsim-results)")
+    sub.add_parser("models", help=COMMANDS["models"][1])
+    sub.add_parser("hardware", help=COMMANDS["hardware"][1])
+    b = sub.add_parser("bubble", help=COMMANDS["bubble"][1])
+    b.add_argument("--json", action="store_true")
+    for ext in EXTENSIONS:
+        ext(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["simulate", *(argv or [])])
+    handler = getattr(args, "handler", None) or COMMANDS[args.command][0]
+    try:
+        return handler(args)
+    except PPSimError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

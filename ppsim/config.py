@@ -1,0 +1,184 @@
+"""The typed scenario: one pydantic root, loaded from a file and overridden by CLI flags.
+
+Every default is here, with the reason for it; nothing else in ppsim invents a default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ppsim.errors import PPSimError
+from ppsim.hardware.presets import DeviceSpec, LinkSpec
+
+PolicyName = Literal[
+    "vllm-sync",
+    "vllm-batch-queue",
+    "vllm-async",
+    "vllm-mrv2",
+    "sglang-ring",
+    "trtllm-slots",
+    "llamacpp",
+    "no-pp",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ClusterConfig(_Frozen):
+    pipeline_parallel_size: int = Field(default=4, ge=1, description="number of pipeline stages")
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per stage")
+    # "vllm" (get_pp_indices), "last-heavy", or explicit counts like VLLM_PP_LAYER_PARTITION.
+    layer_partition: Literal["vllm", "last-heavy"] | list[int] = "vllm"
+    link: str | LinkSpec = "nvlink"  # between stages
+    tp_link: str | LinkSpec = "nvlink"  # inside a stage, for the TP all-reduces
+
+    @field_validator("layer_partition", mode="before")
+    @classmethod
+    def _parse_partition(cls, v: Any) -> Any:
+        if isinstance(v, str) and v not in ("vllm", "last-heavy"):
+            try:
+                return [int(x) for x in v.split(",")]
+            except ValueError:
+                raise ValueError("use vllm, last-heavy or comma-separated counts like 20,20,20,20") from None
+        return v
+
+
+class CpuOverheads(_Frozen):
+    """Per-step CPU costs on the engine-core process, microseconds.
+
+    Defaults are from vLLM V1 on H100 (the schedule and output-processing costs in Vidur's
+    cpu_overheads measurements are of this order): a fixed part plus a part per scheduled request.
+    """
+
+    schedule_us: float = Field(default=150.0, ge=0, description="scheduler.schedule(), fixed part")
+    schedule_per_req_us: float = Field(default=4.0, ge=0, description="per request in the step")
+    update_us: float = Field(default=100.0, ge=0, description="update_from_output, fixed part")
+    update_per_req_us: float = Field(default=3.0, ge=0)
+    relay_per_req_us: float = Field(default=1.0, ge=0, description="sampled-token relay to the first stage, per request")
+    return_latency_us: float = Field(default=50.0, ge=0, description="last stage -> engine core message")
+
+
+class EngineConfig(_Frozen):
+    policy: PolicyName = "vllm-batch-queue"
+    max_num_seqs: int = Field(default=256, ge=1, description="running requests at most (vLLM default 256)")
+    max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget per step (V1 default 8192)")
+    enable_chunked_prefill: bool = True  # always on in vLLM V1
+    block_size: int = Field(default=16, ge=1, description="tokens per KV block (vLLM default 16)")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    activation_reserve_gib: float = Field(default=2.0, ge=0, description="per GPU, kept out of the KV pool")
+    pp_throttle: bool = True  # cap new admissions per step at max(1, max_num_seqs // pp)
+    cpu: CpuOverheads = CpuOverheads()
+
+
+class CostConfig(_Frozen):
+    """Analytic roofline: time = max(flops / (peak x compute_eff), bytes / (bw x memory_eff))."""
+
+    kind: Literal["analytic", "profile"] = "analytic"
+    profile_dir: str | None = None
+    compute_efficiency: float = Field(default=0.7, gt=0, le=1, description="achieved / peak FLOP/s for GEMMs")
+    memory_efficiency: float = Field(default=0.8, gt=0, le=1, description="achieved / peak HBM bandwidth")
+    layer_overhead_us: float = Field(default=20.0, ge=0, description="kernel launches per layer per step")
+    step_overhead_us: float = Field(default=100.0, ge=0, description="per stage per step (input prep, sync)")
+
+    @model_validator(mode="after")
+    def _profile_needs_dir(self) -> CostConfig:
+        if self.kind == "profile" and not self.profile_dir:
+            raise ValueError("kind=profile needs profile_dir (use --profile DIR)")
+        return self
+
+
+class WorkloadConfig(_Frozen):
+    """Named as in ``vllm bench serve`` (random dataset)."""
+
+    num_prompts: int = Field(default=200, ge=1)
+    request_rate: float = Field(default=8.0, gt=0, description="requests/s; inf sends all at t=0")
+    burstiness: float = Field(default=1.0, gt=0, description="gamma shape; 1 = Poisson")
+    max_concurrency: int | None = Field(default=None, ge=1, description="closed loop: requests outstanding at most")
+    random_input_len: int = Field(default=1024, ge=1)
+    random_output_len: int = Field(default=128, ge=1)
+    random_range_ratio: float = Field(default=0.0, ge=0, lt=1)
+    trace: str | None = Field(default=None, description="CSV with arrival_s,input_tokens,output_tokens")
+
+
+class Scenario(_Frozen):
+    model: str = "llama-3-70b"
+    hardware: str | DeviceSpec = "h100-sxm"
+    cluster: ClusterConfig = ClusterConfig()
+    engine: EngineConfig = EngineConfig()
+    cost: CostConfig = CostConfig()
+    workload: WorkloadConfig = WorkloadConfig()
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        if self.engine.max_num_batched_tokens < self.engine.block_size:
+            raise ValueError("engine.max_num_batched_tokens must be >= engine.block_size")
+        return self
+
+
+# --- loading --------------------------------------------------------------------------------
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise PPSimError(f"--config: cannot read {path}: {err.strerror}") from None
+    try:
+        if p.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif p.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as err:  # noqa: BLE001 - any parse error becomes one line
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise PPSimError(f"--config: cannot parse {path}: {first}") from None
+    if not isinstance(data, dict):
+        raise PPSimError(f"--config: {path} must hold a mapping of scenario fields")
+    return data
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def format_validation_error(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith(("function-", "literal[", "list[")))
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{loc or 'scenario'}: {msg} (got {e.get('input')!r})" if "input" in e and not isinstance(
+        e.get("input"), dict
+    ) else f"{loc or 'scenario'}: {msg}"
+
+
+def build_scenario(config_path: str | None = None, overrides: dict[str, Any] | None = None) -> Scenario:
+    """Scenario from an optional file, then nested ``overrides`` (CLI flags) on top."""
+    data = _read_file(config_path) if config_path else {}
+    data = _merge(data, overrides or {})
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise PPSimError(format_validation_error(err)) from None
+
+
+def scenario_json(s: Scenario) -> str:
+    d = s.model_dump(mode="json")
+    if math.isinf(s.workload.request_rate):
+        d["workload"]["request_rate"] = "inf"
+    return json.dumps(d, indent=2, sort_keys=True)

@@ -1,0 +1,1 @@
+"""Flat records (per request, per stage operation) and everything derived from them."""

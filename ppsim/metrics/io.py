@@ -1,0 +1,65 @@
+"""Writing results: every file goes to a temporary name first, then is renamed into place."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ppsim.metrics.records import OP_FIELDS, OpRecord, RequestRecord
+from ppsim.metrics.summary import request_latencies
+
+REQUEST_FIELDS = [
+    "request_id", "status", "arrival_s", "sent_s", "scheduled_s", "first_token_s", "finish_s",
+    "input_tokens", "output_tokens", "ttft_ms", "tpot_ms", "e2el_ms", "preemptions",
+]
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
+
+
+def requests_csv(requests: list[RequestRecord]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(REQUEST_FIELDS)
+    for r in requests:
+        lat = request_latencies(r) if r.token_times else None
+        ms = (lambda v: "" if v is None else f"{v * 1000:.6f}")
+        w.writerow([
+            r.req_id, r.status, r.arrival_s, r.sent_s, r.scheduled_s, r.first_token_s, r.finish_s,
+            r.input_tokens, len(r.token_times), ms(lat and lat["ttft"]), ms(lat and lat["tpot"]),
+            ms(lat and lat["e2el"]), r.preemptions,
+        ])
+    return buf.getvalue()
+
+
+def ops_csv(ops: list[OpRecord]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, OP_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for o in ops:
+        w.writerow(asdict(o))
+    return buf.getvalue()
+
+
+def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any], requests: list[RequestRecord],
+              ops: list[OpRecord], trace: dict[str, Any]) -> Path:
+    out = Path(out_dir)
+    atomic_write(out / "config.json", config_json + "\n")
+    atomic_write(out / "requests.csv", requests_csv(requests))
+    atomic_write(out / "stage_ops.csv", ops_csv(ops))
+    atomic_write(out / "trace.json", json.dumps(trace))
+    atomic_write(out / "summary.json", dumps(summary))
+    return out

@@ -1,0 +1,139 @@
+"""Records -> the ``vllm bench serve`` summary, plus pipeline and KV figures.
+
+Definitions follow ``vllm/benchmarks/serve.py::calculate_metrics``: TTFT = first token - send;
+TPOT = (E2EL - TTFT) / (output tokens - 1) for requests with more than one output token; ITL =
+every gap between consecutive tokens of a request; E2EL = last token - send. ``duration`` runs
+from the first send to the last finish. Percentiles use numpy's linear interpolation.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from ppsim.metrics.records import OpRecord, RequestRecord
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def _stats(name: str, values_s: list[float]) -> dict[str, float]:
+    a = np.asarray(values_s, dtype=float) * 1000.0 if values_s else np.zeros(1)
+    return {
+        f"mean_{name}_ms": float(np.mean(a)),
+        f"median_{name}_ms": float(np.median(a)),
+        f"std_{name}_ms": float(np.std(a)),
+        f"p99_{name}_ms": float(np.percentile(a, 99)),
+    }
+
+
+def request_latencies(r: RequestRecord) -> dict[str, Any]:
+    sent = r.sent_s if r.sent_s is not None else r.arrival_s
+    t = r.token_times
+    ttft = t[0] - sent
+    e2el = t[-1] - sent
+    n = len(t)
+    return {
+        "ttft": ttft,
+        "e2el": e2el,
+        "tpot": (e2el - ttft) / (n - 1) if n > 1 else None,
+        "itl": [b - a for a, b in zip(t, t[1:], strict=False)],
+    }
+
+
+def busy_fractions(ops: list[OpRecord], num_stages: int) -> tuple[list[float], float, float]:
+    """Per-stage busy fraction over the pipeline window, and the pipeline bubble.
+
+    The window runs from the first stage operation's start to the last one's end. The pipeline
+    bubble is 1 - (total stage busy time) / (stages x window): (P-1)/(M+P-1) for M equal
+    micro-batches on P equal stages.
+    """
+    compute = [o for o in ops if o.kind == "compute"]
+    if not compute:
+        return [0.0] * num_stages, 1.0, 0.0
+    t0 = min(o.start_s for o in compute)
+    t1 = max(o.end_s for o in compute)
+    busy: dict[str, float] = defaultdict(float)
+    for o in compute:
+        busy[o.track] += o.end_s - o.start_s
+    window = t1 - t0
+    fr = [busy[f"stage{i}"] / window if window > 0 else 0.0 for i in range(num_stages)]
+    return fr, 1.0 - sum(fr) / num_stages, window
+
+
+def summarize(
+    requests: list[RequestRecord],
+    ops: list[OpRecord],
+    num_stages: int,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    done = [r for r in requests if r.status == "finished" and r.token_times]
+    lat = [request_latencies(r) for r in done]
+    sends = [r.sent_s for r in requests if r.sent_s is not None]
+    ends = [r.finish_s for r in done if r.finish_s is not None]
+    duration = (max(ends) - min(sends)) if ends and sends else 0.0
+    n_in = sum(r.input_tokens for r in done)
+    n_out = sum(len(r.token_times) for r in done)
+    s: dict[str, Any] = {
+        "completed": len(done),
+        "failed": sum(r.status in ("rejected", "unfinished") for r in requests),
+        "aborted": sum(r.status == "aborted" for r in requests),
+        "duration": duration,
+        "total_input_tokens": n_in,
+        "total_output_tokens": n_out,
+        "request_throughput": len(done) / duration if duration else 0.0,
+        "output_throughput": n_out / duration if duration else 0.0,
+        "total_token_throughput": (n_in + n_out) / duration if duration else 0.0,
+    }
+    s.update(_stats("ttft", [x["ttft"] for x in lat]))
+    s.update(_stats("tpot", [x["tpot"] for x in lat if x["tpot"] is not None]))
+    s.update(_stats("itl", [g for x in lat for g in x["itl"]]))
+    s.update(_stats("e2el", [x["e2el"] for x in lat]))
+    fr, bubble, window = busy_fractions(ops, num_stages)
+    s["stage_busy_fraction"] = fr
+    s["stage_bubble_fraction"] = [1.0 - f for f in fr]
+    s["pipeline_bubble_fraction"] = bubble
+    s["pipeline_window_s"] = window
+    s["num_preemptions"] = sum(r.preemptions for r in requests)
+    if extra:
+        s.update(extra)
+    return s
+
+
+def format_summary(s: dict[str, Any], title: str = "Serving Benchmark Result") -> str:
+    """The terminal table of ``vllm bench serve``, plus ppsim's pipeline section."""
+    w = 50
+    lines = [f"{' ' + title + ' ':=^{w}}"]
+
+    def row(label: str, value: Any, fmt: str = "{:.2f}") -> None:
+        v = fmt.format(value) if isinstance(value, float) else str(value)
+        lines.append(f"{label:<40}{v:<10}")
+
+    row("Successful requests:", s["completed"])
+    row("Benchmark duration (s):", s["duration"])
+    row("Total input tokens:", s["total_input_tokens"])
+    row("Total generated tokens:", s["total_output_tokens"])
+    row("Request throughput (req/s):", s["request_throughput"])
+    row("Output token throughput (tok/s):", s["output_throughput"])
+    row("Total Token throughput (tok/s):", s["total_token_throughput"])
+    for key, head, label in (
+        ("ttft", "Time to First Token", "TTFT"),
+        ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
+        ("itl", "Inter-token Latency", "ITL"),
+        ("e2el", "End-to-end Latency", "E2EL"),
+    ):
+        lines.append(f"{head:-^{w}}")
+        row(f"Mean {label} (ms):", s[f"mean_{key}_ms"])
+        row(f"Median {label} (ms):", s[f"median_{key}_ms"])
+        row(f"P99 {label} (ms):", s[f"p99_{key}_ms"])
+    lines.append(f"{'Pipeline':-^{w}}")
+    row("Stage busy fraction:", " ".join(f"{f:.3f}" for f in s["stage_busy_fraction"]))
+    row("Pipeline bubble fraction:", s["pipeline_bubble_fraction"], "{:.3f}")
+    if "kv_capacity_tokens" in s:
+        row("KV capacity (tokens):", s["kv_capacity_tokens"])
+        row("KV concurrency at mean length:", s["kv_concurrency_at_mean_len"])
+        row("Peak KV blocks used:", f"{s['kv_peak_blocks_used']}/{s['kv_num_blocks']}")
+        row("Preemptions:", s["num_preemptions"])
+    lines.append("=" * w)
+    return "\n".join(lines)

@@ -1,0 +1,57 @@
+"""What an engine-core loop asks its executor to do. Loops are generators yielding these.
+
+The SimPy executor turns ``Cpu`` into a timeout and ``Await`` into waiting on the micro-batch's
+completion event; the live engine ignores ``Cpu`` (real CPU time passes by itself) and turns
+``Await`` into a blocking receive of the sampled tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppsim.policy.plan import StepPlan
+from ppsim.policy.requests import TokenOutput
+
+
+@dataclass(frozen=True, slots=True)
+class Cpu:
+    """Engine-core CPU work: ``kind`` in {schedule, update}, over ``n`` requests."""
+
+    kind: str
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Start ``plan`` on the pipeline without waiting (an empty plan completes at once)."""
+
+    plan: StepPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Await:
+    """Block until ``plan``'s sampled tokens are back at the engine core."""
+
+    plan: StepPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """Non-blocking: is ``plan``'s output already back? The executor replies True or False."""
+
+    plan: StepPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Tokens that reached the engine core; the executor timestamps and streams them."""
+
+    outputs: tuple[TokenOutput, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Nothing to schedule and nothing in flight: wait for the next arrival."""
+
+
+Action = Cpu | Launch | Await | Poll | Emit | Idle

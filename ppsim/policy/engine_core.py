@@ -1,0 +1,52 @@
+"""Engine-core loops: vLLM V1 ``step`` (sync) and ``step_with_batch_queue``.
+
+Follows ``vllm/v1/engine/core.py::EngineCore.step_with_batch_queue``: when there are requests,
+schedule and launch a batch without waiting (an empty schedule still takes a queue slot, as in
+vLLM); return early only if the batch executed something, the queue has room and the oldest
+in-flight batch is not done; otherwise block on the *oldest* batch and update the scheduler from
+its output. Requests that arrive while the core blocks are seen at its next schedule. Queue depth
+``max_concurrent_batches`` is the pp size (1 for the synchronous ``step``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+from typing import Any
+
+from ppsim.policy.actions import Action, Await, Cpu, Emit, Idle, Launch, Poll
+from ppsim.policy.plan import StepPlan
+from ppsim.policy.scheduler import Scheduler
+
+
+class BatchQueueCore:
+    """One engine core over one scheduler with a batch queue of ``depth`` micro-batches."""
+
+    def __init__(self, scheduler: Scheduler, depth: int) -> None:
+        if depth < 1:
+            raise ValueError("batch queue depth must be >= 1")
+        self.scheduler = scheduler
+        self.depth = depth
+        self.queue: deque[StepPlan] = deque()
+
+    def run(self) -> Generator[Action, Any, None]:
+        sched, queue = self.scheduler, self.queue
+        while True:
+            if sched.has_requests():
+                plan = sched.schedule()
+                yield Cpu("schedule", plan.num_reqs)
+                yield Launch(plan)
+                queue.appendleft(plan)
+                if not plan.is_empty and len(queue) < self.depth:
+                    oldest_done = yield Poll(queue[-1])
+                    if not oldest_done:
+                        continue
+            elif not queue:
+                yield Idle()
+                continue
+            plan = queue.pop()
+            yield Await(plan)
+            outs = sched.update_from_output(plan)
+            yield Cpu("update", plan.num_reqs)
+            if outs:
+                yield Emit(tuple(outs))

@@ -1,0 +1,67 @@
+"""Paged KV blocks, as vLLM's block pool: a request holds ceil(tokens / block_size) blocks.
+
+Stages size their pools separately; the pipeline uses the minimum over stages
+(vLLM ``unify_kv_cache_configs``), so one pool of that many blocks stands for every stage.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+
+def unify_num_blocks(per_stage_blocks: Sequence[int]) -> int:
+    """The pipeline's usable block count: the minimum over stages."""
+    return min(per_stage_blocks)
+
+
+class BlockPool:
+    """Block ids handed out FIFO from a free list; deterministic."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        if num_blocks < 1:
+            raise ValueError("num_blocks must be >= 1")
+        if block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self._free: deque[int] = deque(range(num_blocks))
+        self._tables: dict[int, list[int]] = {}
+        self.peak_used = 0
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def allocate(self, req_id: int, num_tokens: int) -> bool:
+        """Grow ``req_id``'s table to hold ``num_tokens`` tokens; False (nothing taken) if short."""
+        table = self._tables.setdefault(req_id, [])
+        need = self.blocks_for(num_tokens) - len(table)
+        if need <= 0:
+            return True
+        if need > len(self._free):
+            if not table:
+                del self._tables[req_id]
+            return False
+        pop = self._free.popleft
+        table.extend(pop() for _ in range(need))
+        used = self.num_blocks - len(self._free)
+        if used > self.peak_used:
+            self.peak_used = used
+        return True
+
+    def free(self, req_id: int) -> None:
+        self._free.extend(self._tables.pop(req_id, ()))
+
+    def block_table(self, req_id: int) -> list[int]:
+        return list(self._tables.get(req_id, ()))
+
+    def holders(self) -> int:
+        return len(self._tables)

@@ -1,0 +1,64 @@
+"""The step plan: an immutable record of one micro-batch, all that is needed to time or run it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PlanItem:
+    """One request's share of a step: ``num_tokens`` tokens starting at position ``start``.
+
+    ``start`` is also the context already in the KV cache (the prefix). ``samples`` is true when the
+    step computes the request's last known token, so the last stage samples a new one. ``epoch``
+    counts preemptions: an output whose epoch is stale is dropped.
+    """
+
+    req_id: int
+    start: int
+    num_tokens: int
+    is_prefill: bool
+    samples: bool
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """One micro-batch. Aggregates are precomputed once for the cost models."""
+
+    step_id: int
+    items: tuple[PlanItem, ...]
+    num_tokens: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_samples: int
+    # sum over prefill items of query-key pairs under the causal mask: c * (p + (c + 1) / 2)
+    prefill_attn_pairs: float
+    # sum over prefill items of KV tokens read (p + c); sum over decodes of their context length
+    prefill_kv_tokens: int
+    decode_ctx_tokens: int
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.items)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.items
+
+
+def make_plan(step_id: int, items: list[PlanItem] | tuple[PlanItem, ...]) -> StepPlan:
+    n_tok = n_pre = n_dec = n_samp = pre_kv = dec_ctx = 0
+    pairs = 0.0
+    for it in items:
+        n_tok += it.num_tokens
+        n_samp += it.samples
+        if it.is_prefill:
+            c, p = it.num_tokens, it.start
+            n_pre += c
+            pairs += c * (p + (c + 1) / 2)
+            pre_kv += p + c
+        else:
+            n_dec += it.num_tokens
+            dec_ctx += it.start + it.num_tokens
+    return StepPlan(step_id, tuple(items), n_tok, n_pre, n_dec, n_samp, pairs, pre_kv, dec_ctx)

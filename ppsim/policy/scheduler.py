@@ -1,0 +1,182 @@
+"""Continuous batching with chunked prefill, FCFS with recompute preemption (vLLM V1 ``Scheduler``).
+
+Follows ``vllm/v1/core/sched/scheduler.py::Scheduler.schedule``: running requests first (decodes
+and unfinished prefills), each taking ``min(num_new_tokens, budget)`` tokens; then waiting
+requests in arrival order while the token budget, ``max_num_seqs`` and the KV pool allow. A
+request whose last token is in flight has ``num_new_tokens == 0`` and is skipped, so one request's
+decode is never in two in-flight micro-batches, while the next prefill chunk of a long prompt may
+enter the next micro-batch (chunks pipeline across stages). When a running request cannot grow
+its KV, the newest running request is preempted (blocks freed, recomputed later).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from ppsim.policy.kv import BlockPool
+from ppsim.policy.plan import PlanItem, StepPlan, make_plan
+from ppsim.policy.requests import ReqState, Request, Status, TokenOutput
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerLimits:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_chunked_prefill: bool = True
+    max_model_len: int | None = None
+    # Caps set by the pipeline policy (None = no cap):
+    admit_cap: int | None = None  # requests newly scheduled or resumed per step (PP throttle)
+    decode_cap: int | None = None  # decodes per step (MRV2 option)
+    decode_spacing: int = 0  # a request is eligible again only this many steps after scheduled
+
+
+class Scheduler:
+    def __init__(self, limits: SchedulerLimits, kv: BlockPool) -> None:
+        self.limits = limits
+        self.kv = kv
+        self.waiting: deque[ReqState] = deque()
+        self.running: list[ReqState] = []
+        self.requests: dict[int, ReqState] = {}
+        self.step = 0
+        self.num_preemptions = 0
+
+    # --- requests ---------------------------------------------------------------------------
+    def add_request(self, req: Request) -> bool:
+        """Queue ``req``; False (and status REJECTED) if it can never fit in the KV pool."""
+        st = ReqState(req)
+        self.requests[req.req_id] = st
+        total = req.prompt_len + req.output_len
+        too_long = self.limits.max_model_len is not None and total > self.limits.max_model_len
+        if too_long or self.kv.blocks_for(total) > self.kv.num_blocks:
+            st.status = Status.REJECTED
+            return False
+        self.waiting.append(st)
+        return True
+
+    def abort(self, req_id: int) -> bool:
+        """Cancel a request wherever it is; frees its blocks. False if it had already ended."""
+        st = self.requests.get(req_id)
+        if st is None or st.is_done:
+            return False
+        if st.status is Status.WAITING:
+            self.waiting.remove(st)
+        else:
+            self.running.remove(st)
+        self.kv.free(req_id)
+        st.status = Status.ABORTED
+        return True
+
+    def has_requests(self) -> bool:
+        return bool(self.waiting) or bool(self.running)
+
+    def has_unfinished(self) -> bool:
+        return self.has_requests()
+
+    # --- scheduling ---------------------------------------------------------------------------
+    def _item(self, st: ReqState, n: int) -> PlanItem:
+        start = st.num_computed
+        item = PlanItem(
+            st.req.req_id,
+            start,
+            n,
+            n > 1 or start < st.req.prompt_len,
+            start + n == st.num_tokens,
+            st.epoch,
+        )
+        st.num_computed = start + n
+        if self.limits.decode_spacing:
+            st.next_eligible_step = self.step + self.limits.decode_spacing
+        return item
+
+    def _preempt(self, st: ReqState) -> None:
+        self.kv.free(st.req.req_id)
+        st.status = Status.WAITING
+        st.num_computed = 0
+        st.epoch += 1
+        st.preemptions += 1
+        st.next_eligible_step = 0
+        self.num_preemptions += 1
+        self.waiting.appendleft(st)
+
+    def _schedule_running(self, items: list[PlanItem], budget: int) -> tuple[int, bool]:
+        lim = self.limits
+        preempted = False
+        decodes = 0
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            st = running[i]
+            n = st.num_tokens - st.num_computed
+            if n <= 0 or st.next_eligible_step > self.step:
+                i += 1
+                continue
+            is_decode = n == 1 and st.num_computed >= st.req.prompt_len
+            if is_decode and lim.decode_cap is not None and decodes >= lim.decode_cap:
+                i += 1
+                continue
+            n = min(n, budget)
+            while not self.kv.allocate(st.req.req_id, st.num_computed + n):
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is st:
+                    return budget, preempted
+            items.append(self._item(st, n))
+            decodes += is_decode
+            budget -= n
+            i += 1
+        return budget, preempted
+
+    def _schedule_waiting(self, items: list[PlanItem], budget: int) -> None:
+        lim = self.limits
+        admitted = 0
+        while self.waiting and budget > 0 and len(self.running) < lim.max_num_seqs:
+            if lim.admit_cap is not None and admitted >= lim.admit_cap:
+                break
+            st = self.waiting[0]
+            n = st.num_tokens - st.num_computed
+            if not lim.enable_chunked_prefill and n > budget:
+                break
+            n = min(n, budget)
+            if not self.kv.allocate(st.req.req_id, n):
+                break
+            self.waiting.popleft()
+            st.status = Status.RUNNING
+            self.running.append(st)
+            items.append(self._item(st, n))
+            budget -= n
+            admitted += 1
+
+    def schedule(self) -> StepPlan:
+        """Plan the next micro-batch (possibly empty). Advances the step counter."""
+        items: list[PlanItem] = []
+        budget, preempted = self._schedule_running(items, self.limits.max_num_batched_tokens)
+        if not preempted:
+            self._schedule_waiting(items, budget)
+        plan = make_plan(self.step, items)
+        self.step += 1
+        return plan
+
+    # --- results ------------------------------------------------------------------------------
+    def update_from_output(self, plan: StepPlan) -> list[TokenOutput]:
+        """Apply a finished micro-batch: each sampling item appends one token to its request."""
+        outs: list[TokenOutput] = []
+        finished = False
+        reqs = self.requests
+        for it in plan.items:
+            if not it.samples:
+                continue
+            st = reqs[it.req_id]
+            if st.epoch != it.epoch or st.status is not Status.RUNNING:
+                continue  # preempted or aborted while in flight: the token is dropped
+            st.num_output += 1
+            done = st.num_output >= st.req.output_len
+            if done:
+                st.status = Status.FINISHED
+                self.kv.free(it.req_id)
+                finished = True
+            outs.append(TokenOutput(it.req_id, st.num_output, done))
+        if finished:
+            self.running = [s for s in self.running if s.status is Status.RUNNING]
+        return outs

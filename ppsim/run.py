@@ -1,0 +1,46 @@
+"""One simulated run: scenario -> records -> summary and files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ppsim.config import Scenario, scenario_json
+from ppsim.metrics.io import write_run
+from ppsim.metrics.summary import summarize
+from ppsim.metrics.trace import chrome_trace
+from ppsim.sim.build import Prepared, prepare
+from ppsim.sim.executor import SimResult, simulate
+
+
+@dataclass
+class RunOutput:
+    result: SimResult
+    summary: dict[str, Any]
+
+
+def kv_figures(prep: Prepared, peak_used: int) -> dict[str, Any]:
+    bs = prep.scenario.engine.block_size
+    reqs = prep.requests
+    mean_len = sum(r.prompt_len + r.output_len for r in reqs) / max(1, len(reqs))
+    cap = prep.num_blocks * bs
+    return {
+        "kv_num_blocks": prep.num_blocks,
+        "kv_block_size": bs,
+        "kv_capacity_tokens": cap,
+        "kv_concurrency_at_mean_len": round(cap / mean_len, 2) if mean_len else 0.0,
+        "kv_blocks_per_stage": [m.num_blocks for m in prep.memory],
+        "kv_peak_blocks_used": peak_used,
+        "weights_gib_per_gpu": [round(m.weight_bytes / 1024**3, 3) for m in prep.memory],
+        "layers_per_stage": [s.num_layers for s in prep.topology.stages],
+    }
+
+
+def run_scenario(s: Scenario, out_dir: str | Path | None = None) -> RunOutput:
+    prep = prepare(s)
+    res = simulate(prep)
+    summary = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
+    if out_dir is not None:
+        write_run(out_dir, scenario_json(s), summary, res.requests, res.ops, chrome_trace(res.ops))
+    return RunOutput(res, summary)

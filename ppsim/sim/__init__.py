@@ -1,0 +1,1 @@
+"""The SimPy executor: stage and link processes, the engine-core process, the client."""

@@ -1,0 +1,102 @@
+"""Everything a run needs, resolved from a scenario in one place and checked before the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ppsim.config import Scenario
+from ppsim.cost.analytic import AnalyticCost
+from ppsim.cost.base import CostModel, StageSpec
+from ppsim.cost.memory import StageMemory, pipeline_blocks, stage_memory
+from ppsim.errors import PPSimError
+from ppsim.hardware.presets import DeviceSpec, resolve_device, resolve_link
+from ppsim.models.partition import layer_ranges, partition_layers
+from ppsim.models.shape import ModelShape, load_model
+from ppsim.policy.kv import BlockPool
+from ppsim.policy.pipelines import PolicyKnobs
+from ppsim.policy.requests import Request
+from ppsim.workload import build_workload
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Stages in order; link i joins stage i to stage i + 1; the last stage returns to the core."""
+
+    stages: tuple[StageSpec, ...]
+
+    @property
+    def num_links(self) -> int:
+        return len(self.stages) - 1
+
+    def check(self, num_layers: int) -> None:
+        expect = 0
+        for i, s in enumerate(self.stages):
+            if s.index != i or s.start_layer != expect or s.num_layers < 1:
+                raise PPSimError(f"topology: stage {i} does not own a contiguous, non-empty layer range")
+            expect = s.end_layer
+        if expect != num_layers:
+            raise PPSimError(f"topology: stages cover {expect} layers, the model has {num_layers}")
+        if not (self.stages[0].is_first and self.stages[-1].is_last):
+            raise PPSimError("topology: the first stage must own the embedding and the last the lm_head")
+
+
+def build_topology(shape: ModelShape, pp: int, tp: int, rule: str | list[int]) -> Topology:
+    parts = partition_layers(rule, shape.num_layers, pp)
+    stages = tuple(
+        StageSpec(i, a, b, i == 0, i == pp - 1, tp) for i, (a, b) in enumerate(layer_ranges(parts))
+    )
+    topo = Topology(stages)
+    topo.check(shape.num_layers)
+    return topo
+
+
+@dataclass(frozen=True)
+class Prepared:
+    scenario: Scenario
+    shape: ModelShape
+    device: DeviceSpec
+    topology: Topology
+    memory: tuple[StageMemory, ...]
+    num_blocks: int
+    cost: CostModel
+    requests: list[Request]
+
+    def knobs(self) -> PolicyKnobs:
+        e = self.scenario.engine
+        return PolicyKnobs(
+            policy=e.policy,
+            pp=len(self.topology.stages),
+            max_num_seqs=e.max_num_seqs,
+            max_num_batched_tokens=e.max_num_batched_tokens,
+            enable_chunked_prefill=e.enable_chunked_prefill,
+            pp_throttle=e.pp_throttle,
+            max_model_len=self.shape.max_position_embeddings,
+        )
+
+    def block_pool(self) -> BlockPool:
+        return BlockPool(self.num_blocks, self.scenario.engine.block_size)
+
+
+def build_cost(s: Scenario, shape: ModelShape, device: DeviceSpec) -> CostModel:
+    link = resolve_link(s.cluster.link, "cluster.link")
+    tp_link = resolve_link(s.cluster.tp_link, "cluster.tp_link")
+    if s.cost.kind == "profile":
+        from ppsim.cost.profiled import load_profiled_cost
+
+        return load_profiled_cost(s.cost.profile_dir or "", shape, s, link)
+    return AnalyticCost(shape, device, link, tp_link, s.cluster.tensor_parallel_size, s.cost, s.engine.cpu)
+
+
+def prepare(s: Scenario, requests: list[Request] | None = None) -> Prepared:
+    shape = load_model(s.model)
+    device = resolve_device(s.hardware)
+    c = s.cluster
+    topo = build_topology(shape, c.pipeline_parallel_size, c.tensor_parallel_size, c.layer_partition)
+    e = s.engine
+    mem = tuple(
+        stage_memory(shape, st, device.memory_gib, e.gpu_memory_utilization, e.activation_reserve_gib, e.block_size)
+        for st in topo.stages
+    )
+    cost = build_cost(s, shape, device)
+    reqs = requests if requests is not None else build_workload(s.workload, s.seed)
+    return Prepared(s, shape, device, topo, mem, pipeline_blocks(list(mem)), cost, reqs)

@@ -1,0 +1,72 @@
+"""Request streams, as ``vllm bench serve`` sends them (random dataset, Poisson/gamma arrivals).
+
+Arrivals: the first request at t = 0, then gaps drawn from a gamma distribution with shape
+``burstiness`` and mean ``1 / request_rate`` (burstiness 1 = Poisson); ``request_rate = inf``
+sends everything at t = 0. Lengths: uniform integers in
+[len x (1 - range_ratio), len x (1 + range_ratio)]. A CSV trace replays given requests.
+One seeded ``numpy.random.Generator``: the same seed gives the same requests.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+
+from ppsim.config import WorkloadConfig
+from ppsim.errors import PPSimError
+from ppsim.policy.requests import Request
+
+TRACE_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
+
+
+def _lengths(rng: np.random.Generator, mean: int, ratio: float, n: int) -> np.ndarray:
+    lo = max(1, int(mean * (1 - ratio)))
+    hi = max(lo, int(mean * (1 + ratio)))
+    return rng.integers(lo, hi + 1, size=n)
+
+
+def arrival_times(rng: np.random.Generator, n: int, rate: float, burstiness: float) -> np.ndarray:
+    if math.isinf(rate):
+        return np.zeros(n)
+    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
+    gaps[0] = 0.0
+    return np.cumsum(gaps)
+
+
+def synthetic(cfg: WorkloadConfig, seed: int) -> list[Request]:
+    rng = np.random.default_rng(seed)
+    n = cfg.num_prompts
+    ins = _lengths(rng, cfg.random_input_len, cfg.random_range_ratio, n)
+    outs = _lengths(rng, cfg.random_output_len, cfg.random_range_ratio, n)
+    times = arrival_times(rng, n, cfg.request_rate, cfg.burstiness)
+    return [Request(i, float(times[i]), int(ins[i]), int(outs[i])) for i in range(n)]
+
+
+def read_trace(path: str) -> list[Request]:
+    """CSV with a header ``arrival_s,input_tokens,output_tokens`` (optional ``abort_after_tokens``)."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as err:
+        raise PPSimError(f"workload.trace: cannot read {path}: {err.strerror}") from None
+    if not rows or any(c not in rows[0] for c in TRACE_COLUMNS):
+        raise PPSimError(f"workload.trace: {path} needs a header with columns {', '.join(TRACE_COLUMNS)}")
+    reqs = []
+    for i, row in enumerate(rows):
+        try:
+            t, n_in, n_out = float(row["arrival_s"]), int(row["input_tokens"]), int(row["output_tokens"])
+            abort = row.get("abort_after_tokens") or None
+            abort_n = int(abort) if abort is not None else None
+        except (TypeError, ValueError):
+            raise PPSimError(f"workload.trace: {path} row {i + 2} has a non-numeric value") from None
+        if t < 0 or n_in < 1 or n_out < 1:
+            raise PPSimError(f"workload.trace: {path} row {i + 2}: arrival_s >= 0 and token counts >= 1 required")
+        reqs.append(Request(i, t, n_in, n_out, abort_n))
+    reqs.sort(key=lambda r: (r.arrival_s, r.req_id))
+    return reqs
+
+
+def build_workload(cfg: WorkloadConfig, seed: int) -> list[Request]:
+    return read_trace(cfg.trace) if cfg.trace else synthetic(cfg, seed)
