@@ -162,8 +162,9 @@ class Simulation:
                 rec.status = "unfinished"
         for st in self.scheduler.requests.values():
             self.records[st.req_id].preemptions = st.preemptions
+        scheduled_events = next(self.env._eid)  # SimPy's event counter: events scheduled so far
         return SimResult(self.prep, [self.records[r.req_id] for r in self.prep.requests], self.ops,
-                         self.scheduler.num_preemptions, self.pool.peak_used, self.events, self.env.now)
+                         self.scheduler.num_preemptions, self.pool.peak_used, scheduled_events, self.env.now)
 
 
 def simulate(prep: Prepared) -> SimResult:

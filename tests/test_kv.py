@@ -1,0 +1,79 @@
+"""KV sizing, unification across stages, admission and preemption."""
+
+import pytest
+
+from ppsim.config import build_scenario
+from ppsim.cost.memory import GIB, stage_memory
+from ppsim.errors import PPSimError
+from ppsim.models.shape import load_model
+from ppsim.policy.kv import BlockPool, unify_num_blocks
+from ppsim.policy.requests import Request
+from ppsim.policy.scheduler import Scheduler, SchedulerLimits
+from ppsim.run import run_scenario
+from ppsim.sim.build import prepare
+
+
+def test_unify_is_minimum_over_stages():
+    assert unify_num_blocks([120, 80, 95]) == 80
+    s = build_scenario(overrides={"model": "llama-3-8b", "cluster": {"pipeline_parallel_size": 3}})
+    prep = prepare(s)  # 32 layers over 3 stages: 10, 11, 11 -> the 11-layer stages have fewer blocks
+    assert prep.num_blocks == min(m.num_blocks for m in prep.memory)
+    assert len({m.num_blocks for m in prep.memory}) > 1
+
+
+def test_stage_kv_pool_arithmetic():
+    shape = load_model("llama-3-70b")
+    prep = prepare(build_scenario(overrides={"model": "llama-3-70b"}))
+    st = prep.topology.stages[1]  # a middle stage: 20 layers, no embedding/lm_head
+    m = stage_memory(shape, st, 79.6, 0.9, 2.0, 16)
+    layer_params = 8192 * (8192 + 2 * 1024) + 8192 * 8192 + 3 * 8192 * 28672 + 2 * 8192
+    assert m.weight_bytes == pytest.approx(20 * layer_params * 2)
+    per_tok = 20 * 2 * 1024 * 2  # layers x (K+V) x kv_dim x bf16
+    assert m.kv_bytes_per_token == per_tok
+    assert m.num_blocks == int((79.6 * 0.9 * GIB - 2 * GIB - m.weight_bytes) // (per_tok * 16))
+
+
+def test_model_that_does_not_fit_names_stage_and_shortfall():
+    s = build_scenario(overrides={"model": "llama-3-70b", "cluster": {"pipeline_parallel_size": 1}})
+    with pytest.raises(PPSimError, match=r"stage 0 .*short by [0-9.]+ GiB"):
+        prepare(s)
+
+
+def test_block_pool_allocate_free():
+    pool = BlockPool(4, 16)
+    assert pool.allocate(1, 17)  # 2 blocks
+    assert pool.num_free == 2
+    assert not pool.allocate(2, 48)  # needs 3
+    assert pool.num_free == 2 and pool.holders() == 1
+    assert pool.allocate(1, 32)  # still 2 blocks
+    assert pool.allocate(1, 33) and pool.num_free == 1
+    pool.free(1)
+    assert pool.num_free == 4 and pool.peak_used == 3
+
+
+def test_admission_waits_for_blocks():
+    pool = BlockPool(8, 16)  # 128 tokens
+    sch = Scheduler(SchedulerLimits(max_num_seqs=8, max_num_batched_tokens=1000), pool)
+    for i in range(3):
+        sch.add_request(Request(i, 0.0, 50, 4))  # 4 blocks each
+    plan = sch.schedule()
+    assert [it.req_id for it in plan.items] == [0, 1]  # the third does not fit
+    assert len(sch.waiting) == 1
+
+
+def test_request_longer_than_kv_is_rejected():
+    pool = BlockPool(2, 16)
+    sch = Scheduler(SchedulerLimits(max_num_seqs=8, max_num_batched_tokens=1000), pool)
+    assert not sch.add_request(Request(0, 0.0, 40, 1))
+    assert not sch.has_requests()
+
+
+def test_preemption_under_kv_pressure_and_all_blocks_free_at_end():
+    s = build_scenario(overrides={
+        "model": "llama-3-70b", "cluster": {"pipeline_parallel_size": 2}, "engine": {"gpu_memory_utilization": 0.9},
+        "workload": {"num_prompts": 60, "request_rate": "inf", "random_input_len": 2000, "random_output_len": 400},
+    })
+    out = run_scenario(s)
+    assert out.summary["num_preemptions"] > 0
+    assert out.summary["completed"] == 60
+    assert out.summary["kv_peak_blocks_used"] <= out.summary["kv_num_blocks"]
