@@ -1,0 +1,1 @@
+"""Simulator vs live engine: error tables, per-request comparison, plots and combined traces."""

@@ -1,0 +1,64 @@
+"""Validation outputs: the terminal table, validation.json, CDF overlay PNG, combined Perfetto trace."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ppsim.metrics.io import atomic_write, dumps
+from ppsim.metrics.records import OpRecord, RequestRecord
+from ppsim.metrics.summary import request_latencies
+from ppsim.metrics.trace import trace_events
+from ppsim.validate.compare import MetricRow
+
+
+def format_table(rows: list[MetricRow], title: str = "ppsim validate: engine vs simulator") -> str:
+    head = f"{'metric':<28}{'engine':>12}{'spread':>9}{'simulated':>12}{'error':>9}"
+    lines = [f"{' ' + title + ' ':=^{len(head)}}", head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r.metric:<28}{r.engine:>12.3f}{r.engine_spread:>8.1%} {r.simulated:>12.3f}{r.error:>+9.1%}")
+    lines.append("=" * len(head))
+    return "\n".join(lines)
+
+
+def combined_trace(engine_ops: list[OpRecord], sim_ops: list[OpRecord]) -> dict[str, Any]:
+    """Engine and simulator timelines as two processes, so their tracks sit next to each other."""
+    ev = trace_events(engine_ops, pid=0, process_name="engine (measured)")
+    ev += trace_events(sim_ops, pid=1, process_name="simulator (predicted)")
+    return {"traceEvents": ev, "displayTimeUnit": "ms"}
+
+
+def cdf_plot(path: Path, engine: list[RequestRecord], sim: list[RequestRecord]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "ttft", "TTFT (ms)"), (axes[1], "tpot", "TPOT (ms)")):
+        for recs, name, style in ((engine, "engine", "-"), (sim, "simulator", "--")):
+            vals = [request_latencies(r)[key] for r in recs if r.status == "finished" and r.token_times]
+            vals = np.sort([v * 1000 for v in vals if v is not None])
+            if len(vals):
+                ax.plot(vals, np.arange(1, len(vals) + 1) / len(vals), style, label=name)
+        ax.set_xlabel(label)
+        ax.set_ylabel("CDF")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def write_validation(out: Path, payload: dict[str, Any], engine_recs: list[RequestRecord],
+                     sim_recs: list[RequestRecord], engine_ops: list[OpRecord], sim_ops: list[OpRecord]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    cdf_plot(out / "latency_cdf.png", engine_recs, sim_recs)
+    atomic_write(out / "trace_combined.json", json.dumps(combined_trace(engine_ops, sim_ops)))
+    atomic_write(out / "validation.json", dumps(payload))
