@@ -14,6 +14,9 @@ from ppsim.errors import PPSimError
 FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "model": ("model",),
     "hardware": ("hardware",),
+    "quantization": ("weight_dtype",),
+    "kv_cache_dtype": ("kv_cache_dtype",),
+    "moe_routing_skew": ("cost", "moe_routing_skew"),
     "seed": ("seed",),
     "pipeline_parallel_size": ("cluster", "pipeline_parallel_size"),
     "tensor_parallel_size": ("cluster", "tensor_parallel_size"),
@@ -27,6 +30,20 @@ FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "block_size": ("engine", "block_size"),
     "gpu_memory_utilization": ("engine", "gpu_memory_utilization"),
     "pp_throttle": ("engine", "pp_throttle"),
+    "pp_async_batch_depth": ("engine", "pp_async_batch_depth"),
+    "pp_max_micro_batch_size": ("engine", "pp_max_micro_batch_size"),
+    "chunked_prefill_size": ("engine", "chunked_prefill_size"),
+    "enable_dynamic_chunking": ("engine", "enable_dynamic_chunking"),
+    "smooth_factor": ("engine", "smooth_factor"),
+    "page_size": ("engine", "page_size"),
+    "mrv2_decode_cap": ("engine", "mrv2_decode_cap"),
+    "pp_broadcast": ("engine", "pp_broadcast"),
+    "trtllm_relay": ("engine", "trtllm_relay"),
+    "llamacpp_ubatch_tokens": ("engine", "llamacpp_ubatch_tokens"),
+    "llamacpp_n_copies": ("engine", "llamacpp_n_copies"),
+    "dp_routing": ("engine", "dp_routing"),
+    "abort_rate": ("workload", "abort_rate"),
+    "abort_window_s": ("workload", "abort_window_s"),
     "num_prompts": ("workload", "num_prompts"),
     "request_rate": ("workload", "request_rate"),
     "burstiness": ("workload", "burstiness"),
@@ -45,6 +62,9 @@ def add_scenario_flags(p: argparse.ArgumentParser) -> None:
     a("--config", help="TOML/YAML/JSON scenario file; flags override it")
     a("--model", help="preset name (see `ppsim models`) or path to a HF config.json")
     a("--hardware", help="device preset (see `ppsim hardware`)")
+    a("-q", "--quantization", help="weight dtype: auto (the checkpoint's), bf16, fp8, fp4 (modelopt_fp4)")
+    a("--kv-cache-dtype", help="KV cache dtype: auto (activation dtype), bf16, fp8")
+    a("--moe-routing-skew", type=float, help="MoE: tokens sharing one expert choice (1 = uniform routing)")
     a("-pp", "--pipeline-parallel-size", type=int, dest="pipeline_parallel_size")
     a("-tp", "--tensor-parallel-size", type=int, dest="tensor_parallel_size")
     a("--layer-partition", help="vllm | last-heavy | counts like 20,20,20,20")
@@ -57,6 +77,21 @@ def add_scenario_flags(p: argparse.ArgumentParser) -> None:
     a("--block-size", type=int)
     a("--gpu-memory-utilization", type=float)
     a("--pp-throttle", action=argparse.BooleanOptionalAction, default=None)
+    a("--pp-async-batch-depth", type=int, help="sglang-ring: extra micro-batch slots (default 0)")
+    a("--pp-max-micro-batch-size", type=int, help="sglang-ring: requests per micro-batch")
+    a("--chunked-prefill-size", type=int, help="sglang-ring: (initial) prefill chunk, default 8192")
+    a("--enable-dynamic-chunking", action=argparse.BooleanOptionalAction, default=None)
+    a("--smooth-factor", type=float, help="dynamic chunking smoothing (default 0.75)")
+    a("--page-size", type=int, help="sglang-ring: KV page size (chunk alignment max(page, 64))")
+    a("--mrv2-decode-cap", action=argparse.BooleanOptionalAction, default=None,
+      help="vllm-mrv2: at most ceil(max_num_seqs / pp) decodes per step")
+    a("--pp-broadcast", choices=["overlapped", "serialized"], help="vllm-mrv2 sampled-token broadcast")
+    a("--trtllm-relay", choices=["sync", "async"], help="trtllm-slots sample-state relay (default sync)")
+    a("--llamacpp-ubatch-tokens", type=int, help="llamacpp: n_ubatch (default 512)")
+    a("--llamacpp-n-copies", type=int, help="llamacpp: pipeline buffer copies (default 4)")
+    a("--dp-routing", choices=["round-robin", "least-loaded"], help="no-pp: request router")
+    a("--abort-rate", type=float, help="fraction of requests cancelled mid-prefill or mid-decode (seeded)")
+    a("--abort-window-s", type=float, help="time-based aborts fall within this many seconds of arrival")
     a("--num-prompts", type=int)
     a("--request-rate", type=float, help="requests/s; inf sends all at once")
     a("--burstiness", type=float)
@@ -104,20 +139,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     from ppsim.models.shape import list_presets, load_model
 
-    print(f"{'name':<14}{'layers':>7}{'hidden':>8}{'heads':>7}{'kv':>5}{'vocab':>8}{'params(B)':>11}")
+    print(f"{'name':<16}{'layers':>7}{'hidden':>8}{'heads':>7}{'kv':>5}{'vocab':>8}{'params(B)':>11}"
+          f"{'active(B)':>11}{'attn':>6}{'experts':>9}{'weights':>10}")
     for n in list_presets():
         m = load_model(n)
-        params = m.total_weight_bytes() / m.dtype_bytes / 1e9
-        print(f"{n:<14}{m.num_layers:>7}{m.hidden_size:>8}{m.num_heads:>7}{m.num_kv_heads:>5}{m.vocab_size:>8}{params:>11.2f}")
+        experts = f"{m.num_experts_per_tok}/{m.n_routed_experts}" if m.is_moe else "-"
+        print(f"{n:<16}{m.num_layers:>7}{m.hidden_size:>8}{m.num_heads:>7}{m.num_kv_heads:>5}{m.vocab_size:>8}"
+              f"{m.total_params() / 1e9:>11.2f}{m.active_params() / 1e9:>11.2f}{m.attention:>6}{experts:>9}"
+              f"{m.weight_dtype:>10}")
     return 0
 
 
 def cmd_hardware(args: argparse.Namespace) -> int:
     from ppsim.hardware.presets import DEVICES, LINKS
 
-    print(f"{'device':<12}{'bf16 TFLOP/s':>14}{'HBM GB/s':>10}{'mem GiB':>9}")
+    print(f"{'device':<14}{'bf16 TFLOP/s':>14}{'fp8':>7}{'fp4':>7}{'HBM GB/s':>10}{'mem GiB':>9}")
     for d in DEVICES.values():
-        print(f"{d.name:<12}{d.peak_tflops:>14.0f}{d.hbm_bandwidth_gbps:>10.0f}{d.memory_gib:>9.1f}")
+        fp8 = f"{d.peak_tflops_fp8:.0f}" if d.peak_tflops_fp8 else "-"
+        fp4 = f"{d.peak_tflops_fp4:.0f}" if d.peak_tflops_fp4 else "-"
+        print(f"{d.name:<14}{d.peak_tflops:>14.0f}{fp8:>7}{fp4:>7}{d.hbm_bandwidth_gbps:>10.0f}{d.memory_gib:>9.1f}")
     print(f"\n{'link':<12}{'latency us':>11}{'GB/s':>8}")
     for ln in LINKS.values():
         print(f"{ln.name:<12}{ln.latency_us:>11.1f}{ln.bandwidth_gbps:>8.1f}")
@@ -161,6 +201,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("hardware", help=COMMANDS["hardware"][1])
     b = sub.add_parser("bubble", help=COMMANDS["bubble"][1])
     b.add_argument("--json", action="store_true")
+    from ppsim.sweep.runner import add_sweep_parser
+
+    add_sweep_parser(sub)
+    from calibration.cli import add_calibrate_parser, add_import_vidur_parser
+
+    add_calibrate_parser(sub)
+    add_import_vidur_parser(sub)
+    from ppsim.chunks import add_chunk_parsers
+
+    add_chunk_parsers(sub)
+    from engine.cli import add_engine_parser  # torch is imported only when the command runs
+
+    add_engine_parser(sub)
     for ext in EXTENSIONS:
         ext(sub)
     return p

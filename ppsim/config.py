@@ -74,6 +74,24 @@ class EngineConfig(_Frozen):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     activation_reserve_gib: float = Field(default=2.0, ge=0, description="per GPU, kept out of the KV pool")
     pp_throttle: bool = True  # cap new admissions per step at max(1, max_num_seqs // pp)
+    # sglang-ring (SGLang server_args.py names and defaults; see ppsim/policy/sglang.py)
+    pp_async_batch_depth: int = Field(default=0, ge=0, description="extra micro-batch slots (SGLang default 0)")
+    pp_max_micro_batch_size: int | None = Field(default=None, ge=1, description="None: max(max_num_seqs // pp, 1)")
+    chunked_prefill_size: int = Field(default=8192, ge=1, description="SGLang prefill chunk (8192 on 80-GB GPUs)")
+    enable_dynamic_chunking: bool = False  # SGLang --enable-dynamic-chunking
+    smooth_factor: float = Field(default=0.75, ge=0, le=1, description="SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR")
+    page_size: int = Field(default=1, ge=1, description="SGLang --page-size (chunk alignment max(page, 64))")
+    # f(l) = a l^2 + b l + c of one stage's prefill; None: fitted from the cost model at start-up
+    dynamic_chunking_coefficients: tuple[float, float, float] | None = None
+    # vllm-mrv2 (ppsim/policy/pipelines.py): cap decodes per step at ceil(max_num_seqs / pp)
+    mrv2_decode_cap: bool = False
+    # vllm-mrv2: sampled-token broadcast on its own NCCL group/stream, or serialized with the p2p sends
+    pp_broadcast: Literal["overlapped", "serialized"] = "overlapped"
+    # trtllm-slots: sample state relayed inline on the executor thread (TRT-LLM default) or a relay thread
+    trtllm_relay: Literal["sync", "async"] = "sync"
+    llamacpp_ubatch_tokens: int = Field(default=512, ge=1, description="llama.cpp -ub (n_ubatch, default 512)")
+    llamacpp_n_copies: int = Field(default=4, ge=1, description="GGML_SCHED_MAX_COPIES pipeline buffer copies")
+    dp_routing: Literal["round-robin", "least-loaded"] = "round-robin"  # no-pp: request router
     cpu: CpuOverheads = CpuOverheads()
 
 
@@ -86,6 +104,8 @@ class CostConfig(_Frozen):
     memory_efficiency: float = Field(default=0.8, gt=0, le=1, description="achieved / peak HBM bandwidth")
     layer_overhead_us: float = Field(default=20.0, ge=0, description="kernel launches per layer per step")
     step_overhead_us: float = Field(default=100.0, ge=0, description="per stage per step (input prep, sync)")
+    # MoE: the step's T tokens route like T / skew independent tokens (1 = uniform routing; see ppsim/models/moe.py)
+    moe_routing_skew: float = Field(default=1.0, ge=1, description="tokens sharing one expert choice, on average")
 
     @model_validator(mode="after")
     def _profile_needs_dir(self) -> CostConfig:
@@ -105,16 +125,29 @@ class WorkloadConfig(_Frozen):
     random_output_len: int = Field(default=128, ge=1)
     random_range_ratio: float = Field(default=0.0, ge=0, lt=1)
     trace: str | None = Field(default=None, description="CSV with arrival_s,input_tokens,output_tokens")
+    abort_rate: float = Field(default=0.0, ge=0, le=1, description="fraction of requests the client cancels")
+    abort_window_s: float = Field(default=1.0, gt=0, description="time aborts fall in [0, window) after arrival")
 
 
 class Scenario(_Frozen):
     model: str = "llama-3-70b"
+    # Storage dtypes (vLLM --quantization / --kv-cache-dtype); "auto": the checkpoint's
+    # (quantization_config, else torch_dtype) for weights and the activation dtype for the KV cache.
+    weight_dtype: Literal["auto", "bf16", "fp16", "fp32", "fp8", "fp4"] = "auto"
+    kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"
     hardware: str | DeviceSpec = "h100-sxm"
     cluster: ClusterConfig = ClusterConfig()
     engine: EngineConfig = EngineConfig()
     cost: CostConfig = CostConfig()
     workload: WorkloadConfig = WorkloadConfig()
     seed: int = 0
+
+    @field_validator("weight_dtype", "kv_cache_dtype", mode="before")
+    @classmethod
+    def _dtype_alias(cls, v: Any) -> Any:
+        aliases = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "none": "auto",
+                   "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "nvfp4": "fp4", "modelopt_fp4": "fp4"}
+        return aliases.get(v.lower(), v.lower()) if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:

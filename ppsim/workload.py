@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -68,5 +69,30 @@ def read_trace(path: str) -> list[Request]:
     return reqs
 
 
+def apply_aborts(reqs: list[Request], rate: float, window_s: float, seed: int) -> list[Request]:
+    """Mark a ``rate`` fraction of requests as cancelled by the client, deterministically from ``seed``.
+
+    Half of them (those with more than one output token) cancel mid-decode after a uniform number
+    of tokens in [1, output - 1]; the rest cancel at a uniform time in [0, ``window_s``) after
+    arrival, wherever they are then (waiting, mid-prefill or decoding). Its own random stream, so
+    the request lengths and arrivals do not change with the rate.
+    """
+    if rate <= 0 or not reqs:
+        return reqs
+    rng = np.random.default_rng([seed, 0xAB0])
+    n = len(reqs)
+    pick, kind, frac, delay = rng.random(n), rng.random(n), rng.random(n), rng.random(n) * window_s
+    out = []
+    for i, r in enumerate(reqs):
+        if pick[i] >= rate:
+            out.append(r)
+        elif kind[i] < 0.5 and r.output_len > 1:
+            out.append(replace(r, abort_after_tokens=1 + int(frac[i] * (r.output_len - 1))))
+        else:
+            out.append(replace(r, abort_at_s=r.arrival_s + float(delay[i])))
+    return out
+
+
 def build_workload(cfg: WorkloadConfig, seed: int) -> list[Request]:
-    return read_trace(cfg.trace) if cfg.trace else synthetic(cfg, seed)
+    reqs = read_trace(cfg.trace) if cfg.trace else synthetic(cfg, seed)
+    return apply_aborts(reqs, cfg.abort_rate, cfg.abort_window_s, seed)

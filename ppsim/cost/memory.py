@@ -3,14 +3,20 @@
 Each GPU's KV pool = memory x gpu_memory_utilization - its weights - an activation reserve,
 for its own stage's layers only. The pipeline's usable block count is the minimum over stages
 (vLLM ``unify_kv_cache_configs``).
+
+Weights are summed layer by layer (:func:`ppsim.cost.layers.layer_weight_bytes_per_gpu`): a stage
+holds every expert of its MoE layers (no expert parallelism) and only the dense MLP of its dense
+layers; the first stage adds the embedding, the last the final norm and lm_head. KV bytes per
+token follow the attention kind and the KV cache dtype (MLA: one latent per token and layer).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ppsim.cost.analytic import kv_heads_per_gpu
 from ppsim.cost.base import StageSpec
+from ppsim.cost.layers import kv_bytes_per_token_per_gpu
+from ppsim.cost.layers import layer_weight_bytes_per_gpu as _layer_bytes
 from ppsim.errors import PPSimError
 from ppsim.models.shape import ModelShape
 from ppsim.policy.kv import unify_num_blocks
@@ -27,16 +33,16 @@ class StageMemory:
     num_blocks: int
 
 
-def layer_weight_bytes_per_gpu(shape: ModelShape, tp: int) -> float:
+def layer_weight_bytes_per_gpu(shape: ModelShape, tp: int, layer: int | None = None) -> float:
     """One layer's weights on one GPU: sharded by tp, KV projections replicated past num_kv_heads."""
-    h, b = shape.hidden_size, shape.dtype_bytes
-    kv_gpu = kv_heads_per_gpu(shape.num_kv_heads, tp) * shape.head_dim
-    q_gpu = shape.q_dim / tp
-    return b * (h * (q_gpu + 2 * kv_gpu) + q_gpu * h + 3 * h * shape.intermediate_size / tp + 2 * h)
+    return _layer_bytes(shape, tp, layer)
 
 
 def stage_weight_bytes(shape: ModelShape, stage: StageSpec) -> float:
-    w = stage.num_layers * layer_weight_bytes_per_gpu(shape, stage.tp)
+    if shape.is_moe:
+        w = sum(_layer_bytes(shape, stage.tp, i) for i in range(stage.start_layer, stage.end_layer))
+    else:
+        w = stage.num_layers * _layer_bytes(shape, stage.tp)
     if stage.is_first:
         w += shape.embedding_bytes() / stage.tp
     if stage.is_last:
@@ -55,7 +61,7 @@ def stage_memory(
     weights = stage_weight_bytes(shape, stage)
     budget = memory_gib * GIB * gpu_memory_utilization - activation_reserve_gib * GIB
     pool = budget - weights
-    per_tok = stage.num_layers * 2 * kv_heads_per_gpu(shape.num_kv_heads, stage.tp) * shape.head_dim * shape.dtype_bytes
+    per_tok = stage.num_layers * kv_bytes_per_token_per_gpu(shape, stage.tp)
     blocks = int(pool // (per_tok * block_size)) if pool > 0 else 0
     if blocks < 1:
         short = (weights + per_tok * block_size - budget) / GIB

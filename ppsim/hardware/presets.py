@@ -1,7 +1,16 @@
 """Accelerator and interconnect presets (vendor datasheet figures).
 
 Device memory is the total an engine sees (nvidia-smi), in GiB. FLOP/s are dense (no sparsity)
-BF16 tensor-core peaks. Link bandwidth is per direction, in GB/s (1e9 bytes/s).
+tensor-core peaks: BF16, and FP8 / FP4 where the device has tensor cores for them (FP8 on Ada,
+Hopper and Blackwell; FP4 on Blackwell). A dtype without its own peak runs at the BF16 rate
+(vLLM's weight-only Marlin kernels dequantize FP8/FP4 weights to 16-bit on such GPUs).
+Link bandwidth is per direction, in GB/s (1e9 bytes/s).
+
+Sources: NVIDIA datasheets (H100/H200 SXM: 989 BF16 / 1,979 FP8 dense; HGX B200: 2.25 / 4.5 / 9
+PFLOP/s BF16 / FP8 / FP4 dense per GPU; L40S 362 / 733), H20 (96 GB HBM3, 4.0 TB/s, 148 TFLOP/s
+BF16, 296 FP8 dense), RTX PRO 6000 Blackwell Server Edition (GB202, 188 SMs, 96 GB GDDR7 at
+1,792 GB/s, PCIe Gen5 x16, no NVLink; "4,000 AI TOPS" is sparse FP4, so dense FP4 / FP8 / BF16 are
+2,015 / 1,008 / 504 TFLOP/s per the RTX Blackwell architecture whitepaper).
 """
 
 from __future__ import annotations
@@ -18,6 +27,16 @@ class DeviceSpec(BaseModel):
     peak_tflops: float = Field(gt=0, description="dense BF16 tensor-core peak, TFLOP/s")
     hbm_bandwidth_gbps: float = Field(gt=0, description="memory bandwidth, GB/s")
     memory_gib: float = Field(gt=0, description="device memory, GiB")
+    peak_tflops_fp8: float | None = Field(default=None, gt=0, description="dense FP8 peak; None: no FP8 cores")
+    peak_tflops_fp4: float | None = Field(default=None, gt=0, description="dense FP4 peak; None: no FP4 cores")
+
+    def gemm_tflops(self, weight_dtype: str | None) -> float:
+        """Dense peak for GEMMs whose weights are ``weight_dtype`` (W8A8 / W4A4 where supported)."""
+        if weight_dtype == "fp8" and self.peak_tflops_fp8:
+            return self.peak_tflops_fp8
+        if weight_dtype == "fp4" and self.peak_tflops_fp4:
+            return self.peak_tflops_fp4
+        return self.peak_tflops
 
 
 class LinkSpec(BaseModel):
@@ -32,10 +51,30 @@ DEVICES: dict[str, DeviceSpec] = {
     d.name: d
     for d in [
         DeviceSpec(name="a100-80gb", peak_tflops=312.0, hbm_bandwidth_gbps=2039.0, memory_gib=80.0),
-        DeviceSpec(name="h100-sxm", peak_tflops=989.0, hbm_bandwidth_gbps=3350.0, memory_gib=79.6),
-        DeviceSpec(name="h200", peak_tflops=989.0, hbm_bandwidth_gbps=4800.0, memory_gib=140.4),
-        DeviceSpec(name="l40s", peak_tflops=362.0, hbm_bandwidth_gbps=864.0, memory_gib=44.5),
-        DeviceSpec(name="b200", peak_tflops=2250.0, hbm_bandwidth_gbps=8000.0, memory_gib=178.4),
+        DeviceSpec(
+            name="h100-sxm", peak_tflops=989.0, hbm_bandwidth_gbps=3350.0, memory_gib=79.6, peak_tflops_fp8=1979.0
+        ),
+        DeviceSpec(name="h200", peak_tflops=989.0, hbm_bandwidth_gbps=4800.0, memory_gib=140.4, peak_tflops_fp8=1979.0),
+        DeviceSpec(name="l40s", peak_tflops=362.0, hbm_bandwidth_gbps=864.0, memory_gib=44.5, peak_tflops_fp8=733.0),
+        DeviceSpec(
+            name="b200",
+            peak_tflops=2250.0,
+            hbm_bandwidth_gbps=8000.0,
+            memory_gib=178.4,
+            peak_tflops_fp8=4500.0,
+            peak_tflops_fp4=9000.0,
+        ),
+        # H20: export-limited Hopper, 96 GB HBM3 (nvidia-smi ~97,900 MiB).
+        DeviceSpec(name="h20", peak_tflops=148.0, hbm_bandwidth_gbps=4000.0, memory_gib=95.6, peak_tflops_fp8=296.0),
+        # RTX PRO 6000 Blackwell Server Edition: PCIe card, 96 GB GDDR7 (nvidia-smi ~97,900 MiB), no NVLink.
+        DeviceSpec(
+            name="rtx-pro-6000",
+            peak_tflops=503.8,
+            hbm_bandwidth_gbps=1792.0,
+            memory_gib=95.6,
+            peak_tflops_fp8=1007.6,
+            peak_tflops_fp4=2015.2,
+        ),
     ]
 }
 
@@ -48,6 +87,8 @@ LINKS: dict[str, LinkSpec] = {
         LinkSpec(name="ib-ndr", latency_us=10.0, bandwidth_gbps=50.0),
         # PCIe Gen4 x16: 32 GB/s per direction nominal.
         LinkSpec(name="pcie", latency_us=10.0, bandwidth_gbps=32.0),
+        # PCIe Gen5 x16: 64 GB/s per direction nominal (RTX PRO 6000 servers, no NVLink).
+        LinkSpec(name="pcie5", latency_us=10.0, bandwidth_gbps=64.0),
         # 100 GbE with TCP: 12.5 GB/s.
         LinkSpec(name="ethernet", latency_us=30.0, bandwidth_gbps=12.5),
     ]

@@ -1,18 +1,38 @@
-"""A Llama-style dense decoder described by the fields of its HF ``config.json``.
+"""A decoder-only transformer described by the fields of its HF ``config.json``.
 
 Numbers are facts: presets are the models' published ``config.json`` files, shipped in
 ``ppsim/models/presets``. All sizes are per model (not per GPU); tensor parallelism divides them
-in :mod:`ppsim.models.ops` and :mod:`ppsim.cost`.
+in :mod:`ppsim.cost.layers`.
+
+Layers are dense (Llama: attention + gated MLP) or mixture-of-experts (attention + router +
+``n_routed_experts`` experts of ``moe_intermediate_size``, of which ``num_experts_per_tok`` run per
+token, plus optional always-on shared experts); a model may start with dense layers
+(DeepSeek ``first_k_dense_replace``). Attention is MHA, GQA or DeepSeek's multi-head latent
+attention (MLA), whose KV cache is one ``kv_lora_rank + qk_rope_head_dim`` latent per token.
+Weights and KV cache have their own storage dtypes (:mod:`ppsim.models.dtypes`); ``dtype`` is the
+activation dtype (``torch_dtype``).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ppsim.errors import PPSimError
+from ppsim.models.dtypes import (
+    KV_BYTES,
+    WEIGHT_BYTES,
+    KvDtype,
+    WeightDtype,
+    canonical_dtype,
+    checkpoint_weight_dtype,
+)
+from ppsim.models.dtypes import kv_dtype as canonical_kv_dtype
+from ppsim.models.dtypes import weight_dtype as canonical_weight_dtype
+from ppsim.models.hf_fields import mla_fields, moe_fields
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -26,19 +46,69 @@ class ModelShape(BaseModel):
 
     name: str
     hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0, description="dense MLP width (dense layers)")
     num_layers: int = Field(gt=0)
     num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0, description="KV heads; 1 for MLA (one latent per token)")
+    head_dim: int = Field(gt=0, description="query/key head dim; MLA: qk_nope_head_dim + qk_rope_head_dim")
     vocab_size: int = Field(gt=0)
     max_position_embeddings: int = Field(gt=0)
     dtype: str = "bfloat16"
-    dtype_bytes: int = Field(default=2, gt=0)
+    dtype_bytes: int = Field(default=2, gt=0, description="activation bytes per element")
     attention_bias: bool = False
     tie_word_embeddings: bool = False
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    # --- attention kind; MLA dims (DeepSeek) ------------------------------------------------------
+    attention: Literal["mha", "gqa", "mla"] | None = None  # None: mha if kv heads == heads, else gqa
+    qk_norm: bool = False  # Qwen3: RMSNorm on q and k per head
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    kv_lora_rank: int = Field(default=0, ge=0)
+    qk_nope_head_dim: int = Field(default=0, ge=0)
+    qk_rope_head_dim: int = Field(default=0, ge=0)
+    v_head_dim: int = Field(default=0, ge=0)
+    # --- mixture of experts (0 experts: a dense model) ----------------------------------------------
+    n_routed_experts: int = Field(default=0, ge=0)
+    num_experts_per_tok: int = Field(default=0, ge=0, description="top-k")
+    n_shared_experts: int = Field(default=0, ge=0)
+    moe_intermediate_size: int = Field(default=0, ge=0, description="width of one routed expert")
+    shared_expert_intermediate_size: int = Field(default=0, ge=0, description="all shared experts together")
+    first_k_dense_replace: int = Field(default=0, ge=0, description="dense layers before the first MoE layer")
+    moe_layer_freq: int = Field(default=1, ge=1)
+    mlp_only_layers: tuple[int, ...] = ()  # further dense layers (Qwen-MoE)
+    # --- storage dtypes (None: the activation dtype) ------------------------------------------------
+    weight_dtype: WeightDtype | None = None
+    kv_cache_dtype: KvDtype | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        act = canonical_dtype(str(data.get("dtype", "bfloat16")))
+        act = act if act in KV_BYTES else "bfloat16"
+        if data.get("weight_dtype") is None:
+            data["weight_dtype"] = act
+        if data.get("kv_cache_dtype") is None:
+            data["kv_cache_dtype"] = act
+        if data.get("attention") is None:
+            mla = bool(data.get("kv_lora_rank"))
+            same = data.get("num_kv_heads") == data.get("num_heads")
+            data["attention"] = "mla" if mla else ("mha" if same else "gqa")
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelShape:
+        name = self.name
+        if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim and self.v_head_dim):
+            raise ValueError(f"model {name}: MLA needs kv_lora_rank, qk_rope_head_dim and v_head_dim")
+        if self.n_routed_experts:
+            if not 0 < self.num_experts_per_tok <= self.n_routed_experts or not self.moe_intermediate_size:
+                raise ValueError(
+                    f"model {name}: MoE needs 0 < num_experts_per_tok <= n_routed_experts and moe_intermediate_size"
+                )
+        return self
 
     # --- sizes -------------------------------------------------------------------------------
     @property
@@ -47,16 +117,108 @@ class ModelShape(BaseModel):
 
     @property
     def kv_dim(self) -> int:
+        """Cached K (or latent) width per token per layer: MLA ``kv_lora_rank + qk_rope_head_dim``."""
+        if self.attention == "mla":
+            return self.kv_lora_rank + self.qk_rope_head_dim
         return self.num_kv_heads * self.head_dim
 
-    def layer_params(self) -> int:
-        """Parameters of one decoder layer: QKV, O, gate/up/down, two RMSNorm weights."""
-        h, i = self.hidden_size, self.intermediate_size
-        qkv = h * (self.q_dim + 2 * self.kv_dim) + (self.q_dim + 2 * self.kv_dim) * self.attention_bias
-        return qkv + self.q_dim * h + 3 * h * i + 2 * h
+    @property
+    def is_moe(self) -> bool:
+        return self.n_routed_experts > 0
 
-    def layer_weight_bytes(self) -> int:
-        return self.layer_params() * self.dtype_bytes
+    @property
+    def weight_bytes_per_param(self) -> float:
+        """Bytes per quantizable (linear-layer) weight, scales included."""
+        return WEIGHT_BYTES[self.weight_dtype or "bfloat16"]
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        return KV_BYTES[self.kv_cache_dtype or "bfloat16"]
+
+    def with_dtypes(self, weight_dtype: str | None = None, kv_cache_dtype: str | None = None) -> ModelShape:
+        """This shape with other storage dtypes (``None`` keeps the current one)."""
+        upd: dict[str, str] = {}
+        if weight_dtype is not None:
+            upd["weight_dtype"] = canonical_weight_dtype(weight_dtype)
+        if kv_cache_dtype is not None:
+            upd["kv_cache_dtype"] = canonical_kv_dtype(kv_cache_dtype)
+        return self.model_validate({**self.model_dump(), **upd}) if upd else self
+
+    def layer_is_moe(self, layer: int) -> bool:
+        """Whether global layer ``layer`` has routed experts (vLLM's per-family rule)."""
+        return (
+            self.n_routed_experts > 0
+            and layer >= self.first_k_dense_replace
+            and layer % self.moe_layer_freq == 0
+            and layer not in self.mlp_only_layers
+        )
+
+    def num_moe_layers(self, start: int = 0, end: int | None = None) -> int:
+        """MoE layers among global layers [start, end)."""
+        end = self.num_layers if end is None else end
+        return sum(self.layer_is_moe(i) for i in range(start, end))
+
+    # --- parameters per component ----------------------------------------------------------------
+    def attention_linear_params(self) -> int:
+        """Projection weights of one attention block (quantizable)."""
+        h = self.hidden_size
+        if self.attention == "mla":
+            H, nope, rope = self.num_heads, self.qk_nope_head_dim, self.qk_rope_head_dim
+            qh = H * (nope + rope)
+            q = h * self.q_lora_rank + self.q_lora_rank * qh if self.q_lora_rank else h * qh
+            kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank * H * (nope + self.v_head_dim)
+            return q + kv + H * self.v_head_dim * h
+        return h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
+
+    def attention_other_params(self) -> int:
+        """Biases and norms inside attention (kept in the activation dtype)."""
+        if self.attention == "mla":
+            return (self.q_lora_rank or 0) + self.kv_lora_rank
+        return (self.q_dim + 2 * self.kv_dim) * self.attention_bias + 2 * self.head_dim * self.qk_norm
+
+    def dense_mlp_params(self) -> int:
+        return 3 * self.hidden_size * self.intermediate_size
+
+    def expert_params(self) -> int:
+        """One routed expert (gate, up, down)."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    def shared_expert_params(self) -> int:
+        return 3 * self.hidden_size * self.shared_expert_intermediate_size
+
+    def router_params(self) -> int:
+        return self.n_routed_experts * self.hidden_size
+
+    def _layer_counts(self, layer: int | None) -> tuple[int, int]:
+        """(quantizable, other) parameters of one layer; ``None``: the heaviest layer kind."""
+        moe = self.is_moe if layer is None else self.layer_is_moe(layer)
+        lin = self.attention_linear_params()
+        other = self.attention_other_params() + 2 * self.hidden_size  # two RMSNorm weights
+        if moe:
+            lin += self.n_routed_experts * self.expert_params() + self.shared_expert_params()
+            other += self.router_params()
+        else:
+            lin += self.dense_mlp_params()
+        return lin, other
+
+    def layer_params(self, layer: int | None = None) -> int:
+        """Parameters of one decoder layer (all experts); ``None``: the heaviest layer kind."""
+        lin, other = self._layer_counts(layer)
+        return lin + other
+
+    def layer_active_params(self, layer: int | None = None) -> int:
+        """Parameters one token uses in a layer: attention, router, shared and top-k experts."""
+        if not (self.is_moe if layer is None else self.layer_is_moe(layer)):
+            return self.layer_params(layer)
+        return self.layer_params(layer) - (self.n_routed_experts - self.num_experts_per_tok) * self.expert_params()
+
+    def layer_weight_bytes(self, layer: int | None = None) -> float:
+        """Bytes of one layer's weights (quantized linear layers, the rest in the activation dtype)."""
+        lin, other = self._layer_counts(layer)
+        wb = self.weight_bytes_per_param
+        if wb == self.dtype_bytes:
+            return (lin + other) * self.dtype_bytes
+        return lin * wb + other * self.dtype_bytes
 
     def embedding_bytes(self) -> int:
         return self.vocab_size * self.hidden_size * self.dtype_bytes
@@ -65,12 +227,25 @@ class ModelShape(BaseModel):
         """lm_head plus the final norm (a tied lm_head still occupies the last stage's memory)."""
         return (self.vocab_size + 1) * self.hidden_size * self.dtype_bytes
 
-    def total_weight_bytes(self) -> int:
-        return self.num_layers * self.layer_weight_bytes() + self.embedding_bytes() + self.lm_head_bytes()
+    def total_params(self) -> int:
+        layers = sum(self.layer_params(i) for i in range(self.num_layers))
+        return layers + (2 * self.vocab_size + 1) * self.hidden_size
+
+    def active_params(self) -> int:
+        layers = sum(self.layer_active_params(i) for i in range(self.num_layers))
+        return layers + (2 * self.vocab_size + 1) * self.hidden_size
+
+    def total_weight_bytes(self) -> float:
+        if not self.is_moe and self.weight_bytes_per_param == self.dtype_bytes:
+            return self.num_layers * self.layer_weight_bytes() + self.embedding_bytes() + self.lm_head_bytes()
+        layers = sum(self.layer_weight_bytes(i) for i in range(self.num_layers))
+        return layers + self.embedding_bytes() + self.lm_head_bytes()
 
     def kv_bytes_per_token_per_layer(self) -> int:
-        """K and V of one token in one layer, all KV heads."""
-        return 2 * self.kv_dim * self.dtype_bytes
+        """KV cache of one token in one layer: K and V of all KV heads, or MLA's one latent."""
+        if self.attention == "mla":
+            return self.kv_dim * self.kv_dtype_bytes
+        return 2 * self.kv_dim * self.kv_dtype_bytes
 
     def seam_bytes(self, num_tokens: int, tp: int = 1) -> float:
         """hidden_states + residual crossing a stage boundary: 2 x tokens x hidden x dtype bytes.
@@ -82,12 +257,13 @@ class ModelShape(BaseModel):
 
 
 def from_hf_config(cfg: dict, name: str) -> ModelShape:
-    """Read the fields ppsim needs from a HF ``config.json`` dict."""
+    """Read the fields ppsim needs from a HF ``config.json`` dict (dense, MoE and MLA families)."""
     try:
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
         dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-        return ModelShape(
+        mt = str(cfg.get("model_type", ""))
+        fields: dict[str, Any] = dict(
             name=name,
             hidden_size=hidden,
             intermediate_size=int(cfg["intermediate_size"]),
@@ -99,11 +275,16 @@ def from_hf_config(cfg: dict, name: str) -> ModelShape:
             max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
             dtype=dtype,
             dtype_bytes=DTYPE_BYTES.get(dtype, 2),
-            attention_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
+            attention_bias=bool(cfg.get("attention_bias", mt in ("qwen2", "qwen2_moe"))),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
             rope_theta=float(cfg.get("rope_theta", 10000.0)),
+            qk_norm=mt.startswith("qwen3"),
+            weight_dtype=checkpoint_weight_dtype(cfg, canonical_dtype(dtype)),
         )
+        fields.update(moe_fields(cfg))
+        fields.update(mla_fields(cfg))
+        return ModelShape(**fields)
     except KeyError as err:
         raise PPSimError(f"model config {name}: missing field {err.args[0]!r} in config.json") from None
     except (TypeError, ValueError) as err:

@@ -15,10 +15,15 @@ from ppsim.policy.requests import TokenOutput
 
 @dataclass(frozen=True, slots=True)
 class Cpu:
-    """Engine-core CPU work: ``kind`` in {schedule, update}, over ``n`` requests."""
+    """Engine-core CPU work: ``kind`` in {schedule, update}, over ``n`` requests.
+
+    ``relay`` token ids are relayed to the first stage in the same stretch of CPU time (the
+    scheduler-relay return path, :mod:`ppsim.policy.returnpath`).
+    """
 
     kind: str
     n: int
+    relay: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,11 @@ vLLM); return early only if the batch executed something, the queue has room and
 in-flight batch is not done; otherwise block on the *oldest* batch and update the scheduler from
 its output. Requests that arrive while the core blocks are seen at its next schedule. Queue depth
 ``max_concurrent_batches`` is the pp size (1 for the synchronous ``step``).
+
+With ``relay`` the scheduler pays the sampled-token return path on its own CPU every step
+(``vllm/v1/core/sched/scheduler.py::Scheduler._make_cached_request_data``: with ``use_pp`` the new
+token ids of every cached request are copied into the step's ``CachedRequestData``), see
+:mod:`ppsim.policy.returnpath`.
 """
 
 from __future__ import annotations
@@ -16,17 +21,19 @@ from typing import Any
 
 from ppsim.policy.actions import Action, Await, Cpu, Emit, Idle, Launch, Poll
 from ppsim.policy.plan import StepPlan
+from ppsim.policy.returnpath import relay_tokens
 from ppsim.policy.scheduler import Scheduler
 
 
 class BatchQueueCore:
     """One engine core over one scheduler with a batch queue of ``depth`` micro-batches."""
 
-    def __init__(self, scheduler: Scheduler, depth: int) -> None:
+    def __init__(self, scheduler: Scheduler, depth: int, relay: bool = False) -> None:
         if depth < 1:
             raise ValueError("batch queue depth must be >= 1")
         self.scheduler = scheduler
         self.depth = depth
+        self.relay = relay
         self.queue: deque[StepPlan] = deque()
 
     def run(self) -> Generator[Action, Any, None]:
@@ -34,7 +41,7 @@ class BatchQueueCore:
         while True:
             if sched.has_requests():
                 plan = sched.schedule()
-                yield Cpu("schedule", plan.num_reqs)
+                yield Cpu("schedule", plan.num_reqs, relay_tokens(plan) if self.relay else 0)
                 yield Launch(plan)
                 queue.appendleft(plan)
                 if not plan.is_empty and len(queue) < self.depth:

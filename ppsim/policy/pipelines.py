@@ -1,12 +1,25 @@
-"""Pipeline policies: which engine-core loop, queue depth and scheduler caps a design uses."""
+"""Pipeline policies: which engine-core loop, queue depth and scheduler caps a design uses.
+
+``build_core(knobs, pool)`` looks the policy name up in :data:`BUILDERS`, one small builder per
+design; each returns an engine core (an object with ``scheduler`` and a ``run()`` generator of
+actions, see :mod:`ppsim.policy.actions`). :func:`pipe_options` says what the executor's pipeline
+must model for the design (how the sampled token reaches the first stage). ``no-pp`` runs one
+synchronous core per data-parallel replica (see :mod:`ppsim.policy.nopp`).
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from ppsim.policy.engine_core import BatchQueueCore
 from ppsim.policy.kv import BlockPool
+from ppsim.policy.llamacpp import UbatchPipelineCore
 from ppsim.policy.scheduler import Scheduler, SchedulerLimits
+from ppsim.policy.sglang import SGLangKnobs, build_sglang_core
+from ppsim.policy.trtllm import SlotRingCore
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +33,33 @@ class PolicyKnobs:
     enable_chunked_prefill: bool = True
     pp_throttle: bool = True
     max_model_len: int | None = None
+    sglang: SGLangKnobs | None = None  # sglang-ring settings
+    mrv2_decode_cap: bool = False  # vllm-mrv2: at most ceil(max_num_seqs / pp) decodes per step
+    pp_broadcast: Literal["overlapped", "serialized"] = "overlapped"  # vllm-mrv2 sampled-token broadcast
+    trtllm_relay: Literal["sync", "async"] = "sync"  # trtllm-slots sample-state relay
+    llamacpp_ubatch_tokens: int = 512  # llama.cpp -ub (n_ubatch)
+    llamacpp_n_copies: int = 4  # GGML_SCHED_MAX_COPIES
+    dp_routing: Literal["round-robin", "least-loaded"] = "round-robin"  # no-pp router
+
+
+class EngineCore(Protocol):
+    scheduler: Scheduler
+
+    def run(self) -> Generator[Any, Any, None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PipeOptions:
+    """What the executor models beyond stages and links.
+
+    ``token_path``: how a plan's ``deps`` (steps whose sampled tokens the first stage needs) are
+    met: ``core`` when the engine core has them and forwards them, ``broadcast`` when the last stage
+    broadcasts them to every rank (MRV2 ``PPHandler``). ``broadcast_serialized``: the broadcast
+    shares the p2p communicator, so it holds up every stage's sends.
+    """
+
+    token_path: Literal["core", "broadcast"] = "core"
+    broadcast_serialized: bool = False
 
 
 def pp_throttle_cap(max_num_seqs: int, pp: int) -> int:
@@ -27,17 +67,93 @@ def pp_throttle_cap(max_num_seqs: int, pp: int) -> int:
     return max(1, max_num_seqs // pp)
 
 
-def build_core(knobs: PolicyKnobs, kv: BlockPool) -> BatchQueueCore:
-    """The engine core for ``knobs.policy`` over a fresh scheduler."""
-    base = dict(
-        max_num_seqs=knobs.max_num_seqs,
-        max_num_batched_tokens=knobs.max_num_batched_tokens,
-        enable_chunked_prefill=knobs.enable_chunked_prefill,
-        max_model_len=knobs.max_model_len,
+def mrv2_decode_cap(max_num_seqs: int, pp: int) -> int:
+    """Decodes per step under MRV2's cohort balance: ``ceil(max_num_seqs / pp)``."""
+    return math.ceil(max_num_seqs / pp)
+
+
+def _limits(k: PolicyKnobs, **caps: Any) -> SchedulerLimits:
+    return SchedulerLimits(
+        max_num_seqs=k.max_num_seqs,
+        max_num_batched_tokens=k.max_num_batched_tokens,
+        enable_chunked_prefill=k.enable_chunked_prefill,
+        max_model_len=k.max_model_len,
+        **caps,
     )
-    if knobs.policy == "vllm-sync":
-        return BatchQueueCore(Scheduler(SchedulerLimits(**base), kv), depth=1)
-    if knobs.policy == "vllm-batch-queue":
-        cap = pp_throttle_cap(knobs.max_num_seqs, knobs.pp) if knobs.pp_throttle and knobs.pp > 1 else None
-        return BatchQueueCore(Scheduler(SchedulerLimits(**base, admit_cap=cap), kv), depth=knobs.pp)
-    raise NotImplementedError(f"policy {knobs.policy!r} is not implemented yet")
+
+
+def _throttle(k: PolicyKnobs) -> int | None:
+    return pp_throttle_cap(k.max_num_seqs, k.pp) if k.pp_throttle and k.pp > 1 else None
+
+
+def _vllm_sync(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
+    """``vllm/v1/engine/core.py::EngineCore.step``: one step in flight, the core waits for it."""
+    return BatchQueueCore(Scheduler(_limits(k), kv), depth=1, relay=k.pp > 1)
+
+
+def _vllm_batch_queue(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
+    """``EngineCore.step_with_batch_queue`` with ``max_concurrent_batches = pp``."""
+    return BatchQueueCore(Scheduler(_limits(k, admit_cap=_throttle(k)), kv), depth=k.pp, relay=k.pp > 1)
+
+
+def _vllm_async(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
+    """``AsyncScheduler`` + batch queue of ``pp + 1``; decode eligible ``pp`` steps after scheduling."""
+    lim = _limits(k, admit_cap=_throttle(k), decode_spacing=k.pp if k.pp > 1 else 0, async_placeholders=True)
+    return BatchQueueCore(Scheduler(lim, kv), depth=k.pp + 1, relay=k.pp > 1)
+
+
+def _vllm_mrv2(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
+    """ModelRunnerV2 + ``PPHandler``: async scheduling, tokens broadcast by the last rank, no relay."""
+    cap = mrv2_decode_cap(k.max_num_seqs, k.pp) if k.mrv2_decode_cap and k.pp > 1 else None
+    lim = _limits(k, admit_cap=_throttle(k), decode_cap=cap, decode_spacing=k.pp if k.pp > 1 else 0,
+                  async_placeholders=True)
+    return BatchQueueCore(Scheduler(lim, kv), depth=k.pp + 1, relay=False)
+
+
+def _trtllm_slots(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
+    """``PyExecutor._executor_loop_pp``: ``pp`` micro-batch slots, sample state relayed on a ring."""
+    return SlotRingCore(Scheduler(_limits(k), kv), num_slots=k.pp, inline_relay=k.trtllm_relay == "sync" and k.pp > 1)
+
+
+def _llamacpp(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
+    """``llama_decode`` over a layer split: ubatches pipeline through ``n_copies`` buffer copies."""
+    return UbatchPipelineCore(Scheduler(_limits(k), kv), k.llamacpp_ubatch_tokens, k.llamacpp_n_copies)
+
+
+def _sglang_ring(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
+    """SGLang ``event_loop_pp`` (see :mod:`ppsim.policy.sglang`)."""
+    return build_sglang_core(k.pp, k.max_num_seqs, k.max_num_batched_tokens,  # type: ignore[return-value]
+                             k.max_model_len, k.sglang or SGLangKnobs(), kv)
+
+
+def _no_pp_replica(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
+    """One data-parallel replica: a synchronous vLLM core over the whole model (pp = 1)."""
+    return BatchQueueCore(Scheduler(_limits(k), kv), depth=1, relay=False)
+
+
+BUILDERS: dict[str, Callable[[PolicyKnobs, BlockPool], EngineCore]] = {
+    "vllm-sync": _vllm_sync,
+    "vllm-batch-queue": _vllm_batch_queue,
+    "vllm-async": _vllm_async,
+    "vllm-mrv2": _vllm_mrv2,
+    "sglang-ring": _sglang_ring,
+    "trtllm-slots": _trtllm_slots,
+    "llamacpp": _llamacpp,
+    "no-pp": _no_pp_replica,
+}
+
+REPLICATED = frozenset({"no-pp"})  # policies the executor runs as pp data-parallel replicas
+
+
+def build_core(knobs: PolicyKnobs, kv: BlockPool) -> EngineCore:
+    """The engine core for ``knobs.policy`` over a fresh scheduler."""
+    builder = BUILDERS.get(knobs.policy)
+    if builder is None:
+        raise NotImplementedError(f"policy {knobs.policy!r} is not implemented; known: {', '.join(BUILDERS)}")
+    return builder(knobs, kv)
+
+
+def pipe_options(knobs: PolicyKnobs) -> PipeOptions:
+    if knobs.policy == "vllm-mrv2":
+        return PipeOptions("broadcast", knobs.pp_broadcast == "serialized")
+    return PipeOptions()

@@ -37,6 +37,9 @@ class StepPlan:
     # sum over prefill items of KV tokens read (p + c); sum over decodes of their context length
     prefill_kv_tokens: int
     decode_ctx_tokens: int
+    # steps whose sampled tokens the first stage must hold before it can start this plan (async
+    # scheduling: a decode scheduled before its previous token is back at the engine core)
+    deps: tuple[int, ...] = ()
 
     @property
     def num_reqs(self) -> int:
@@ -47,7 +50,7 @@ class StepPlan:
         return not self.items
 
 
-def make_plan(step_id: int, items: list[PlanItem] | tuple[PlanItem, ...]) -> StepPlan:
+def make_plan(step_id: int, items: list[PlanItem] | tuple[PlanItem, ...], deps: tuple[int, ...] = ()) -> StepPlan:
     n_tok = n_pre = n_dec = n_samp = pre_kv = dec_ctx = 0
     pairs = 0.0
     for it in items:
@@ -61,4 +64,4 @@ def make_plan(step_id: int, items: list[PlanItem] | tuple[PlanItem, ...]) -> Ste
         else:
             n_dec += it.num_tokens
             dec_ctx += it.start + it.num_tokens
-    return StepPlan(step_id, tuple(items), n_tok, n_pre, n_dec, n_samp, pairs, pre_kv, dec_ctx)
+    return StepPlan(step_id, tuple(items), n_tok, n_pre, n_dec, n_samp, pairs, pre_kv, dec_ctx, deps)

@@ -15,6 +15,7 @@ class Request:
     prompt_len: int
     output_len: int
     abort_after_tokens: int | None = None  # client cancels once this many tokens were produced
+    abort_at_s: float | None = None  # client cancels at this time, wherever the request is (e.g. mid-prefill)
 
 
 class Status(enum.Enum):
@@ -33,7 +34,8 @@ class ReqState:
     token returns.
     """
 
-    __slots__ = ("req", "num_computed", "num_output", "status", "epoch", "preemptions", "next_eligible_step")
+    __slots__ = ("req", "num_computed", "num_output", "status", "epoch", "preemptions", "next_eligible_step",
+                 "placeholders", "last_sample_step")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -43,6 +45,8 @@ class ReqState:
         self.epoch = 0
         self.preemptions = 0
         self.next_eligible_step = 0
+        self.placeholders = 0  # async scheduling: sampled tokens scheduled but not yet returned
+        self.last_sample_step = -1  # the step that will sample this request's newest token
 
     @property
     def req_id(self) -> int:

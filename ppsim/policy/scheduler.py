@@ -29,6 +29,10 @@ class SchedulerLimits:
     admit_cap: int | None = None  # requests newly scheduled or resumed per step (PP throttle)
     decode_cap: int | None = None  # decodes per step (MRV2 option)
     decode_spacing: int = 0  # a request is eligible again only this many steps after scheduled
+    # vLLM AsyncScheduler: a sampling step adds an output placeholder, so the request can be
+    # scheduled again before its token is back (the plan then lists the step it depends on)
+    async_placeholders: bool = False
+    max_batch_reqs: int | None = None  # requests per micro-batch (SGLang --pp-max-micro-batch-size)
 
 
 class Scheduler:
@@ -40,6 +44,7 @@ class Scheduler:
         self.requests: dict[int, ReqState] = {}
         self.step = 0
         self.num_preemptions = 0
+        self._deps: set[int] = set()
 
     # --- requests ---------------------------------------------------------------------------
     def add_request(self, req: Request) -> bool:
@@ -76,17 +81,18 @@ class Scheduler:
     # --- scheduling ---------------------------------------------------------------------------
     def _item(self, st: ReqState, n: int) -> PlanItem:
         start = st.num_computed
-        item = PlanItem(
-            st.req.req_id,
-            start,
-            n,
-            n > 1 or start < st.req.prompt_len,
-            start + n == st.num_tokens,
-            st.epoch,
-        )
+        samples = start + n == st.num_tokens + st.placeholders
+        item = PlanItem(st.req.req_id, start, n, n > 1 or start < st.req.prompt_len, samples, st.epoch)
         st.num_computed = start + n
-        if self.limits.decode_spacing:
-            st.next_eligible_step = self.step + self.limits.decode_spacing
+        if samples:
+            # vLLM AsyncScheduler._update_after_schedule skips prefill chunks that do not sample
+            if self.limits.decode_spacing:
+                st.next_eligible_step = self.step + self.limits.decode_spacing
+            if self.limits.async_placeholders:
+                if st.placeholders:
+                    self._deps.add(st.last_sample_step)
+                st.placeholders += 1
+            st.last_sample_step = self.step
         return item
 
     def _preempt(self, st: ReqState) -> None:
@@ -96,6 +102,7 @@ class Scheduler:
         st.epoch += 1
         st.preemptions += 1
         st.next_eligible_step = 0
+        st.placeholders = 0
         self.num_preemptions += 1
         self.waiting.appendleft(st)
 
@@ -105,9 +112,12 @@ class Scheduler:
         decodes = 0
         running = self.running
         i = 0
-        while i < len(running) and budget > 0:
+        cap = lim.max_batch_reqs
+        while i < len(running) and budget > 0 and (cap is None or len(items) < cap):
             st = running[i]
-            n = st.num_tokens - st.num_computed
+            n = st.num_tokens + st.placeholders - st.num_computed
+            if st.placeholders and st.num_output + st.placeholders >= st.req.output_len:
+                n = 0  # async: the last token is already scheduled (vLLM skips the extra step)
             if n <= 0 or st.next_eligible_step > self.step:
                 i += 1
                 continue
@@ -132,6 +142,8 @@ class Scheduler:
         lim = self.limits
         admitted = 0
         while self.waiting and budget > 0 and len(self.running) < lim.max_num_seqs:
+            if lim.max_batch_reqs is not None and len(items) >= lim.max_batch_reqs:
+                break
             if lim.admit_cap is not None and admitted >= lim.admit_cap:
                 break
             st = self.waiting[0]
@@ -154,7 +166,10 @@ class Scheduler:
         budget, preempted = self._schedule_running(items, self.limits.max_num_batched_tokens)
         if not preempted:
             self._schedule_waiting(items, budget)
-        plan = make_plan(self.step, items)
+        deps = self._deps
+        plan = make_plan(self.step, items, tuple(sorted(deps)) if deps else ())
+        if deps:
+            self._deps = set()
         self.step += 1
         return plan
 
@@ -171,6 +186,8 @@ class Scheduler:
             if st.epoch != it.epoch or st.status is not Status.RUNNING:
                 continue  # preempted or aborted while in flight: the token is dropped
             st.num_output += 1
+            if st.placeholders:
+                st.placeholders -= 1
             done = st.num_output >= st.req.output_len
             if done:
                 st.status = Status.FINISHED

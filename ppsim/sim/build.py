@@ -8,6 +8,7 @@ from ppsim.config import Scenario
 from ppsim.cost.analytic import AnalyticCost
 from ppsim.cost.base import CostModel, StageSpec
 from ppsim.cost.memory import StageMemory, pipeline_blocks, stage_memory
+from ppsim.cost.ring import RingReturnCost
 from ppsim.errors import PPSimError
 from ppsim.hardware.presets import DeviceSpec, resolve_device, resolve_link
 from ppsim.models.partition import layer_ranges, partition_layers
@@ -15,6 +16,7 @@ from ppsim.models.shape import ModelShape, load_model
 from ppsim.policy.kv import BlockPool
 from ppsim.policy.pipelines import PolicyKnobs
 from ppsim.policy.requests import Request
+from ppsim.sim.chunk_fit import sglang_knobs
 from ppsim.workload import build_workload
 
 
@@ -71,6 +73,13 @@ class Prepared:
             enable_chunked_prefill=e.enable_chunked_prefill,
             pp_throttle=e.pp_throttle,
             max_model_len=self.shape.max_position_embeddings,
+            sglang=sglang_knobs(e, self.cost, self.topology.stages[0]) if e.policy == "sglang-ring" else None,
+            mrv2_decode_cap=e.mrv2_decode_cap,
+            pp_broadcast=e.pp_broadcast,
+            trtllm_relay=e.trtllm_relay,
+            llamacpp_ubatch_tokens=e.llamacpp_ubatch_tokens,
+            llamacpp_n_copies=e.llamacpp_n_copies,
+            dp_routing=e.dp_routing,
         )
 
     def block_pool(self) -> BlockPool:
@@ -88,7 +97,10 @@ def build_cost(s: Scenario, shape: ModelShape, device: DeviceSpec) -> CostModel:
 
 
 def prepare(s: Scenario, requests: list[Request] | None = None) -> Prepared:
-    shape = load_model(s.model)
+    shape = load_model(s.model).with_dtypes(
+        None if s.weight_dtype == "auto" else s.weight_dtype,
+        None if s.kv_cache_dtype == "auto" else s.kv_cache_dtype,
+    )
     device = resolve_device(s.hardware)
     c = s.cluster
     topo = build_topology(shape, c.pipeline_parallel_size, c.tensor_parallel_size, c.layer_partition)
@@ -98,5 +110,7 @@ def prepare(s: Scenario, requests: list[Request] | None = None) -> Prepared:
         for st in topo.stages
     )
     cost = build_cost(s, shape, device)
+    if e.policy == "sglang-ring":  # outputs return over the ring: one hop plus the last rank's post-processing
+        cost = RingReturnCost(cost, e.cpu.update_us, e.cpu.update_per_req_us, e.pp_async_batch_depth)
     reqs = requests if requests is not None else build_workload(s.workload, s.seed)
     return Prepared(s, shape, device, topo, mem, pipeline_blocks(list(mem)), cost, reqs)

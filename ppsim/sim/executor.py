@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
@@ -11,7 +11,7 @@ import simpy
 from ppsim.errors import PPSimError
 from ppsim.metrics.records import OpRecord, RequestRecord
 from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
-from ppsim.policy.pipelines import build_core
+from ppsim.policy.pipelines import REPLICATED, build_core, pipe_options
 from ppsim.policy.requests import Request
 from ppsim.sim.build import Prepared
 from ppsim.sim.pipeline import PipelineSim
@@ -28,19 +28,27 @@ class SimResult:
     peak_blocks_used: int
     events: int
     end_s: float
+    pools: list[Any] = field(default_factory=list)  # every KV pool (one per replica), for checks
 
 
 class Simulation:
-    def __init__(self, prep: Prepared) -> None:
+    def __init__(self, prep: Prepared, env: simpy.Environment | None = None,
+                 observer: Callable[[Any], None] | None = None) -> None:
         self.prep = prep
-        self.env = simpy.Environment()
+        self.env = env or simpy.Environment()
         self.ops: list[OpRecord] = []
         self.pool = prep.block_pool()
-        self.core = build_core(prep.knobs(), self.pool)
+        knobs = prep.knobs()
+        self.core = build_core(knobs, self.pool)
         self.scheduler = self.core.scheduler
+        self.observer = observer  # sees every action the core yields (tests check invariants on it)
         tp = prep.scenario.cluster.tensor_parallel_size
+        opts = pipe_options(knobs)
         self.pipe = PipelineSim(self.env, prep.topology.stages, prep.cost,
-                                lambda n: prep.shape.seam_bytes(n, tp), self.ops)
+                                lambda n: prep.shape.seam_bytes(n, tp), self.ops,
+                                opts.token_path, opts.broadcast_serialized)
+        self.pipe.track_tokens = getattr(self.scheduler.limits, "async_placeholders", False)
+        self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
         self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len)
                         for r in prep.requests}
         self.requests = {r.req_id: r for r in prep.requests}
@@ -57,8 +65,21 @@ class Simulation:
             rec.status = "rejected"
             self._ended(req.req_id)
             return
+        if req.abort_at_s is not None:
+            delay = max(0.0, req.abort_at_s - self.env.now)
+            self.env.timeout(delay).callbacks.append(lambda _e, r=req.req_id: self._abort(r))
         if self.wakeup is not None and not self.wakeup.triggered:
             self.wakeup.succeed()
+
+    def _abort(self, req_id: int) -> None:
+        """The client cancels: the request leaves the scheduler and its KV blocks are freed."""
+        if self.scheduler.abort(req_id):
+            rec = self.records[req_id]
+            rec.finish_s, rec.status = self.env.now, "aborted"
+            self._ended(req_id)
+
+    def _all_done(self) -> bool:
+        return self.pending == 0
 
     def _ended(self, req_id: int) -> None:
         self.pending -= 1
@@ -119,9 +140,13 @@ class Simulation:
             act = gen.send(reply)
             reply = None
             self.events += 1
+            if self.observer is not None:
+                self.observer(act)
             kind = type(act)
             if kind is Cpu:
                 dt = cost.cpu_time(act.kind, act.n)
+                if act.relay and self.relay_time is not None:
+                    dt += self.relay_time(act.relay)
                 if dt > 0:
                     start = env.now
                     yield env.timeout(dt)
@@ -145,12 +170,12 @@ class Simulation:
             elif kind is Emit:
                 self._emit(act.outputs)
             elif kind is Idle:
-                if self.pending == 0:
+                if self._all_done():
                     return
                 self.wakeup = env.event()
                 yield self.wakeup
                 self.wakeup = None
-                if self.pending == 0:
+                if self._all_done():
                     return
 
     def run(self) -> SimResult:
@@ -164,8 +189,13 @@ class Simulation:
             self.records[st.req_id].preemptions = st.preemptions
         scheduled_events = next(self.env._eid)  # SimPy's event counter: events scheduled so far
         return SimResult(self.prep, [self.records[r.req_id] for r in self.prep.requests], self.ops,
-                         self.scheduler.num_preemptions, self.pool.peak_used, scheduled_events, self.env.now)
+                         self.scheduler.num_preemptions, self.pool.peak_used, scheduled_events, self.env.now,
+                         [self.pool])
 
 
-def simulate(prep: Prepared) -> SimResult:
-    return Simulation(prep).run()
+def simulate(prep: Prepared, observer: Callable[[Any], None] | None = None) -> SimResult:
+    if prep.scenario.engine.policy in REPLICATED:
+        from ppsim.sim.replicas import simulate_replicas
+
+        return simulate_replicas(prep, observer)
+    return Simulation(prep, observer=observer).run()

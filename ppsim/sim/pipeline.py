@@ -5,6 +5,12 @@ send to finish (vLLM's worker waits on ``_pp_send_work`` before reusing buffers)
 overlaps the stage's next compute otherwise. A link carries one send at a time, each taking
 ``cost.link_time(seam bytes)``. The last stage samples and returns the tokens to the engine core
 after ``cost.return_time``.
+
+A plan with ``deps`` (async scheduling) starts on the first stage only once the sampled tokens of
+those steps are there: via the engine core (``token_path="core"``: when the core has them, plus
+one ``return_time`` message back) or via the last stage's broadcast (``"broadcast"``, MRV2
+``PPHandler``: one ``link_time`` after the last stage finishes). A serialized broadcast also holds
+every stage's send channel for its duration, so the next compute on each stage waits for it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import simpy
 from ppsim.cost.base import CostModel, StageSpec
 from ppsim.metrics.records import OpRecord
 from ppsim.policy.plan import StepPlan
+from ppsim.policy.returnpath import sample_state_bytes
 
 
 class PipelineSim:
@@ -27,13 +34,44 @@ class PipelineSim:
         cost: CostModel,
         seam_bytes: Callable[[int], float],
         ops: list[OpRecord],
+        token_path: str = "core",
+        broadcast_serialized: bool = False,
     ) -> None:
         self.env, self.stages, self.cost, self.seam_bytes, self.ops = env, stages, cost, seam_bytes, ops
         self.inbox = [simpy.Store(env) for _ in stages]
         self.done: dict[int, simpy.Event] = {}
         self.in_flight = 0
+        self.token_path = token_path
+        self.broadcast_serialized = broadcast_serialized
+        self.token_ready: dict[int, simpy.Event] = {}  # step -> its sampled tokens are at the first stage
+        self.track_tokens = False  # set by the executor when the policy schedules ahead of its tokens
+        self.send_free = [0.0] * len(stages)  # when each stage's previous send (or broadcast) completes
         for st in stages:
             env.process(self._stage(st))
+
+    def _ready(self, step_id: int) -> simpy.Event:
+        ev = self.token_ready.get(step_id)
+        if ev is None:
+            ev = self.token_ready[step_id] = self.env.event()
+        return ev
+
+    def _tokens_out(self, plan: StepPlan) -> None:
+        """The last stage sampled ``plan``: route its tokens to the first stage (async policies only)."""
+        env = self.env
+        ready = self._ready(plan.step_id)
+        if self.token_path == "broadcast":
+            dt = self.cost.link_time(sample_state_bytes(plan.num_reqs))
+            if self.broadcast_serialized:
+                free = self.send_free
+                end = max(env.now, *free) + dt
+                for j in range(len(free)):
+                    free[j] = end
+                dt = end - env.now
+            self.ops.append(OpRecord("broadcast", "broadcast", plan.step_id, env.now, env.now + dt, 0,
+                                     plan.num_reqs))
+        else:
+            dt = 2 * self.cost.return_time(plan.num_reqs)  # to the engine core and back to stage 0
+        env.timeout(dt).callbacks.append(lambda _e: ready.succeed())
 
     def launch(self, plan: StepPlan) -> simpy.Event:
         ev = self.env.event()
@@ -54,11 +92,16 @@ class PipelineSim:
         inbox = self.inbox[st.index]
         nxt = None if st.is_last else self.inbox[st.index + 1]
         track, link_track = f"stage{st.index}", f"link{st.index}->{st.index + 1}"
-        send_done_at = 0.0
+        free, i = self.send_free, st.index
         while True:
             plan: StepPlan = yield inbox.get()
-            if env.now < send_done_at:
-                yield env.timeout(send_done_at - env.now)
+            if plan.deps and st.is_first:
+                for d in plan.deps:
+                    ev = self._ready(d)
+                    if not ev.processed:
+                        yield ev
+            if env.now < free[i]:
+                yield env.timeout(free[i] - env.now)
             start = env.now
             yield env.timeout(cost.stage_time(st, plan))
             ops.append(
@@ -68,9 +111,11 @@ class PipelineSim:
             if nxt is not None:
                 nbytes = self.seam_bytes(plan.num_tokens)
                 tx = cost.link_time(nbytes)
-                send_done_at = env.now + tx
-                ops.append(OpRecord(link_track, "send", plan.step_id, env.now, send_done_at, plan.num_tokens,
+                free[i] = env.now + tx
+                ops.append(OpRecord(link_track, "send", plan.step_id, env.now, env.now + tx, plan.num_tokens,
                                     plan.num_reqs, nbytes=nbytes))
                 env.timeout(tx).callbacks.append(lambda _e, p=plan, box=nxt: box.put(p))
             else:
+                if self.track_tokens and plan.num_samples:
+                    self._tokens_out(plan)
                 env.timeout(cost.return_time(plan.num_reqs)).callbacks.append(lambda _e, p=plan: self._finish(p))

@@ -1,0 +1,181 @@
+"""``ppsim chunk-plan`` and ``ppsim fit-chunks``: SGLang's dynamic chunk sizes, shown and tuned.
+
+``chunk-plan`` prints the chunk sizes SGLang's dynamic chunking (``ppsim.policy.chunking``) gives
+one prompt, from ``--coefficients a,b,c`` or from the scenario's cost model (analytic, or profiled
+with ``--profile DIR``) fitted the way SGLang profiles stage 0 at start-up.
+
+``fit-chunks`` grid-searches the initial chunk size and the smoothing factor for the lowest mean
+TTFT in simulated runs of the ``sglang-ring`` policy on the scenario's workload, reports the best
+fixed chunk size as the baseline and plots TTFT against both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ppsim.errors import PPSimError
+
+
+def _floats(text: str, flag: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise PPSimError(f"{flag}: use comma-separated numbers like {'1e-6,0.02,1.5'}") from None
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    vals = _floats(text, flag)
+    if not vals or any(v < 1 or v != int(v) for v in vals):
+        raise PPSimError(f"{flag}: use comma-separated positive integers like 2048,4096")
+    return [int(v) for v in vals]
+
+
+def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - ChunkModel
+    from ppsim.policy.chunking import ChunkModel
+
+    if args.coefficients:
+        vals = _floats(args.coefficients, "--coefficients")
+        if len(vals) not in (3, 4):
+            raise PPSimError("--coefficients: give a,b,c (or a,b,c,gamma for the refined form)")
+        return ChunkModel(*vals)
+    from ppsim.sim.build import prepare
+    from ppsim.sim.chunk_fit import fit_from_cost, fit_refined_from_cost
+
+    prep = prepare(scenario, requests=[])
+    stage0 = prep.topology.stages[0]
+    c = scenario.engine.chunked_prefill_size
+    if args.refined:
+        return fit_refined_from_cost(prep.cost, stage0, c, max(args.prompt_len, c))
+    return fit_from_cost(prep.cost, stage0, c)
+
+
+def cmd_chunk_plan(args: argparse.Namespace) -> int:
+    from ppsim.cli import scenario_from_args
+    from ppsim.policy.chunking import chunk_plan
+
+    if args.prompt_len is None or args.prompt_len < 1:
+        raise PPSimError("--prompt-len: give the prompt length in tokens (>= 1)")
+    s = scenario_from_args(args)
+    e = s.engine
+    model = resolve_model(args, s)
+    sizes = chunk_plan(args.prompt_len, e.chunked_prefill_size, model, e.smooth_factor, e.page_size)
+    if args.json:
+        print(json.dumps(sizes))
+        return 0
+    form = "refined" if model.gamma else "quadratic"
+    print(f"model ({form}, ms): a={model.a:.4g} b={model.b:.4g} c={model.c:.4g}"
+          + (f" gamma={model.gamma:.4g}" if model.gamma else ""))
+    print(f"prompt {args.prompt_len} tokens, initial chunk {e.chunked_prefill_size}, "
+          f"smooth factor {e.smooth_factor}, page size {e.page_size}: {len(sizes)} chunks")
+    done = 0
+    print(f"{'chunk':>6}{'prefix':>9}{'tokens':>8}")
+    for i, n in enumerate(sizes):
+        print(f"{i:>6}{done:>9}{n:>8}")
+        done += n
+    return 0
+
+
+def _ttft(scenario: Any, chunk: int, smooth: float | None) -> float:
+    from ppsim.run import run_scenario
+
+    eng = scenario.engine.model_copy(update={
+        "policy": "sglang-ring", "chunked_prefill_size": chunk,
+        "enable_dynamic_chunking": smooth is not None, "smooth_factor": smooth if smooth is not None else 0.75,
+    })
+    out = run_scenario(scenario.model_copy(update={"engine": eng}))
+    if not out.summary["completed"]:
+        raise PPSimError("fit-chunks: no request completed (prompts longer than the model's context?); "
+                         "lower --random-input-len or raise --num-prompts")
+    return float(out.summary["mean_ttft_ms"])
+
+
+def fit_chunks(scenario: Any, chunks: list[int], smooths: list[float]) -> dict[str, Any]:
+    """Mean TTFT (ms) for each (chunk, smooth) pair with dynamic chunking and for each fixed chunk."""
+    grid = [{"chunked_prefill_size": c, "smooth_factor": s, "mean_ttft_ms": _ttft(scenario, c, s)}
+            for c in chunks for s in smooths]
+    fixed = [{"chunked_prefill_size": c, "mean_ttft_ms": _ttft(scenario, c, None)} for c in chunks]
+    best = min(grid, key=lambda r: (r["mean_ttft_ms"], r["chunked_prefill_size"], r["smooth_factor"]))
+    base = min(fixed, key=lambda r: (r["mean_ttft_ms"], r["chunked_prefill_size"]))
+    return {"dynamic": grid, "fixed": fixed, "best": best, "baseline": base}
+
+
+def plot_fit(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    chunks = sorted({r["chunked_prefill_size"] for r in result["dynamic"]})
+    for c in chunks:
+        rows = [r for r in result["dynamic"] if r["chunked_prefill_size"] == c]
+        rows.sort(key=lambda r: r["smooth_factor"])
+        line, = ax.plot([r["smooth_factor"] for r in rows], [r["mean_ttft_ms"] for r in rows], "o-",
+                        label=f"dynamic, C={c}")
+        fixed = next(r["mean_ttft_ms"] for r in result["fixed"] if r["chunked_prefill_size"] == c)
+        ax.axhline(fixed, linestyle="--", color=line.get_color(), label=f"fixed {c}")
+    ax.set_xlabel("smoothing factor")
+    ax.set_ylabel("mean TTFT (ms)")
+    ax.set_title("SGLang dynamic chunking: TTFT vs initial chunk and smoothing")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(buf.getvalue())
+    os.replace(tmp, path)
+
+
+def cmd_fit_chunks(args: argparse.Namespace) -> int:
+    from ppsim.cli import scenario_from_args
+
+    s = scenario_from_args(args)
+    chunks = _ints(args.chunk_sizes, "--chunk-sizes")
+    smooths = _floats(args.smooth_factors, "--smooth-factors")
+    if not smooths or any(not 0 <= x <= 1 for x in smooths):
+        raise PPSimError("--smooth-factors: use comma-separated values in [0, 1] like 0.5,0.75,1")
+    res = fit_chunks(s, chunks, smooths)
+    if args.plot:
+        plot_fit(res, Path(args.plot))
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    print(f"{'chunk':>7}{'smooth':>8}{'mean TTFT (ms)':>16}")
+    for r in res["fixed"]:
+        print(f"{r['chunked_prefill_size']:>7}{'fixed':>8}{r['mean_ttft_ms']:>16.2f}")
+    for r in res["dynamic"]:
+        print(f"{r['chunked_prefill_size']:>7}{r['smooth_factor']:>8.2f}{r['mean_ttft_ms']:>16.2f}")
+    b, f = res["best"], res["baseline"]
+    print(f"best: --chunked-prefill-size {b['chunked_prefill_size']} --smooth-factor {b['smooth_factor']} "
+          f"(mean TTFT {b['mean_ttft_ms']:.2f} ms)")
+    print(f"fixed-chunk baseline: --chunked-prefill-size {f['chunked_prefill_size']} "
+          f"(mean TTFT {f['mean_ttft_ms']:.2f} ms); dynamic/fixed = {b['mean_ttft_ms'] / f['mean_ttft_ms']:.3f}")
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def add_chunk_parsers(sub: argparse._SubParsersAction) -> None:
+    from ppsim.cli import add_scenario_flags
+
+    p = sub.add_parser("chunk-plan", help="SGLang dynamic chunk sizes for one prompt")
+    add_scenario_flags(p)
+    p.add_argument("--prompt-len", type=int, help="prompt length in tokens")
+    p.add_argument("--coefficients", help="a,b,c of f(l) = a l^2 + b l + c (or a,b,c,gamma); default: fitted")
+    p.add_argument("--refined", action="store_true", help="fit the refined form t(L, x) with prefix work")
+    p.add_argument("--json", action="store_true", help="print the chunk sizes as a JSON list")
+    p.set_defaults(handler=cmd_chunk_plan)
+    f = sub.add_parser("fit-chunks", help="grid-search initial chunk and smoothing factor for the lowest TTFT")
+    add_scenario_flags(f)
+    f.add_argument("--chunk-sizes", default="4096,8192,12288", help="initial chunk sizes to try")
+    f.add_argument("--smooth-factors", default="0.5,0.75,1.0", help="smoothing factors to try")
+    f.add_argument("--plot", default="fit-chunks.png", help="PNG of TTFT vs both (empty: no plot)")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(handler=cmd_fit_chunks)

@@ -1,0 +1,51 @@
+"""The sampled-token return path of a ring (SGLang): one hop last rank -> rank 0, plus the straggler.
+
+``scheduler_pp_mixin.py::_pp_send_output_to_next_stage``: the last rank packs ``next_token_ids``
+into a tensor dict and sends it to rank 0 with a point-to-point send; rank 0 forwards it to rank 1
+one loop iteration later, and so on, in step with the hidden states, so only the first hop delays
+rank 0's scheduler. Before that send the last rank does its own CPU post-processing of the batch
+(``_pp_prepare_tensor_dict``, ``process_batch_result`` on its copy of the requests): the
+"straggler". With ``pp_async_batch_depth == 0`` the last rank sends the output of the batch it has
+just launched, so its CPU waits for its GPU and the post-processing sits between two of its
+batches: ppsim adds it to the last stage's time. With depth >= 1 it sends the output of a batch
+launched ``depth`` iterations earlier (``next_first_rank_mb_id = (mb_id + pp) % loop_size``), which
+is already done, and the post-processing overlaps the GPU: hidden. The return time is one hop,
+``link_time(output bytes)``, instead of the engine-core relay of vLLM. Not modelled: the
+``depth``-iteration deferral of that send (outputs leave the last rank in step with later batches).
+"""
+
+from __future__ import annotations
+
+from ppsim.cost.base import CostModel, StageSpec
+from ppsim.policy.plan import StepPlan
+
+OUTPUT_BYTES_PER_REQ = 8  # next_token_ids: one int64 per request (no logprobs)
+
+
+class RingReturnCost:
+    """Wraps a cost model; only ``return_time`` changes."""
+
+    def __init__(self, inner: CostModel, straggler_us: float, straggler_per_req_us: float, depth: int) -> None:
+        self.inner = inner
+        self.straggler_us = straggler_us
+        self.straggler_per_req_us = straggler_per_req_us
+        self.depth = depth
+
+    def straggler(self, n: int) -> float:
+        """Seconds of the last rank's CPU post-processing of a batch of ``n`` requests."""
+        return (self.straggler_us + self.straggler_per_req_us * n) * 1e-6
+
+    def stage_time(self, stage: StageSpec, plan: StepPlan) -> float:
+        t = self.inner.stage_time(stage, plan)
+        if stage.is_last and self.depth == 0 and not plan.is_empty:
+            t += self.straggler(plan.num_reqs)
+        return t
+
+    def link_time(self, nbytes: float) -> float:
+        return self.inner.link_time(nbytes)
+
+    def cpu_time(self, kind: str, n: int) -> float:
+        return self.inner.cpu_time(kind, n)
+
+    def return_time(self, n: int) -> float:
+        return self.inner.link_time(OUTPUT_BYTES_PER_REQ * max(n, 1))
