@@ -1,0 +1,29 @@
+"""How many distinct experts a step's tokens touch, which sets the expert bytes a MoE layer reads.
+
+Each token picks ``k`` of ``E`` routed experts. Under uniform, independent routing an expert is
+missed by one token with probability ``1 - k/E``, so the expected number of distinct experts
+touched by ``T`` tokens is ``E x (1 - (1 - k/E)^T)``: one decode token reads ``k`` experts, a
+micro-batch of 8 reads almost ``8k`` (DeepSeek-V3: 8 -> 60.6 of 256), a long prefill reads all of them.
+
+Routing is not uniform in practice: tokens of one sequence, and similar prompts, tend to pick the
+same experts. ``skew`` >= 1 models this as correlation: the step's tokens behave as ``T / skew``
+independent routing draws (groups of ``skew`` tokens that share their experts), so
+``E x (1 - (1 - k/E)^(T/skew))``, never fewer than ``k`` experts for a non-empty step.
+``skew = 1`` is the uniform formula. The fused-MoE kernels (vLLM ``fused_moe``,
+``moe_align_block_size``) read exactly the weights of the experts that received tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def expected_experts_touched(num_experts: int, top_k: int, num_tokens: float, skew: float = 1.0) -> float:
+    """Expected distinct experts of ``num_experts`` (top-``top_k`` routing) touched by ``num_tokens`` tokens."""
+    if num_tokens <= 0 or num_experts <= 0:
+        return 0.0
+    if top_k >= num_experts:
+        return float(num_experts)
+    draws = num_tokens / skew
+    touched = num_experts * -math.expm1(draws * math.log1p(-top_k / num_experts))
+    return max(float(top_k), touched)
