@@ -61,7 +61,7 @@ class CpuOverheads(_Frozen):
     schedule_per_req_us: float = Field(default=4.0, ge=0, description="per request in the step")
     update_us: float = Field(default=100.0, ge=0, description="update_from_output, fixed part")
     update_per_req_us: float = Field(default=3.0, ge=0)
-    relay_per_req_us: float = Field(default=1.0, ge=0, description="sampled-token relay to the first stage, per request")
+    relay_per_req_us: float = Field(default=1.0, ge=0, description="scheduler token relay, per token id")
     return_latency_us: float = Field(default=50.0, ge=0, description="last stage -> engine core message")
 
 

@@ -1,0 +1,44 @@
+"""Runs any registered policy on a small scenario and records what its engine core did (for tests)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ppsim.config import build_scenario
+from ppsim.policy.actions import Emit, Launch
+from ppsim.policy.plan import StepPlan
+from ppsim.policy.requests import Request
+from ppsim.sim.build import prepare
+from ppsim.sim.executor import SimResult, simulate
+
+ASYNC_POLICIES = ("vllm-async", "vllm-mrv2")
+
+
+@dataclass
+class Trace:
+    launches: list[StepPlan] = field(default_factory=list)
+    emitted: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+    def __call__(self, act: Any) -> None:
+        if type(act) is Launch:
+            self.launches.append(act.plan)
+        elif type(act) is Emit:
+            for o in act.outputs:
+                self.emitted[o.req_id].append(o.index)
+
+
+def run_policy(policy: str, pp: int, requests: list[Request], *, max_num_seqs: int = 8,
+               max_num_batched_tokens: int = 128, num_blocks: int | None = None, cost: Any = None,
+               engine: dict[str, Any] | None = None, model: str = "tiny") -> tuple[SimResult, Trace]:
+    eng = {"policy": policy, "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+           **(engine or {})}
+    s = build_scenario(None, {"model": model, "cluster": {"pipeline_parallel_size": pp}, "engine": eng})
+    prep = prepare(s, requests)
+    if num_blocks is not None:
+        prep = replace(prep, num_blocks=num_blocks)
+    if cost is not None:
+        prep = replace(prep, cost=cost)
+    trace = Trace()
+    return simulate(prep, trace), trace
