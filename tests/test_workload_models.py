@@ -9,7 +9,8 @@ from ppsim.workload import build_workload, read_trace
 
 def test_presets_present_and_param_counts():
     assert {"llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "qwen2.5-7b", "tiny"} <= set(list_presets())
-    expected_b = {"llama-2-7b": 6.74, "llama-2-70b": 68.98, "llama-3-8b": 8.03, "llama-3-70b": 70.55, "qwen2.5-7b": 7.62}
+    expected_b = {"llama-2-7b": 6.74, "llama-2-70b": 68.98, "llama-3-8b": 8.03, "llama-3-70b": 70.55,
+                  "qwen2.5-7b": 7.62}
     for name, b in expected_b.items():
         m = load_model(name)
         assert m.total_weight_bytes() / m.dtype_bytes / 1e9 == pytest.approx(b, rel=0.01), name

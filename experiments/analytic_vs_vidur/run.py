@@ -54,9 +54,11 @@ def analytic_ms(model: str, device: str, tokens: int) -> float:
     no_attn = make_plan(0, [PlanItem(0, 0, tokens, False, True)]) if tokens == 1 else None
     t = cost.layer_time(plan if no_attn is None else no_attn)
     q, kv = cost.q_gpu, cost.kv_gpu
-    attn = max(2 * 2 * q * plan.prefill_attn_pairs / cost.flops, 2 * kv * shape.dtype_bytes * plan.prefill_kv_tokens / cost.bw)
+    b = shape.dtype_bytes
+    attn = max(4 * q * plan.prefill_attn_pairs / cost.flops, 2 * kv * b * plan.prefill_kv_tokens / cost.bw)
     if no_attn is not None:
-        attn = max(2 * 2 * q * no_attn.decode_ctx_tokens / cost.flops, 2 * kv * shape.dtype_bytes * no_attn.decode_ctx_tokens / cost.bw)
+        ctx = no_attn.decode_ctx_tokens
+        attn = max(4 * q * ctx / cost.flops, 2 * kv * b * ctx / cost.bw)
     return (t - attn) * 1e3
 
 

@@ -30,17 +30,20 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
 
 
+def _ms(v: float | None) -> str:
+    return "" if v is None else f"{v * 1000:.6f}"
+
+
 def requests_csv(requests: list[RequestRecord]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(REQUEST_FIELDS)
     for r in requests:
         lat = request_latencies(r) if r.token_times else None
-        ms = (lambda v: "" if v is None else f"{v * 1000:.6f}")
         w.writerow([
             r.req_id, r.status, r.arrival_s, r.sent_s, r.scheduled_s, r.first_token_s, r.finish_s,
-            r.input_tokens, len(r.token_times), ms(lat and lat["ttft"]), ms(lat and lat["tpot"]),
-            ms(lat and lat["e2el"]), r.preemptions,
+            r.input_tokens, len(r.token_times), _ms(lat and lat["ttft"]), _ms(lat and lat["tpot"]),
+            _ms(lat and lat["e2el"]), r.preemptions,
         ])
     return buf.getvalue()
 
