@@ -1,0 +1,71 @@
+"""Shared output helpers for the published-result scripts: a markdown table and a CSV per result."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from ppsim.metrics.io import atomic_write
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=doc)
+    p.add_argument("--out", default=str(OUT), help="where the .md/.csv/.png go (default experiments/published/out)")
+    p.add_argument("--quick", action="store_true", help="a smaller grid (smoke tests)")
+    return p.parse_args(argv)
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_result(out_dir: str | Path, name: str, title: str, rows: list[dict[str, Any]], columns: list[str],
+                 notes: str) -> str:
+    """``name.csv`` and ``name.md`` (title, table, notes) under ``out_dir``; returns the markdown."""
+    out = Path(out_dir)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, columns, lineterminator="\n", extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: fmt(r[c]) for c in columns})
+    atomic_write(out / f"{name}.csv", buf.getvalue())
+    md = f"## {title}\n\n{markdown_table(rows, columns)}\n\n{notes.strip()}\n"
+    atomic_write(out / f"{name}.md", md)
+    print(md)
+    return md
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Write a matplotlib figure atomically."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def pyplot():  # noqa: ANN201 - matplotlib's module
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

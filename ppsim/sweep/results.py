@@ -1,0 +1,148 @@
+"""The sweep's results folder, ranked table (terminal and CSV) and Pareto plot.
+
+``OUT/results/<key>.json`` holds one configuration's result, keyed by a hash of its resolved
+scenario, SLOs and search settings, and written atomically, so an interrupted sweep resumes by
+skipping every key already on disk. Ranking: configurations that meet the SLOs by requests/s
+per GPU (highest first), then those that meet them at no tested rate, then those that do not fit
+in memory, then errors.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from ppsim.metrics.io import atomic_write, dumps
+from ppsim.sweep.evaluate import RESULT_VERSION
+
+STATUS_ORDER = {"ok": 0, "slo-unmet": 1, "no-fit": 2, "error": 3}
+METRIC_COLUMNS = [
+    "status", "num_gpus", "max_rate_rps", "rate_per_gpu", "output_tok_s_per_gpu", "p99_ttft_ms", "p99_tpot_ms",
+    "limit", "saturation_rps", "kv_capacity_tokens", "runs", "message",
+]
+
+
+def result_path(out_dir: Path, key: str) -> Path:
+    return out_dir / "results" / f"{key}.json"
+
+
+def save_result(out_dir: Path, result: dict[str, Any]) -> None:
+    atomic_write(result_path(out_dir, result["key"]), dumps(result))
+
+
+def load_done(out_dir: Path, keys: list[str]) -> dict[str, dict[str, Any]]:
+    """Results already on disk for ``keys`` (unreadable or older-version files are redone)."""
+    done = {}
+    for k in keys:
+        p = result_path(out_dir, k)
+        if not p.exists():
+            continue
+        try:
+            r = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if r.get("version") == RESULT_VERSION and r.get("key") == k:
+            done[k] = r
+    return done
+
+
+def rank(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def order(r: dict[str, Any]) -> tuple:
+        at = r.get("at_max_rate") or {}
+        return (STATUS_ORDER.get(r["status"], 9), -r.get("rate_per_gpu", 0.0), at.get("p99_tpot_ms", 0.0),
+                r["num_gpus"], r["key"])
+
+    return sorted(results, key=order)
+
+
+def row(r: dict[str, Any], axes: list[str]) -> dict[str, Any]:
+    at = r.get("at_max_rate") or {}
+    out: dict[str, Any] = {a: r["labels"].get(a, "") for a in axes}
+    for c in METRIC_COLUMNS:
+        v = at.get(c) if c in ("p99_ttft_ms", "p99_tpot_ms") else r.get(c)
+        out[c] = "" if v is None else v
+    out["key"] = r["key"]
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
+    return str(v)
+
+
+def to_csv(results: list[dict[str, Any]], axes: list[str]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, ["rank", *axes, *METRIC_COLUMNS, "key"], lineterminator="\n")
+    w.writeheader()
+    for i, r in enumerate(rank(results), 1):
+        w.writerow({"rank": i, **{k: _fmt(v) for k, v in row(r, axes).items()}})
+    return buf.getvalue()
+
+
+def format_table(results: list[dict[str, Any]], axes: list[str], top: int = 20) -> str:
+    cols = ["rank", *axes, "status", "gpus", "rate/s", "rate/s/GPU", "tok/s/GPU", "p99 TTFT", "p99 TPOT", "limit"]
+    rows = []
+    ranked = rank(results)
+    for i, r in enumerate(ranked[:top], 1):
+        x = row(r, axes)
+        lim = x["limit"] if r["status"] in ("ok", "slo-unmet") else (x["message"] or "")[:40]
+        rows.append([str(i), *(str(x[a]) for a in axes), r["status"], str(r["num_gpus"]), _fmt(x["max_rate_rps"]),
+                     _fmt(x["rate_per_gpu"]), _fmt(x["output_tok_s_per_gpu"]), _fmt(x["p99_ttft_ms"]),
+                     _fmt(x["p99_tpot_ms"]), str(lim)])
+    widths = [max(len(c), *(len(rw[j]) for rw in rows)) if rows else len(c) for j, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths, strict=True))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(rw, widths, strict=True)) for rw in rows]
+    counts = {s: sum(r["status"] == s for r in results) for s in STATUS_ORDER}
+    lines.append(f"{len(results)} configurations: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+                 + (f" (top {top} shown)" if len(ranked) > top else ""))
+    return "\n".join(lines)
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of points not dominated (lower latency x, higher throughput y), by increasing x."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front, best_y = [], float("-inf")
+    for i in order:
+        if points[i][1] > best_y:
+            front.append(i)
+            best_y = points[i][1]
+    return front
+
+
+def plot_pareto(results: list[dict[str, Any]], path: Path, title: str) -> bool:
+    """Output tokens/s per GPU against p99 TTFT and p99 TPOT at each configuration's highest rate."""
+    ok = [r for r in results if r["status"] == "ok"]
+    if not ok:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axs = plt.subplots(1, 2, figsize=(11, 4.2))
+    y = [r["output_tok_s_per_gpu"] for r in ok]
+    for ax, metric, name in ((axs[0], "p99_ttft_ms", "p99 TTFT (ms)"), (axs[1], "p99_tpot_ms", "p99 TPOT (ms)")):
+        x = [r["at_max_rate"][metric] for r in ok]
+        ax.scatter(x, y, s=14, alpha=0.5, label="configuration")
+        front = pareto_front(list(zip(x, y, strict=True)))
+        ax.plot([x[i] for i in front], [y[i] for i in front], "r.-", label="Pareto front")
+        for i in front[-3:]:
+            ax.annotate(" ".join(f"{k}={v}" for k, v in ok[i]["labels"].items()), (x[i], y[i]), fontsize=6)
+        ax.set_xlabel(name + " at the highest rate meeting the SLOs")
+        ax.set_ylabel("output tokens/s per GPU")
+        ax.grid(alpha=0.3)
+    axs[0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(path)
+    return True

@@ -1,0 +1,100 @@
+"""``ppsim sweep``: expand the space, skip what the results folder already holds, evaluate the rest.
+
+Each finished configuration is saved at once (atomically) under ``OUT/results/``, so a sweep
+that is interrupted loses only the configurations in flight. At the end ``OUT/sweep.csv`` (the
+ranked table), ``OUT/pareto.png`` and ``OUT/space.json`` (the space as resolved) are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ppsim.metrics.io import atomic_write, dumps
+from ppsim.sweep.evaluate import Task, config_key
+from ppsim.sweep.executors import run_tasks
+from ppsim.sweep.progress import Progress
+from ppsim.sweep.results import format_table, load_done, plot_pareto, save_result, to_csv
+from ppsim.sweep.space import SweepSpace, load_space
+
+
+@dataclass
+class SweepReport:
+    space: SweepSpace
+    results: list[dict[str, Any]]
+    reused: int  # configurations found in the results folder
+    evaluated: int
+    simulated_runs: int  # runs made by this invocation
+    wall_s: float
+    csv_path: Path
+    plot_path: Path | None
+
+
+def make_tasks(space: SweepSpace) -> list[Task]:
+    tol, steps = space.search.rel_tolerance, space.search.max_steps
+    tasks = []
+    for c in space.configs:
+        key = config_key(c.scenario, space.slo, tol, steps)
+        tasks.append(Task(key, c.labels, c.scenario, space.slo, tol, steps))
+    # the same configuration listed twice (e.g. two aliases to one value) is evaluated once
+    return list({t.key: t for t in tasks}.values())
+
+
+def run_sweep(space: SweepSpace, out_dir: str | Path, executor: str = "local", workers: int | None = None,
+              ray_address: str | None = None, progress: bool = True) -> SweepReport:
+    out = Path(out_dir)
+    t0 = time.perf_counter()
+    tasks = make_tasks(space)
+    done = load_done(out, [t.key for t in tasks])
+    todo = [t for t in tasks if t.key not in done]
+    bar = Progress(len(todo), enabled=progress)
+    runs = 0
+    fresh: dict[str, dict[str, Any]] = {}
+    if todo:
+        for r in run_tasks(todo, executor, workers, ray_address):
+            save_result(out, r)
+            fresh[r["key"]] = r
+            runs += r.get("runs", 0)
+            bar.update()
+    by_key = {**done, **fresh}
+    results = [by_key[t.key] for t in tasks]
+    axes = list(space.axes)
+    csv_path = out / "sweep.csv"
+    atomic_write(csv_path, to_csv(results, axes))
+    atomic_write(out / "space.json", dumps({"name": space.name, "base": space.base, "axes": space.axes,
+                                            "num_gpus": space.num_gpus, "slo": space.slo,
+                                            "search": vars(space.search), "filtered_by_num_gpus": space.filtered}))
+    png = out / "pareto.png"
+    plotted = plot_pareto(results, png, f"{space.name}: SLO {', '.join(f'{k}<={v:g}' for k, v in space.slo.items())}")
+    return SweepReport(space, results, len(done), len(fresh), runs, time.perf_counter() - t0, csv_path,
+                       png if plotted else None)
+
+
+def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="capacity search: highest SLO-meeting rate per configuration of a space")
+    p.add_argument("--space", required=True, help="TOML/YAML search space (see experiments/spaces/)")
+    p.add_argument("--output-dir", default="ppsim-sweep", help="results folder; a rerun resumes from it")
+    p.add_argument("--executor", choices=("local", "ray"), default="local")
+    p.add_argument("--workers", type=int, default=None, help="processes (local) or CPUs (local Ray); default: all")
+    p.add_argument("--ray-address", default=None, help="Ray cluster to connect to (default: start a local one)")
+    p.add_argument("--top", type=int, default=20, help="rows of the ranked table to print")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(handler=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from ppsim.errors import PPSimError
+
+    if args.workers is not None and args.workers < 1:
+        raise PPSimError("--workers: must be >= 1")
+    space = load_space(args.space)
+    rep = run_sweep(space, args.output_dir, args.executor, args.workers, args.ray_address, not args.no_progress)
+    print(format_table(rep.results, list(space.axes), args.top))
+    print(f"{rep.evaluated} evaluated ({rep.simulated_runs} simulated runs), {rep.reused} reused from "
+          f"{args.output_dir}/results/, {space.filtered} filtered by num_gpus; {rep.wall_s:.1f} s")
+    plot = f"  plot: {rep.plot_path}" if rep.plot_path else "  (no plot: nothing met the SLOs)"
+    print(f"table: {rep.csv_path}{plot}")
+    return 0

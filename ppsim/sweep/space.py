@@ -1,0 +1,254 @@
+"""The search space of a capacity sweep, read from a TOML/YAML file.
+
+A space file has four sections::
+
+    [base]        # any scenario fields, exactly as in a --config file (model, workload, ...)
+    [space]       # axes: key = list of values; the sweep is their cartesian product
+    [slo]         # latency objectives, e.g. p99_ttft_ms = 2000, p99_tpot_ms = 100
+    [search]      # bisection settings (rel_tolerance, max_steps)
+
+An axis key is a short name (``pp``, ``tp``, ``max_num_seqs``, ``chunk_size``, ``policy``, ...)
+or a dotted scenario path (``engine.gpu_memory_utilization``). A value is a scalar, set at the
+path, or a table, merged at the path: ``scheduler = [{policy = "vllm-batch-queue", pp_throttle =
+false}, ...]`` varies a policy together with its knobs. ``num_gpus`` is not a scenario field: it
+keeps only configurations whose ``pp x tp`` is one of the listed counts. ``chunk_size`` is vLLM's
+chunked-prefill chunk, which in V1 is the per-step token budget ``max_num_batched_tokens``
+(``vllm/v1/core/sched/scheduler.py``: a prefill takes ``min(num_new_tokens, token_budget)``); it
+also sets SGLang's ``engine.chunked_prefill_size`` so one axis means the chunk for every policy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ppsim.config import EngineConfig, Scenario, _merge, format_validation_error
+from ppsim.errors import PPSimError
+
+SECTIONS = ("name", "base", "space", "slo", "search")
+
+ALIASES: dict[str, tuple[str, ...]] = {
+    "model": ("model",),
+    "hardware": ("hardware",),
+    "seed": ("seed",),
+    "pp": ("cluster", "pipeline_parallel_size"),
+    "pipeline_parallel_size": ("cluster", "pipeline_parallel_size"),
+    "tp": ("cluster", "tensor_parallel_size"),
+    "tensor_parallel_size": ("cluster", "tensor_parallel_size"),
+    "layer_partition": ("cluster", "layer_partition"),
+    "link": ("cluster", "link"),
+    "policy": ("engine", "policy"),
+    "max_num_seqs": ("engine", "max_num_seqs"),
+    "batch": ("engine", "max_num_seqs"),
+    "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
+    "chunk_size": ("engine", "max_num_batched_tokens"),
+    "pp_throttle": ("engine", "pp_throttle"),
+    "scheduler": ("engine",),
+    "engine": ("engine",),
+    "cluster": ("cluster",),
+    "workload": ("workload",),
+    "cost": ("cost",),
+}
+
+METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
+SLO_KEYS = tuple(f"{s}_{m}_ms" for s in ("mean", "median", "p99") for m in METRIC_NAMES)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Bisection over request rate: stop when the bracket is below ``rel_tolerance`` x saturation."""
+
+    rel_tolerance: float = 0.03
+    max_steps: int = 8
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of the space: its axis labels and the resolved scenario (request rate unset)."""
+
+    labels: dict[str, str]
+    scenario: Scenario
+
+    @property
+    def num_gpus(self) -> int:
+        c = self.scenario.cluster
+        return c.pipeline_parallel_size * c.tensor_parallel_size
+
+
+@dataclass(frozen=True)
+class SweepSpace:
+    name: str
+    base: dict[str, Any]
+    axes: dict[str, list[Any]]
+    slo: dict[str, float]
+    search: SearchSettings
+    num_gpus: tuple[int, ...] | None = None
+    configs: list[Config] = field(default_factory=list)
+    filtered: int = 0  # combinations dropped by num_gpus
+
+
+def read_space_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise PPSimError(f"--space: cannot read {path}: {err.strerror}") from None
+    try:
+        if p.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif p.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            raise PPSimError(f"--space: {path} must end in .toml, .yaml or .yml")
+    except PPSimError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any parse error becomes one line
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise PPSimError(f"--space: cannot parse {path}: {first}") from None
+    if not isinstance(data, dict):
+        raise PPSimError(f"--space: {path} must hold a mapping with sections {', '.join(SECTIONS)}")
+    return data
+
+
+def axis_path(key: str) -> tuple[str, ...]:
+    if key in ALIASES:
+        return ALIASES[key]
+    parts = tuple(key.split("."))
+    if len(parts) < 2 or parts[0] not in ("cluster", "engine", "cost", "workload"):
+        raise PPSimError(
+            f"space.{key}: unknown axis; use one of {', '.join(sorted(ALIASES))}, num_gpus "
+            "or a dotted scenario path like engine.gpu_memory_utilization"
+        )
+    return parts
+
+
+def _nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    node = out
+    for k in path[:-1]:
+        node = node.setdefault(k, {})
+    node[path[-1]] = value
+    return out
+
+
+def label(value: Any) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}={label(v)}" for k, v in value.items())
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _parse_slo(raw: Any) -> dict[str, float]:
+    if not isinstance(raw, dict) or not raw:
+        raise PPSimError(f"slo: give at least one objective, e.g. p99_ttft_ms = 2000; known: {', '.join(SLO_KEYS)}")
+    out = {}
+    for k, v in raw.items():
+        if k not in SLO_KEYS:
+            raise PPSimError(f"slo.{k}: unknown objective; use one of {', '.join(SLO_KEYS)}")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or math.isinf(v):
+            raise PPSimError(f"slo.{k}: must be a positive number of milliseconds (got {v!r})")
+        out[k] = float(v)
+    return out
+
+
+def _parse_search(raw: Any) -> SearchSettings:
+    if raw is None:
+        return SearchSettings()
+    if not isinstance(raw, dict):
+        raise PPSimError("search: must be a table with rel_tolerance and/or max_steps")
+    for k in raw:
+        if k not in ("rel_tolerance", "max_steps"):
+            raise PPSimError(f"search.{k}: unknown setting; use rel_tolerance or max_steps")
+    tol = raw.get("rel_tolerance", SearchSettings.rel_tolerance)
+    steps = raw.get("max_steps", SearchSettings.max_steps)
+    if isinstance(tol, bool) or not isinstance(tol, int | float) or not 0 < tol < 1:
+        raise PPSimError(f"search.rel_tolerance: must be in (0, 1), e.g. 0.03 (got {tol!r})")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 30:
+        raise PPSimError(f"search.max_steps: must be an integer in [1, 30] (got {steps!r})")
+    return SearchSettings(float(tol), steps)
+
+
+def _parse_axes(raw: Any) -> tuple[dict[str, list[Any]], tuple[int, ...] | None]:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise PPSimError("space: must be a table of axes, e.g. tp = [1, 2, 4, 8]")
+    axes: dict[str, list[Any]] = {}
+    gpus = None
+    seen: dict[tuple[str, ...], str] = {}
+    for k, v in raw.items():
+        if not isinstance(v, list) or not v:
+            raise PPSimError(f"space.{k}: must be a non-empty list of values (got {v!r})")
+        if k == "num_gpus":
+            if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v):
+                raise PPSimError(f"space.num_gpus: must be a list of positive integers (got {v!r})")
+            gpus = tuple(v)
+            continue
+        path = axis_path(k)
+        if path in seen and not isinstance(v[0], dict):
+            raise PPSimError(f"space.{k}: sets the same field as space.{seen[path]}; keep one of them")
+        seen[path] = k
+        axes[k] = v
+    return axes, gpus
+
+
+def load_space(path: str | Path) -> SweepSpace:
+    """Parse and check a space file, and resolve every configuration (raises PPSimError)."""
+    data = read_space_file(path)
+    return parse_space(data, default_name=Path(path).stem)
+
+
+def parse_space(data: dict[str, Any], default_name: str = "sweep") -> SweepSpace:
+    for k in data:
+        if k not in SECTIONS:
+            raise PPSimError(f"{k}: unknown section in the space file; use {', '.join(SECTIONS)}")
+    base = data.get("base") or {}
+    if not isinstance(base, dict):
+        raise PPSimError("base: must be a table of scenario fields (as in a --config file)")
+    if "request_rate" in (base.get("workload") or {}):
+        raise PPSimError("base.workload.request_rate: the sweep searches the request rate; remove it")
+    axes, gpus = _parse_axes(data.get("space"))
+    slo = _parse_slo(data.get("slo"))
+    search = _parse_search(data.get("search"))
+    name = str(data.get("name") or default_name)
+    configs, filtered = expand(base, axes, gpus)
+    if not configs:
+        raise PPSimError("space.num_gpus: no configuration has pp x tp equal to one of the listed GPU counts")
+    return SweepSpace(name, base, axes, slo, search, gpus, configs, filtered)
+
+
+def expand(base: dict[str, Any], axes: dict[str, list[Any]], gpus: tuple[int, ...] | None) -> tuple[list[Config], int]:
+    """Every combination of axis values as a validated scenario; ``num_gpus`` filters by pp x tp."""
+    keys = list(axes)
+    configs: list[Config] = []
+    filtered = 0
+    for combo in itertools.product(*(axes[k] for k in keys)):
+        data = json.loads(json.dumps(base))
+        for k, v in zip(keys, combo, strict=True):
+            data = _merge(data, _nested(axis_path(k), v))
+            if k == "chunk_size" and "chunked_prefill_size" in EngineConfig.model_fields:
+                data = _merge(data, {"engine": {"chunked_prefill_size": v}})
+        # a placeholder rate: the search sets the real one
+        data = _merge(data, {"workload": {"request_rate": 1.0}})
+        try:
+            s = Scenario.model_validate(data)
+        except ValidationError as err:
+            where = ", ".join(f"{k}={label(v)}" for k, v in zip(keys, combo, strict=True))
+            raise PPSimError(f"space: {format_validation_error(err)} (in configuration {where})") from None
+        cfg = Config({k: label(v) for k, v in zip(keys, combo, strict=True)}, s)
+        if gpus is not None and cfg.num_gpus not in gpus:
+            filtered += 1
+            continue
+        configs.append(cfg)
+    return configs, filtered
