@@ -1,0 +1,50 @@
+"""``ppsim engine``: the simulator's scenario flags, run on real stage processes.
+
+Importing this module does not import torch; the handler does, so the simulator's commands work
+without torch installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_engine_parser(sub: argparse._SubParsersAction) -> None:
+    from ppsim.cli import add_scenario_flags
+
+    p = sub.add_parser("engine", help="run a scenario on the real pipeline-parallel engine (torch.distributed)")
+    add_scenario_flags(p)
+    a = p.add_argument
+    a("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend (default gloo)")
+    a("--device", choices=["cpu", "cuda"], default="cpu", help="where stages compute (default cpu)")
+    a("--threads-per-stage", type=int, default=1, help="torch threads per stage process (default 1)")
+    a("--stage-timeout-s", type=float, default=None,
+      help="declare a stage dead after this long without progress (default 5 s + 4 x a full step)")
+    a("--kv-blocks", type=int, default=None, help="KV pool size (default: what the workload can hold at once)")
+    a("--max-kv-gib", type=float, default=4.0, help="refuse a larger KV cache per stage (default 4)")
+    a("--checkpoint", default=None, help="HF-layout safetensors directory (default: random weights from --seed)")
+    a("--inject-fault", default=None, help="test the fault path: kill:STAGE:STEP or stall:STAGE:STEP")
+    a("--output-dir", default="ppsim-engine-results", help="where results go (default ppsim-engine-results)")
+    p.set_defaults(handler=cmd_engine)
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    from engine.run import EngineFault, EngineOptions, run_engine
+    from ppsim.cli import scenario_from_args
+    from ppsim.metrics.summary import format_summary
+
+    s = scenario_from_args(args)
+    opts = EngineOptions(backend=args.backend, device=args.device, threads_per_stage=args.threads_per_stage,
+                         stage_timeout_s=args.stage_timeout_s, kv_num_blocks=args.kv_blocks,
+                         max_kv_gib=args.max_kv_gib, checkpoint=args.checkpoint, inject_fault=args.inject_fault)
+    try:
+        run = run_engine(s, args.output_dir, opts, log=lambda m: print(m, flush=True))
+    except EngineFault as err:
+        print(f"error: {err}", file=sys.stderr)
+        print(f"partial results written to {args.output_dir}/", file=sys.stderr)
+        return 1
+    print(format_summary(run.summary, "Engine Benchmark Result"))
+    print(f"results written to {args.output_dir}/ (summary.json, requests.csv, trace.json, config.json, "
+          "engine.json, tokens.json)")
+    return 0

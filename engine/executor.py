@@ -1,0 +1,274 @@
+"""The engine core: drives the policy's engine-core generator against real stage processes.
+
+Same shape as :class:`ppsim.sim.executor.Simulation`, with wall-clock time instead of SimPy time:
+
+* ``Cpu``: ignored (real CPU time passes inside the generator; it is recorded on the "core" track).
+* ``Launch(plan)``: one :class:`StepMsg` per stage with the plan's items and their block tables
+  (``pool.block_table``); token ids to the first stage only. Non-blocking. Empty plans are done at once.
+* ``Await(plan)``: block until the last stage's sampled tokens for ``plan`` arrive, watching for
+  stage faults and for no progress within ``stage_timeout_s``.
+* ``Poll(plan)``: drain arrived results without blocking; reply whether ``plan`` is back.
+* ``Emit(outputs)``: timestamp tokens, finish or abort requests (``Request.abort_after_tokens``).
+* ``Idle``: wait for the next arrival.
+
+The client is the simulator's: open loop at the workload's arrival times, or a closed loop of
+``max_concurrency`` outstanding requests. Arrivals are submitted whenever the core thread is free
+or waiting, so a request that arrives while the core blocks is seen at its next schedule, as in
+the simulator. Times are seconds since the engine start (``time.perf_counter`` of this process).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.launcher import StageFault, StageGroup
+from engine.transport import SampledMsg, StageTimes, StepItem, StepMsg
+from ppsim.metrics.records import OpRecord, RequestRecord
+from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
+from ppsim.policy.pipelines import build_core
+from ppsim.policy.plan import StepPlan
+from ppsim.policy.requests import Request
+from ppsim.sim.build import Prepared
+
+MAX_IDLE_SPINS = 100_000  # as the simulator: consecutive empty micro-batches with nothing in flight
+WAIT_SLICE_S = 0.2  # longest single wait on the result queue before re-checking clients and faults
+
+
+@dataclass
+class EngineResult:
+    requests: list[RequestRecord]
+    ops: list[OpRecord]
+    tokens: dict[int, list[int]]  # request id -> generated token ids
+    num_preemptions: int
+    peak_blocks_used: int
+    blocks_used_at_end: int
+    end_s: float
+    fault: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EngineExecutor:
+    def __init__(self, prep: Prepared, group: StageGroup, prompts: dict[int, list[int]], stage_timeout_s: float,
+                 clock_offsets: list[float]) -> None:
+        self.prep, self.group, self.prompts = prep, group, prompts
+        self.stage_timeout_s = stage_timeout_s
+        self.offsets = clock_offsets  # add to a stage's perf_counter reading to get this process's
+        self.num_stages = len(prep.topology.stages)
+        self.pool = prep.block_pool()
+        self.core = build_core(prep.knobs(), self.pool)
+        self.scheduler = self.core.scheduler
+        self.requests = {r.req_id: r for r in prep.requests}
+        self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len)
+                        for r in prep.requests}
+        self.tokens: dict[int, list[int]] = {r.req_id: [] for r in prep.requests}
+        self.arrivals = deque(sorted(prep.requests, key=lambda r: (r.arrival_s, r.req_id)))
+        self.limit = prep.scenario.workload.max_concurrency
+        self.pending = len(prep.requests)
+        self.outstanding = 0
+        self.launched: dict[int, StepPlan] = {}
+        self.done: dict[int, dict[int, int]] = {}
+        self.ready_tokens: dict[int, int] = {}
+        self.in_flight = 0
+        self.last_progress = 0.0
+        self.stage_times: list[list[StageTimes]] = [[] for _ in range(self.num_stages)]
+        self.core_ops: list[OpRecord] = []
+        self.aborts: list[tuple[float, int]] = []  # heap of (abort_at_s, request id) of sent requests
+        # async scheduling: (request, epoch, position) -> step that samples the token at that position
+        self.forward_sampled = bool(getattr(self.scheduler.limits, "async_placeholders", False))
+        self.sampled_by: dict[tuple[int, int, int], int] = {}
+        self.num_holes = 0  # input tokens the first stage filled from forwarded samples
+        self.t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    # --- client ----------------------------------------------------------------------------------
+    def _slot_free(self) -> bool:
+        return self.limit is None or self.outstanding < self.limit
+
+    def _pump_client(self) -> None:
+        now = self.now()
+        while self.arrivals and self.arrivals[0].arrival_s <= now and self._slot_free():
+            self._submit(self.arrivals.popleft(), now)
+        while self.aborts and self.aborts[0][0] <= now:
+            self._abort(heapq.heappop(self.aborts)[1], now)
+
+    def _abort(self, req_id: int, now: float) -> None:
+        """The client cancels (``Request.abort_at_s``): the scheduler drops it and frees its blocks."""
+        if self.scheduler.abort(req_id):
+            rec = self.records[req_id]
+            rec.finish_s, rec.status = now, "aborted"
+            self._ended(req_id)
+
+    def _submit(self, req: Request, now: float) -> None:
+        rec = self.records[req.req_id]
+        rec.sent_s = now
+        self.outstanding += 1
+        if not self.scheduler.add_request(req):
+            rec.status = "rejected"
+            self._ended(req.req_id)
+        elif req.abort_at_s is not None:
+            heapq.heappush(self.aborts, (req.abort_at_s, req.req_id))
+
+    def _ended(self, _req_id: int) -> None:
+        self.pending -= 1
+        self.outstanding -= 1
+
+    def _next_due_s(self) -> float | None:
+        due = [self.arrivals[0].arrival_s] if self.arrivals and self._slot_free() else []
+        if self.aborts:
+            due.append(self.aborts[0][0])
+        return min(due) if due else None
+
+    # --- results from the stages ----------------------------------------------------------------
+    def on_message(self, msg: tuple) -> None:
+        if msg[0] == "tokens":
+            _, step_id, req_ids, toks = msg
+            self.done[step_id] = dict(zip(req_ids, toks, strict=True))
+            if self.forward_sampled and req_ids:
+                self.group.send(0, SampledMsg(step_id, tuple(zip(req_ids, toks, strict=True))))
+            self.in_flight -= 1
+            self.last_progress = self.now()
+        elif msg[0] == "ops":
+            self.stage_times[msg[1]].extend(msg[2])
+
+    def _pump(self, timeout_s: float) -> None:
+        """Handle result messages for up to ``timeout_s`` (0: only those already here)."""
+        msg = self.group.get(timeout_s)
+        while msg is not None:
+            self.on_message(msg)
+            msg = self.group.get(0)
+        self._pump_client()
+        if self.in_flight and self.now() - self.last_progress > self.stage_timeout_s:
+            raise StageFault(f"no micro-batch came back for {self.stage_timeout_s:.1f} s: a stage stalled")
+
+    def _wait_slice(self) -> float:
+        due = self._next_due_s()
+        return WAIT_SLICE_S if due is None else min(WAIT_SLICE_S, max(0.0, due - self.now()))
+
+    def _await(self, step_id: int) -> None:
+        while step_id not in self.done:
+            self._pump(self._wait_slice())
+        self.ready_tokens.update(self.done.pop(step_id))
+
+    def _idle(self) -> bool:
+        """Wait for the next arrival; False when every request has ended."""
+        while self.pending and not self.scheduler.has_requests():
+            if self._next_due_s() is None and not self.in_flight:
+                raise StageFault("client stalled: requests remain but none can be sent")
+            self._pump(self._wait_slice())
+        return self.pending > 0
+
+    # --- engine core ---------------------------------------------------------------------------
+    def _launch(self, plan: StepPlan) -> None:
+        if plan.is_empty:
+            self.done[plan.step_id] = {}
+            return
+        now = self.now()
+        items, ids, holes = [], [], []
+        for it in plan.items:
+            rec = self.records[it.req_id]
+            if rec.scheduled_s is None:
+                rec.scheduled_s = now
+            items.append(StepItem(it.req_id, it.start, it.num_tokens, it.samples,
+                                  tuple(self.pool.block_table(it.req_id))))
+            seq = self.prompts[it.req_id] + self.tokens[it.req_id]
+            for pos in range(it.start, it.start + it.num_tokens):
+                if pos >= len(seq):  # async scheduling: sampled by an earlier step, maybe still in flight
+                    holes.append((len(ids), self.sampled_by.pop((it.req_id, it.epoch, pos)), it.req_id))
+                ids.append(seq[pos] if pos < len(seq) else -1)
+            if it.samples and self.forward_sampled:
+                self.sampled_by[(it.req_id, it.epoch, it.start + it.num_tokens)] = plan.step_id
+        items_t = tuple(items)
+        self.num_holes += len(holes)
+        self.group.send(0, StepMsg(plan.step_id, items_t, tuple(ids), tuple(holes)))
+        for r in range(1, self.num_stages):
+            self.group.send(r, StepMsg(plan.step_id, items_t))
+        self.launched[plan.step_id] = plan
+        if not self.in_flight:
+            self.last_progress = now
+        self.in_flight += 1
+
+    def _emit(self, outputs: tuple) -> None:
+        now = self.now()
+        for o in outputs:
+            rec = self.records[o.req_id]
+            rec.token_times.append(now)
+            self.tokens[o.req_id].append(self.ready_tokens.pop(o.req_id))
+            if self.forward_sampled:  # known now: later launches read it from self.tokens
+                st = self.scheduler.requests[o.req_id]
+                self.sampled_by.pop((o.req_id, st.epoch, rec.input_tokens + o.index - 1), None)
+            limit = self.requests[o.req_id].abort_after_tokens
+            if o.finished:
+                rec.finish_s, rec.status = now, "finished"
+                self._ended(o.req_id)
+            elif limit is not None and o.index >= limit and self.scheduler.abort(o.req_id):
+                rec.finish_s, rec.status = now, "aborted"
+                self._ended(o.req_id)
+
+    def run(self) -> None:
+        """Drive the core until every request has ended (raises StageFault on a fault)."""
+        self.t0 = time.perf_counter()
+        gen = self.core.run()
+        reply: Any = None
+        spins = 0
+        while True:
+            self._pump_client()
+            t_send = self.now()
+            act = gen.send(reply)
+            reply = None
+            kind = type(act)
+            if kind is Cpu:
+                self.core_ops.append(OpRecord("core", act.kind, -1, t_send, self.now(), 0, act.n))
+            elif kind is Launch:
+                idle = act.plan.is_empty and not self.in_flight
+                spins = spins + 1 if idle else 0
+                if spins > MAX_IDLE_SPINS:
+                    raise StageFault("scheduler stalled: requests wait but none can be scheduled")
+                self._launch(act.plan)
+            elif kind is Await:
+                self._await(act.plan.step_id)
+            elif kind is Poll:
+                self._pump(0)
+                reply = act.plan.step_id in self.done
+            elif kind is Emit:
+                self._emit(act.outputs)
+            elif kind is Idle and not self._idle():
+                return
+
+    # --- records ---------------------------------------------------------------------------------
+    def _stage_ops(self) -> list[OpRecord]:
+        ops: list[OpRecord] = []
+        seam = self.prep.shape.seam_bytes
+        recv_at: list[dict[int, float]] = [{t.step_id: t.recv_done_s for t in ts} for ts in self.stage_times]
+        for rank, ts in enumerate(self.stage_times):
+            rel = self.offsets[rank] - self.t0
+            for t in ts:
+                p = self.launched.get(t.step_id)
+                if p is None:
+                    continue
+                ops.append(OpRecord(f"stage{rank}", "compute", p.step_id, t.start_s + rel, t.end_s + rel,
+                                    p.num_tokens, p.num_reqs, p.num_prefill_tokens, p.num_decode_tokens))
+                got = recv_at[rank + 1].get(t.step_id, -1.0) if rank + 1 < self.num_stages else -1.0
+                if t.send_start_s >= 0 and got >= 0:
+                    end = got + self.offsets[rank + 1] - self.t0
+                    ops.append(OpRecord(f"link{rank}->{rank + 1}", "send", p.step_id, t.send_start_s + rel, end,
+                                        p.num_tokens, p.num_reqs, nbytes=seam(p.num_tokens)))
+        ops.sort(key=lambda o: (o.start_s, o.track))
+        return ops
+
+    def result(self, fault: str | None = None) -> EngineResult:
+        for rec in self.records.values():
+            if rec.status == "pending":
+                rec.status = "unfinished"
+        for st in self.scheduler.requests.values():
+            self.records[st.req_id].preemptions = st.preemptions
+        return EngineResult(
+            [self.records[r.req_id] for r in self.prep.requests], self._stage_ops() + self.core_ops, self.tokens,
+            self.scheduler.num_preemptions, self.pool.peak_used, self.pool.num_used, self.now(), fault,
+            {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched)},
+        )

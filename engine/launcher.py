@@ -1,0 +1,136 @@
+"""Starting, watching and stopping the stage processes.
+
+Processes are started with the ``spawn`` method (a fresh interpreter each; safe with torch
+threads), joined in a gloo/nccl group over a TCP rendezvous on a free local port. The group is a
+context manager: however the run ends (normal stop, stage fault, Ctrl-C), every stage is asked to
+stop, then sent SIGTERM, then SIGKILL (a SIGSTOPped stage only yields to SIGKILL), and joined.
+Every wait is bounded. A stage that exits or reports an error is a :class:`StageFault`.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import time
+from typing import Any
+
+import torch.multiprocessing as mp
+
+from engine.transport import StepMsg, Stop
+from engine.worker import StageConfig, stage_main
+from ppsim.errors import PPSimError
+
+JOIN_TIMEOUT_S = 3.0
+
+
+class StageFault(PPSimError):
+    """A stage died, reported an error, or stopped making progress."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_method() -> str:
+    return f"tcp://127.0.0.1:{free_port()}"
+
+
+class StageGroup:
+    """The stage processes, their control queues and the shared result queue."""
+
+    def __init__(self, cfgs: list[StageConfig]) -> None:
+        self.cfgs = cfgs
+        self.ctx = mp.get_context("spawn")
+        self.results: Any = self.ctx.Queue()
+        self.ctrls: list[Any] = [self.ctx.Queue() for _ in cfgs]
+        self.procs: list[Any] = []
+        self.stopping = False
+
+    def __enter__(self) -> StageGroup:
+        for cfg, ctrl in zip(self.cfgs, self.ctrls, strict=True):
+            p = self.ctx.Process(target=stage_main, args=(cfg, ctrl, self.results), daemon=True,
+                                 name=f"ppsim-stage{cfg.rank}")
+            p.start()
+            self.procs.append(p)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- messages --------------------------------------------------------------------------------
+    def send(self, rank: int, msg: StepMsg | Stop) -> None:
+        self.ctrls[rank].put(msg)
+
+    def check_alive(self, skip: int = -1) -> None:
+        for i, p in enumerate(self.procs):
+            if i != skip and p.exitcode is not None and (p.exitcode != 0 or not self.stopping):
+                raise StageFault(f"stage {i} died (exit code {p.exitcode})")
+
+    def get(self, timeout_s: float) -> tuple | None:
+        """The next result message, or None after ``timeout_s``; raises StageFault on errors."""
+        try:
+            msg = self.results.get(timeout=max(0.0, timeout_s)) if timeout_s > 0 else self.results.get_nowait()
+        except queue.Empty:
+            self.check_alive()
+            return None
+        if msg[0] == "error":
+            # a peer's death makes its neighbours fail on the broken connection: name the dead one
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                self.check_alive(skip=msg[1])
+                time.sleep(0.05)
+            raise StageFault(f"stage {msg[1]} failed: {msg[2].strip().splitlines()[-1]}\n{msg[2]}")
+        return msg
+
+    def wait_ready(self, timeout_s: float) -> dict[int, tuple[float, float]]:
+        """rank -> (stage clock at ready, warm-up step seconds)."""
+        ready: dict[int, tuple[float, float]] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(ready) < len(self.procs):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(len(self.procs))) - set(ready))
+                raise StageFault(f"stages {missing} not ready within {timeout_s:.0f} s")
+            msg = self.get(min(left, 0.5))
+            if msg is not None and msg[0] == "ready":
+                ready[msg[1]] = (msg[2], msg[3])
+        return ready
+
+    def stop(self, on_message: Any, timeout_s: float) -> None:
+        """Ask every stage to finish its queue, flush and exit; hand trailing messages to ``on_message``."""
+        self.stopping = True
+        for r in range(len(self.procs)):
+            self.send(r, Stop())
+        bye: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(bye) < len(self.procs):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                late = sorted(set(range(len(self.procs))) - bye)
+                raise StageFault(f"stages {late} did not stop in {timeout_s:.0f} s")
+            msg = self.get(min(left, 0.5))
+            if msg is None:
+                continue
+            if msg[0] == "bye":
+                bye.add(msg[1])
+            else:
+                on_message(msg)
+
+    def close(self) -> None:
+        """Terminate, kill and join whatever still runs; never blocks for long."""
+        if self.stopping:  # stages were told to exit: give them a moment
+            for p in self.procs:
+                p.join(timeout=JOIN_TIMEOUT_S)
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        for p in self.procs:
+            p.join(timeout=1.0)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=JOIN_TIMEOUT_S)
+        for q in [*self.ctrls, self.results]:
+            q.cancel_join_thread()
+            q.close()

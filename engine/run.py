@@ -1,0 +1,219 @@
+"""One engine run: scenario -> stage processes -> records -> the simulator's files.
+
+``run_engine(scenario, out_dir, options)`` resolves the scenario exactly as the simulator does
+(:func:`ppsim.sim.build.prepare`: model shape, partition, workload with the same seed), with one
+change: the KV pool. The simulator sizes it from GPU memory, which on CPU would be absurd (tens of
+GiB); the engine uses ``options.kv_num_blocks`` if given, else ``min(simulator blocks, blocks the
+workload can ever hold at once)`` - the largest ``min(max_num_seqs, max_concurrency)`` requests
+at their full length. That cap never changes a scheduling decision (the pool cannot run out), and
+both the policy's pool and the stages' caches use the same number. ``options.max_kv_gib`` bounds
+the memory a stage may allocate.
+
+Prompt token ids are drawn per request from ``numpy.random.default_rng([seed, req_id])``.
+Clock: stage processes report ``time.perf_counter`` readings; on Linux it is the system-wide
+``CLOCK_MONOTONIC``, shared by all processes of the host. At start-up each stage's reading is
+checked against the driver's clock bracket and, if outside it, shifted by the measured offset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.checkpoint import has_checkpoint
+from engine.executor import EngineExecutor, EngineResult
+from engine.kvcache import PagedKVCache
+from engine.launcher import StageFault, StageGroup, init_method
+from engine.worker import StageConfig
+from ppsim.config import Scenario, scenario_json
+from ppsim.errors import PPSimError
+from ppsim.metrics.io import atomic_write, dumps, write_run
+from ppsim.metrics.summary import summarize
+from ppsim.metrics.trace import chrome_trace
+from ppsim.models.shape import ModelShape
+from ppsim.policy.pipelines import REPLICATED
+from ppsim.policy.requests import Request
+from ppsim.run import kv_figures
+from ppsim.sim.build import Prepared, prepare
+
+
+class EngineOptions(BaseModel):
+    """Engine settings that the simulator does not have."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    backend: Literal["gloo", "nccl"] = "gloo"
+    device: Literal["cpu", "cuda"] = "cpu"
+    threads_per_stage: int = Field(default=1, ge=1, description="torch intra-op threads per stage process")
+    # None: 5 s + 4 x the expected time of a full-budget step through all stages (from the warm-up)
+    stage_timeout_s: float | None = Field(default=None, gt=0)
+    startup_timeout_s: float = Field(default=180.0, gt=0, description="spawn, rendezvous, weights, warm-up")
+    kv_num_blocks: int | None = Field(default=None, ge=1, description="override the KV pool size")
+    max_kv_gib: float = Field(default=4.0, gt=0, description="refuse KV caches larger than this per stage")
+    checkpoint: str | None = Field(default=None, description="HF-layout safetensors directory")
+    warm_tokens: int = Field(default=256, ge=1, description="tokens in the warm-up step")
+    # testing the fault path: "kill:STAGE:STEP" (stage exits) or "stall:STAGE:STEP" (stage stops)
+    inject_fault: str | None = None
+
+
+class EngineFault(StageFault):
+    """The run stopped on a fault; ``result`` holds the records up to it."""
+
+    def __init__(self, message: str, result: EngineResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclasses.dataclass
+class EngineRun:
+    result: EngineResult
+    summary: dict
+    info: dict
+
+    @property
+    def requests(self):  # noqa: ANN201
+        return self.result.requests
+
+    @property
+    def ops(self):  # noqa: ANN201
+        return self.result.ops
+
+
+def make_prompts(requests: list[Request], vocab_size: int, seed: int) -> dict[int, list[int]]:
+    return {r.req_id: np.random.default_rng([seed, r.req_id]).integers(0, vocab_size, r.prompt_len).tolist()
+            for r in requests}
+
+
+def engine_num_blocks(prep: Prepared, opts: EngineOptions) -> int:
+    if opts.kv_num_blocks is not None:
+        return opts.kv_num_blocks
+    e, w = prep.scenario.engine, prep.scenario.workload
+    pool = prep.block_pool()
+    needs = sorted((pool.blocks_for(r.prompt_len + r.output_len) for r in prep.requests), reverse=True)
+    at_once = min(e.max_num_seqs, w.max_concurrency or len(needs))
+    return max(1, min(prep.num_blocks, sum(needs[:at_once])))
+
+
+def _checkpoint(s: Scenario, opts: EngineOptions) -> str | None:
+    if opts.checkpoint:
+        if not has_checkpoint(opts.checkpoint):
+            raise PPSimError(f"--checkpoint: {opts.checkpoint} holds no model.safetensors(.index.json)")
+        return opts.checkpoint
+    return s.model if has_checkpoint(s.model) else None
+
+
+def check_supported(prep: Prepared) -> None:
+    """The engine runs dense Llama/Qwen2-style models on pipelines (no TP, MoE, MLA, qk-norm, replicas)."""
+    shape, policy = prep.shape, prep.scenario.engine.policy
+    if getattr(shape, "n_routed_experts", 0) or getattr(shape, "kv_lora_rank", 0) or getattr(shape, "qk_norm", False):
+        raise PPSimError(f"model {shape.name}: the engine runs dense Llama-style decoders only (no MoE, MLA, qk-norm)")
+    if policy in REPLICATED:
+        raise PPSimError(f"policy {policy}: runs data-parallel replicas, which the engine does not; "
+                         "use a pipeline policy")
+
+
+def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
+    s, shape = prep.scenario, prep.shape
+    check_supported(prep)
+    if s.cluster.tensor_parallel_size != 1:
+        raise PPSimError("cluster.tensor_parallel_size: the engine runs TP=1 only; use -tp 1")
+    if opts.backend == "nccl" and opts.device != "cuda":
+        raise PPSimError("--backend nccl needs --device cuda")
+    _check_kv_memory(prep, shape, opts)
+    url = init_method()
+    ckpt = _checkpoint(s, opts)
+    return [
+        StageConfig(st.index, len(prep.topology.stages), url, shape, st.start_layer, st.end_layer, prep.num_blocks,
+                    s.engine.block_size, s.seed, ckpt, opts.backend, opts.device, opts.threads_per_stage,
+                    opts.startup_timeout_s, min(opts.warm_tokens, s.engine.max_num_batched_tokens))
+        for st in prep.topology.stages
+    ]
+
+
+def _check_kv_memory(prep: Prepared, shape: ModelShape, opts: EngineOptions) -> None:
+    most = max(st.num_layers for st in prep.topology.stages)
+    need = PagedKVCache.bytes_needed(most, prep.num_blocks, prep.scenario.engine.block_size, shape.kv_dim,
+                                     shape.dtype_bytes)
+    if need > opts.max_kv_gib * 1024**3:
+        raise PPSimError(f"kv cache: {prep.num_blocks} blocks need {need / 1024**3:.1f} GiB on a stage, above "
+                         f"max_kv_gib={opts.max_kv_gib}; use fewer/shorter requests or --kv-blocks")
+
+
+def _clock_offsets(ready: dict[int, tuple[float, float]], t_spawn: float, t_ready: float) -> list[float]:
+    out = []
+    for r in sorted(ready):
+        clock = ready[r][0]
+        out.append(0.0 if t_spawn <= clock <= t_ready else t_ready - clock)
+    return out
+
+
+def _fault_plan(opts: EngineOptions, cfgs: list[StageConfig]) -> list[StageConfig]:
+    if not opts.inject_fault:
+        return cfgs
+    try:
+        kind, stage, step = opts.inject_fault.split(":")
+        stage_i, step_i = int(stage), int(step)
+    except ValueError:
+        raise PPSimError("inject_fault: use kill:STAGE:STEP or stall:STAGE:STEP") from None
+    if kind not in ("kill", "stall") or not 0 <= stage_i < len(cfgs):
+        raise PPSimError("inject_fault: use kill:STAGE:STEP or stall:STAGE:STEP with an existing stage")
+    return [dataclasses.replace(c, fault=(kind, step_i)) if c.rank == stage_i else c for c in cfgs]
+
+
+def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOptions | None = None,
+               requests: list[Request] | None = None, log: Callable[[str], None] | None = None) -> EngineRun:
+    """Run ``s`` on real stage processes; write the simulator's files to ``out_dir`` (also on a fault).
+
+    Raises :class:`EngineFault` (a ``PPSimError``) when a stage dies, fails or stalls; its
+    ``result`` has every record up to the fault, unfinished requests marked ``unfinished``.
+    """
+    opts = options or EngineOptions()
+    prep0 = prepare(s, requests)
+    prep = dataclasses.replace(prep0, num_blocks=engine_num_blocks(prep0, opts))
+    cfgs = _fault_plan(opts, stage_configs(prep, opts))
+    prompts = make_prompts(prep.requests, prep.shape.vocab_size, s.seed)
+    t_spawn = time.perf_counter()
+    with StageGroup(cfgs) as group:
+        ready = group.wait_ready(opts.startup_timeout_s)
+        offsets = _clock_offsets(ready, t_spawn, time.perf_counter())
+        warm = [ready[r][1] for r in sorted(ready)]
+        budget = s.engine.max_num_batched_tokens / cfgs[0].warm_tokens
+        timeout = opts.stage_timeout_s or 5.0 + 4.0 * sum(warm) * budget
+        info = {"executor": "engine", "policy": s.engine.policy, "backend": opts.backend, "device": opts.device,
+                "threads_per_stage": opts.threads_per_stage, "stage_timeout_s": timeout,
+                "warmup_step_s": warm, "clock_offsets_s": offsets, "kv_num_blocks": prep.num_blocks,
+                "kv_num_blocks_simulator": prep0.num_blocks, "checkpoint": cfgs[0].checkpoint,
+                "stage_pids": [p.pid for p in group.procs], "startup_s": time.perf_counter() - t_spawn}
+        if log:
+            log(f"engine: {len(cfgs)} stages ready in {info['startup_s']:.1f} s (pids {info['stage_pids']}), "
+                f"KV {prep.num_blocks} blocks, stage timeout {timeout:.1f} s")
+        ex = EngineExecutor(prep, group, prompts, timeout, offsets)
+        try:
+            ex.run()
+            group.stop(ex.on_message, timeout)
+        except StageFault as err:
+            res = ex.result(str(err).splitlines()[0])
+            run = _finish(prep, res, info, out_dir)
+            lost = [r.req_id for r in res.requests if r.status == "unfinished"]
+            raise EngineFault(f"{res.fault}; {len(lost)} requests unfinished: {lost[:20]}"
+                              f"{' ...' if len(lost) > 20 else ''}", run.result) from None
+    return _finish(prep, ex.result(), info, out_dir)
+
+
+def _finish(prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path | None) -> EngineRun:
+    num_stages = len(prep.topology.stages)
+    summary = summarize(res.requests, res.ops, num_stages, kv_figures(prep, res.peak_blocks_used))
+    info = {**info, **res.extra, "fault": res.fault, "wall_s": res.end_s,
+            "kv_blocks_used_at_end": res.blocks_used_at_end}
+    if out_dir is not None:
+        write_run(out_dir, scenario_json(prep.scenario), summary, res.requests, res.ops,
+                  chrome_trace(res.ops, "ppsim engine"))
+        atomic_write(Path(out_dir) / "engine.json", dumps(info))
+        atomic_write(Path(out_dir) / "tokens.json", dumps({str(k): v for k, v in res.tokens.items()}))
+    return EngineRun(res, summary, info)

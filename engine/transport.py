@@ -1,0 +1,117 @@
+"""What crosses process boundaries: control messages, results, and the stage-to-stage tensors.
+
+* Engine core -> every stage: a :class:`StepMsg` per micro-batch on the stage's control queue
+  (vLLM broadcasts its ``SchedulerOutput`` to all workers over a shared-memory queue). Only the
+  first stage gets token ids; every stage gets positions and block tables through the items.
+* Engine core -> first stage, only for policies that schedule a decode before its input token is
+  back (``vllm-async``, ``vllm-mrv2``: the plan lists ``deps``): every returned step's sampled
+  tokens as a :class:`SampledMsg`; the first stage fills the plan's ``holes`` from them, as vLLM's
+  model runner fills placeholders from the previous step's sampled token ids.
+* Stage i -> stage i + 1: ``hidden_states`` and ``residual`` with ``torch.distributed`` isend /
+  irecv (vLLM ``IntermediateTensors`` over ``get_pp_group().send_tensor_dict``). A receiver posts
+  its irecv as soon as it knows a micro-batch's size (from the control message), before compute
+  needs it; a sender waits on its previous send before the next compute (vLLM waits on
+  ``_pp_send_work``). Tags carry the step id, so matching does not rely on ordering.
+* Every stage -> engine core: tuples on one result queue: ``("ready", rank, clock_s, warm_s)``,
+  ``("tokens", step_id, req_ids, token_ids)`` from the last stage, ``("ops", rank, [StageTimes])``,
+  ``("error", rank, text)`` and ``("bye", rank)``.
+
+With ``--device cuda --backend gloo`` the tensors are staged through host memory (several stages
+may share one GPU that way; NCCL refuses two ranks on one device). That mode is for functional
+checks and calibration, not for timing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True, slots=True)
+class StepItem:
+    """A plan item with its KV block table, as a stage needs it."""
+
+    req_id: int
+    start: int
+    num_tokens: int
+    samples: bool
+    block_table: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StepMsg:
+    step_id: int
+    items: tuple[StepItem, ...]
+    token_ids: tuple[int, ...] | None = None  # first stage only: the T input tokens in item order
+    # first stage only, async scheduling: (row in token_ids, step id, request id) of input tokens
+    # that were still being sampled at launch; filled from :class:`SampledMsg` before compute
+    holes: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(it.num_tokens for it in self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class SampledMsg:
+    """Sampled tokens of ``step_id`` forwarded by the engine core to the first stage (async scheduling)."""
+
+    step_id: int
+    tokens: tuple[tuple[int, int], ...]  # (request id, token id)
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Flush records and exit."""
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimes:
+    """One stage's clock readings for one micro-batch (engine-relative seconds; -1 = none)."""
+
+    step_id: int
+    recv_done_s: float  # inputs from the previous stage fully arrived
+    start_s: float
+    end_s: float
+    send_start_s: float  # isend of the outputs posted
+
+
+def _tag(step_id: int, k: int) -> int:
+    return (step_id % (1 << 24)) * 2 + k
+
+
+class StageLink:
+    """Point-to-point tensors to and from the neighbouring stages of ``rank``."""
+
+    def __init__(self, rank: int, world: int, hidden_size: int, dtype: torch.dtype, device: torch.device,
+                 host_staged: bool) -> None:
+        self.rank, self.world, self.hidden_size = rank, world, hidden_size
+        self.dtype, self.device, self.host_staged = dtype, device, host_staged
+        self.wire = torch.device("cpu") if host_staged else device
+        self._sends: list[tuple[dist.Work, torch.Tensor]] = []
+
+    def post_recv(self, step_id: int, num_tokens: int) -> tuple[list[dist.Work], torch.Tensor, torch.Tensor]:
+        h = torch.empty(num_tokens, self.hidden_size, dtype=self.dtype, device=self.wire)
+        r = torch.empty_like(h)
+        works = [dist.irecv(h, src=self.rank - 1, tag=_tag(step_id, 0)),
+                 dist.irecv(r, src=self.rank - 1, tag=_tag(step_id, 1))]
+        return works, h, r
+
+    def wait_recv(self, pending: tuple[list[dist.Work], torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        works, h, r = pending
+        for w in works:
+            w.wait()
+        return h.to(self.device), r.to(self.device)
+
+    def wait_sends(self) -> None:
+        for w, _buf in self._sends:
+            w.wait()
+        self._sends.clear()
+
+    def send(self, step_id: int, hidden: torch.Tensor, residual: torch.Tensor) -> None:
+        self.wait_sends()
+        for k, t in enumerate((hidden, residual)):
+            buf = t.detach().to(self.wire).contiguous()
+            self._sends.append((dist.isend(buf, dst=self.rank + 1, tag=_tag(step_id, k)), buf))

@@ -1,0 +1,227 @@
+"""One pipeline stage as a process: receive, compute, send; record when each happened.
+
+The loop mirrors a vLLM PP worker's ``execute_model``: take the next control message (in launch
+order), make sure the previous stage's ``hidden_states``/``residual`` have arrived, run this
+stage's layers over the whole micro-batch, then either isend the pair downstream or (last stage)
+sample greedily and return the tokens to the engine core. Receives for control messages already
+queued are posted before the current compute, so transfers overlap it.
+
+Stages hold no request state and make no decisions. Every wait has a timeout or is ended by the
+driver (SIGTERM, then SIGKILL); a stage also dies with its parent (``PR_SET_PDEATHSIG``) and
+ignores SIGINT so that Ctrl-C is handled once, by the driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import signal
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from engine.checkpoint import load_stage_weights
+from engine.kvcache import PagedKVCache, build_batch
+from engine.model import StageModel, build_stage, torch_dtype
+from engine.transport import SampledMsg, StageLink, StageTimes, StepItem, StepMsg, Stop
+from ppsim.models.shape import ModelShape
+
+PREPOST = 4  # receives posted ahead of the current micro-batch
+FLUSH_EVERY = 32  # stage time records per result message
+CTRL_POLL_S = 0.5  # control-queue wait between parent-alive checks
+SAMPLED_KEEP = 65536  # forwarded sampled tokens kept for async-scheduled plans (a plan needs recent ones)
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """Everything a stage process needs (picklable)."""
+
+    rank: int
+    world: int
+    init_method: str
+    shape: ModelShape
+    start_layer: int
+    end_layer: int
+    num_blocks: int
+    block_size: int
+    seed: int
+    checkpoint: str | None
+    backend: str
+    device: str
+    threads: int
+    dist_timeout_s: float
+    warm_tokens: int
+    fault: tuple[str, int] | None = None  # ("kill" | "stall", step id): fault injection for tests
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: the parent-pid check in the control loop still ends the stage
+
+
+def _device(cfg: StageConfig) -> torch.device:
+    if cfg.device == "cuda":
+        dev = torch.device("cuda", cfg.rank % max(1, torch.cuda.device_count()))
+        torch.cuda.set_device(dev)
+        return dev
+    return torch.device("cpu")
+
+
+class Stage:
+    def __init__(self, cfg: StageConfig, ctrl: Any, results: Any) -> None:
+        self.cfg, self.ctrl, self.results = cfg, ctrl, results
+        self.dev = _device(cfg)
+        s = cfg.shape
+        self.is_first, self.is_last = cfg.rank == 0, cfg.rank == cfg.world - 1
+        dtype = torch_dtype(s.dtype)
+        self.model: StageModel = build_stage(s, cfg.start_layer, cfg.end_layer, self.is_first, self.is_last,
+                                             cfg.seed, dtype, self.dev)
+        if cfg.checkpoint:
+            load_stage_weights(self.model, cfg.checkpoint)
+        self.kv = PagedKVCache(self.model.num_layers, cfg.num_blocks, cfg.block_size, s.num_kv_heads, s.head_dim,
+                               dtype, self.dev)
+        self.link = StageLink(cfg.rank, cfg.world, s.hidden_size, dtype, self.dev,
+                              host_staged=cfg.device == "cuda" and cfg.backend == "gloo")
+        self.parent = os.getppid()
+        self.times: list[StageTimes] = []
+        self.sampled: dict[tuple[int, int], int] = {}  # (step id, request id) -> token, first stage
+        self.pending: deque[tuple[StepMsg, Any]] = deque()
+        self.stopping = False
+
+    # --- one micro-batch ---------------------------------------------------------------------
+    @torch.inference_mode()
+    def compute(self, msg: StepMsg, hidden: torch.Tensor | None, residual: torch.Tensor | None):  # noqa: ANN201
+        batch = build_batch(msg.items, self.cfg.block_size, self.dev)
+        ids = torch.tensor(msg.token_ids, dtype=torch.long, device=self.dev) if self.is_first else None
+        hidden, residual = self.model(batch.positions, self.kv.attention(batch), ids, hidden, residual)
+        toks = self.model.sample(hidden, residual, batch.sample_rows).tolist() if self.is_last else None
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        return hidden, residual, batch.sample_req_ids, toks
+
+    def warm_up(self) -> float:
+        """Two forwards of ``warm_tokens`` prompt tokens (slots later overwritten); seconds of the second."""
+        n = max(1, min(self.cfg.warm_tokens, self.cfg.num_blocks * self.cfg.block_size))
+        table = tuple(range(-(-n // self.cfg.block_size)))
+        msg = StepMsg(-1, (StepItem(-1, 0, n, True, table),), tuple([0] * n) if self.is_first else None)
+        h = None if self.is_first else torch.randn(n, self.cfg.shape.hidden_size, device=self.dev)
+        h = h.to(torch_dtype(self.cfg.shape.dtype)) if h is not None else None
+        elapsed = 0.0
+        for _ in range(2):
+            t = time.perf_counter()
+            self.compute(msg, h, h)
+            elapsed = time.perf_counter() - t
+        return elapsed
+
+    def _maybe_fault(self, step_id: int) -> None:
+        if self.cfg.fault is not None and step_id >= self.cfg.fault[1]:
+            os.kill(os.getpid(), signal.SIGKILL if self.cfg.fault[0] == "kill" else signal.SIGSTOP)
+
+    def step(self, msg: StepMsg, pending_recv: Any) -> None:
+        self._maybe_fault(msg.step_id)
+        hidden = residual = None
+        recv_done = -1.0
+        if pending_recv is not None:
+            hidden, residual = self.link.wait_recv(pending_recv)
+            recv_done = time.perf_counter()
+        self.link.wait_sends()
+        start = time.perf_counter()
+        hidden, residual, req_ids, toks = self.compute(msg, hidden, residual)
+        end = send_start = time.perf_counter()
+        if self.is_last:
+            self.results.put(("tokens", msg.step_id, req_ids, toks))
+            send_start = -1.0
+        else:
+            self.link.send(msg.step_id, hidden, residual)
+        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start))
+        if len(self.times) >= FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.times:
+            self.results.put(("ops", self.cfg.rank, self.times))
+            self.times = []
+
+    # --- control loop ----------------------------------------------------------------------------
+    def _next_ctrl(self, block: bool) -> StepMsg | SampledMsg | Stop | None:
+        while True:
+            try:
+                return self.ctrl.get(timeout=CTRL_POLL_S) if block else self.ctrl.get_nowait()
+            except queue.Empty:
+                if not block:
+                    return None
+                if os.getppid() != self.parent:
+                    raise RuntimeError("engine core process is gone") from None
+
+    def _take(self, block: bool) -> bool:
+        """Handle one control message; False if none was waiting (non-blocking)."""
+        msg = self._next_ctrl(block)
+        if msg is None:
+            return False
+        if isinstance(msg, Stop):
+            self.stopping = True
+        elif isinstance(msg, SampledMsg):
+            self.sampled.update({(msg.step_id, r): t for r, t in msg.tokens})
+            if len(self.sampled) > SAMPLED_KEEP:  # tokens no plan asked for (known at launch): drop the oldest
+                for key in sorted(self.sampled)[: len(self.sampled) - SAMPLED_KEEP // 2]:
+                    del self.sampled[key]
+        else:
+            recv = None if self.is_first else self.link.post_recv(msg.step_id, msg.num_tokens)
+            self.pending.append((msg, recv))
+        return True
+
+    def _fill_holes(self, msg: StepMsg) -> StepMsg:
+        """Wait for the sampled tokens an async-scheduled plan needs, and put them in place."""
+        if not msg.holes:
+            return msg
+        while any((step, req) not in self.sampled for _row, step, req in msg.holes):
+            if self.stopping:
+                raise RuntimeError(f"step {msg.step_id}: stopped while waiting for sampled tokens")
+            self._take(block=True)
+        ids = list(msg.token_ids or ())
+        for row, step, req in msg.holes:
+            ids[row] = self.sampled.pop((step, req))
+        return StepMsg(msg.step_id, msg.items, tuple(ids))
+
+    def loop(self) -> None:
+        while self.pending or not self.stopping:
+            while not self.stopping and len(self.pending) < PREPOST:
+                if not self._take(block=not self.pending):
+                    break
+            if self.pending:
+                msg, recv = self.pending.popleft()
+                self.step(self._fill_holes(msg), recv)
+        self.link.wait_sends()
+        self.flush()
+
+
+def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
+    """Entry point of a stage process (``torch.multiprocessing`` spawn target)."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(cfg.threads)
+    try:
+        if cfg.world > 1:
+            dist.init_process_group(cfg.backend, init_method=cfg.init_method, rank=cfg.rank,
+                                    world_size=cfg.world, timeout=timedelta(seconds=cfg.dist_timeout_s))
+        stage = Stage(cfg, ctrl, results)
+        warm_s = stage.warm_up()
+        results.put(("ready", cfg.rank, time.perf_counter(), warm_s))
+        stage.loop()
+        results.put(("bye", cfg.rank))
+        if cfg.world > 1:
+            dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - report anything, then exit non-zero
+        results.put(("error", cfg.rank, traceback.format_exc(limit=8)))
+        results.close()
+        results.join_thread()
+        os._exit(1)

@@ -1,0 +1,105 @@
+"""Engine faults: a killed or stalled stage ends the run within the timeout, with no orphans;
+the CLI exits non-zero and names the unfinished requests; Ctrl-C shuts down cleanly."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from engine.run import EngineFault, EngineOptions, run_engine  # noqa: E402
+from ppsim.config import build_scenario  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAGS = ["--model", "tiny", "-pp", "2", "--num-prompts", "6", "--request-rate", "inf", "--random-input-len", "40",
+         "--random-output-len", "200", "--max-num-batched-tokens", "64"]
+
+
+def scenario():
+    return build_scenario(None, {
+        "model": "tiny", "cluster": {"pipeline_parallel_size": 2}, "engine": {"max_num_batched_tokens": 64},
+        "workload": {"num_prompts": 6, "request_rate": float("inf"), "random_input_len": 40, "random_output_len": 30},
+    })
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("fault, words", [("kill:1:4", "stage 1 died"), ("stall:1:4", "stalled")])
+def test_stage_fault_stops_every_process(tmp_path, fault, words):
+    t0 = time.monotonic()
+    with pytest.raises(EngineFault, match=words) as err:
+        run_engine(scenario(), tmp_path, EngineOptions(inject_fault=fault, stage_timeout_s=1.5))
+    info = (tmp_path / "engine.json").read_text()
+    pids = [int(p) for p in re.search(r'"stage_pids": \[([\d,\s]+)\]', info).group(1).split(",")]
+    startup = float(re.search(r'"startup_s": ([\d.]+)', info).group(1))
+    assert time.monotonic() - t0 < startup + 1.5 + 8.0  # detection + shutdown, generous for a shared machine
+    assert not multiprocessing.active_children() and not any(alive(p) for p in pids)
+    res = err.value.result
+    unfinished = [r.req_id for r in res.requests if r.status == "unfinished"]
+    assert unfinished and "unfinished" in str(err.value)
+    assert "unfinished" in (tmp_path / "requests.csv").read_text()
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ppsim.cli", "engine", *FLAGS, *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+
+
+def _pids(line: str) -> list[int]:
+    return [int(p) for p in re.search(r"pids \[([\d,\s]+)\]", line).group(1).split(",")]
+
+
+def test_cli_killed_stage_exits_nonzero(tmp_path):
+    p = _cli("--inject-fault", "kill:0:3", "--stage-timeout-s", "2", "--output-dir", str(tmp_path))
+    out, errs = p.communicate(timeout=120)
+    assert p.returncode == 1, errs
+    assert "stage 0 died" in errs and "requests unfinished: [" in errs
+    assert not any(alive(pid) for pid in _pids(out))
+
+
+def test_cli_ctrl_c_is_clean(tmp_path):
+    p = _cli("--output-dir", str(tmp_path))
+    try:
+        line = p.stdout.readline()
+        assert "stages ready" in line, line + p.stderr.read()
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=15)
+    finally:
+        p.kill()
+    assert p.returncode == 130
+    deadline = time.monotonic() + 5
+    while any(alive(pid) for pid in _pids(line)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in _pids(line))
+
+
+def test_stage_error_at_startup_is_reported(tmp_path):
+    import torch
+
+    from engine.checkpoint import save_checkpoint
+    from engine.launcher import StageFault
+    from engine.model import build_stage
+    from ppsim.models.shape import load_hf_config, load_model
+
+    cfg, _ = load_hf_config("tiny")
+    small = load_model("tiny").model_copy(update={"num_layers": 4})
+    save_checkpoint(build_stage(small, 0, 4, True, True, 0, torch.float32), tmp_path, {**cfg, "num_hidden_layers": 4})
+    with pytest.raises(StageFault, match="lacks tensor 'model.layers.4"):
+        run_engine(scenario(), options=EngineOptions(checkpoint=str(tmp_path)))
+    assert not multiprocessing.active_children()

@@ -1,0 +1,116 @@
+"""engine/ model, paged KV and checkpoints, in one process (no stage processes): fast and exact."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from engine.checkpoint import load_stage_weights, save_checkpoint  # noqa: E402
+from engine.kvcache import PagedKVCache, build_batch  # noqa: E402
+from engine.model import build_stage, reference_generate  # noqa: E402
+from engine.transport import StepItem  # noqa: E402
+from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.models.shape import load_hf_config, load_model  # noqa: E402
+
+SHAPE = load_model("tiny")
+F32 = torch.float32
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One torch thread: the machine is shared, and OpenMP spinning on a busy core is slow."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _full(seed: int = 0):
+    return build_stage(SHAPE, 0, SHAPE.num_layers, True, True, seed, F32)
+
+
+def _split(cut: int, seed: int = 0):
+    return (build_stage(SHAPE, 0, cut, True, False, seed, F32),
+            build_stage(SHAPE, cut, SHAPE.num_layers, False, True, seed, F32))
+
+
+def test_split_keeps_global_names_and_weights():
+    full = _full().state_dict()
+    a, b = _split(3)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert "model.layers.3.self_attn.q_proj.weight" in sb and "model.layers.3.mlp.up_proj.weight" not in sa
+    assert set(sa) | set(sb) == set(full) and not set(sa) & set(sb)
+    for k, v in {**sa, **sb}.items():
+        assert torch.equal(v, full[k]), k
+
+
+def _paged_generate(stages, prompts: list[list[int]], num_new: int, chunk: int, bs: int = 4) -> list[list[int]]:
+    """Drive the stages like the engine: chunked prefills and decodes of all requests in each step."""
+    caches = [PagedKVCache(m.num_layers, 64, bs, SHAPE.num_kv_heads, SHAPE.head_dim, F32) for m in stages]
+    tables = {r: tuple(range(r * 16, r * 16 + 16)) for r in range(len(prompts))}
+    seqs = [list(p) for p in prompts]
+    done = [0] * len(prompts)
+    outs: list[list[int]] = [[] for _ in prompts]
+    mixed = False
+    with torch.inference_mode():
+        while any(len(o) < num_new for o in outs):
+            items, ids = [], []
+            for r in range(len(prompts)):
+                if len(outs[r]) < num_new:
+                    n = min(chunk, len(seqs[r]) - done[r])
+                    items.append(StepItem(r, done[r], n, done[r] + n == len(seqs[r]), tables[r]))
+                    ids += seqs[r][done[r]:done[r] + n]
+                    done[r] += n
+            mixed |= len({it.num_tokens == 1 for it in items}) == 2
+            batch = build_batch(tuple(items), bs)
+            hidden = residual = None
+            for m, kv in zip(stages, caches, strict=True):
+                x = torch.tensor(ids) if m.is_first else None
+                hidden, residual = m(batch.positions, kv.attention(batch), x, hidden, residual)
+            toks = stages[-1].sample(hidden, residual, batch.sample_rows).tolist()
+            for rid, t in zip(batch.sample_req_ids, toks, strict=True):
+                outs[rid].append(t)
+                seqs[rid].append(t)
+    assert mixed, "the schedule above should mix prefill chunks and decodes"
+    return outs
+
+
+@pytest.mark.parametrize("cut", [None, 3])
+def test_paged_chunked_mixed_batches_match_reference(cut):
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, SHAPE.vocab_size, (n,), generator=g).tolist() for n in (37, 5, 20, 1)]
+    full = _full()
+    ref = [reference_generate(full, p, 5) for p in prompts]
+    stages = [full] if cut is None else list(_split(cut))
+    assert _paged_generate(stages, prompts, 5, chunk=16) == ref
+
+
+def test_build_batch_rejects_short_block_table():
+    with pytest.raises(ValueError, match="block table"):
+        build_batch((StepItem(0, 0, 9, True, (0, 1)),), 4)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_checkpoint_round_trip(tmp_path, tied):
+    shape = SHAPE.model_copy(update={"tie_word_embeddings": tied})
+    full = build_stage(shape, 0, shape.num_layers, True, True, 7, F32)
+    cfg, _ = load_hf_config("tiny")
+    save_checkpoint(full, tmp_path, {**cfg, "tie_word_embeddings": tied})
+    a = build_stage(shape, 0, 5, True, False, 99, F32)  # other seed: every tensor must come from the file
+    b = build_stage(shape, 5, shape.num_layers, False, True, 99, F32)
+    load_stage_weights(a, tmp_path)
+    load_stage_weights(b, tmp_path)
+    ref = full.state_dict()
+    for k, v in {**a.state_dict(), **b.state_dict()}.items():
+        assert torch.equal(v, ref[k]), k
+    assert load_model(str(tmp_path)).tie_word_embeddings is tied
+
+
+def test_checkpoint_of_other_model_is_rejected(tmp_path):
+    cfg, _ = load_hf_config("tiny")
+    save_checkpoint(_full(), tmp_path, cfg)
+    bigger = SHAPE.model_copy(update={"num_layers": SHAPE.num_layers + 1})
+    m = build_stage(bigger, 0, bigger.num_layers, True, True, 0, F32)
+    with pytest.raises(PPSimError, match="lacks tensor 'model.layers.8"):
+        load_stage_weights(m, tmp_path)
