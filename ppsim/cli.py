@@ -188,8 +188,6 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "bubble": (cmd_bubble, "closed-form pipeline bubble vs the simulator"),
 }
 
-EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
-
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ppsim", description=__doc__)
@@ -201,21 +199,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("hardware", help=COMMANDS["hardware"][1])
     b = sub.add_parser("bubble", help=COMMANDS["bubble"][1])
     b.add_argument("--json", action="store_true")
-    from ppsim.sweep.runner import add_sweep_parser
-
-    add_sweep_parser(sub)
+    # Commands living in their own packages; none imports torch until its handler runs.
     from calibration.cli import add_calibrate_parser, add_import_vidur_parser
-
-    add_calibrate_parser(sub)
-    add_import_vidur_parser(sub)
+    from engine.cli import add_engine_parser
     from ppsim.chunks import add_chunk_parsers
+    from ppsim.sweep.runner import add_sweep_parser
+    from ppsim.validate.cli import add_validate_parser
 
-    add_chunk_parsers(sub)
-    from engine.cli import add_engine_parser  # torch is imported only when the command runs
-
-    add_engine_parser(sub)
-    for ext in EXTENSIONS:
-        ext(sub)
+    for add in (add_sweep_parser, add_calibrate_parser, add_import_vidur_parser, add_chunk_parsers,
+                add_engine_parser, add_validate_parser):
+        add(sub)
     return p
 
 

@@ -1,6 +1,8 @@
 """The error arithmetic of validation: engine (over repeats) vs simulator, per metric and per request.
 
-Signed error = (simulated - engine mean) / engine mean. Run-to-run noise of the engine is reported
+Signed error = (simulated - engine mean) / engine mean; for fractions (busy, bubble) it is the
+absolute difference in fraction points, since a relative error of a near-zero bubble means nothing.
+Run-to-run noise of the engine is reported
 as its relative spread ((max - min) / mean over repeats) so an error can be judged against it.
 """
 
@@ -8,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import math
 
 import numpy as np
 from scipy import stats
@@ -36,9 +40,15 @@ class MetricRow:
         return asdict(self)
 
 
-def signed_error(sim: float, ref: float) -> float:
+def is_fraction(metric: str) -> bool:
+    return metric.startswith("stage_busy_fraction") or metric == "pipeline_bubble_fraction"
+
+
+def signed_error(sim: float, ref: float, absolute: bool = False) -> float:
+    if absolute:
+        return sim - ref
     if ref == 0:
-        return 0.0 if sim == 0 else float("inf") if sim > 0 else float("-inf")
+        return 0.0 if sim == 0 else math.copysign(1.0, sim)  # capped at +-100%
     return (sim - ref) / ref
 
 
@@ -62,9 +72,10 @@ def compare_summaries(engine_runs: list[dict[str, Any]], sim: dict[str, Any]) ->
     for m in metric_names(engine_runs[0]):
         vals = _metric_values(engine_runs, m)
         mean = float(np.mean(vals))
-        spread = (max(vals) - min(vals)) / mean if mean else 0.0
+        frac = is_fraction(m)
+        spread = (max(vals) - min(vals)) if frac else (max(vals) - min(vals)) / mean if mean else 0.0
         s = _metric_values([sim], m)[0]
-        rows.append(MetricRow(m, mean, spread, s, signed_error(s, mean)))
+        rows.append(MetricRow(m, mean, spread, s, signed_error(s, mean, frac)))
     return rows
 
 

@@ -13,14 +13,18 @@ from ppsim.metrics.io import atomic_write, dumps
 from ppsim.metrics.records import OpRecord, RequestRecord
 from ppsim.metrics.summary import request_latencies
 from ppsim.metrics.trace import trace_events
-from ppsim.validate.compare import MetricRow
+from ppsim.validate.compare import MetricRow, is_fraction
 
 
 def format_table(rows: list[MetricRow], title: str = "ppsim validate: engine vs simulator") -> str:
     head = f"{'metric':<28}{'engine':>12}{'spread':>9}{'simulated':>12}{'error':>9}"
     lines = [f"{' ' + title + ' ':=^{len(head)}}", head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.metric:<28}{r.engine:>12.3f}{r.engine_spread:>8.1%} {r.simulated:>12.3f}{r.error:>+9.1%}")
+        if is_fraction(r.metric):  # spread and error in fraction points
+            tail = f"{r.engine_spread:>8.3f} {r.simulated:>12.3f}{r.error:>+9.3f}"
+        else:
+            tail = f"{r.engine_spread:>8.1%} {r.simulated:>12.3f}{r.error:>+9.1%}"
+        lines.append(f"{r.metric:<28}{r.engine:>12.3f}{tail}")
     lines.append("=" * len(head))
     return "\n".join(lines)
 

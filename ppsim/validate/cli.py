@@ -1,0 +1,42 @@
+"""``ppsim validate`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+
+def add_validate_parser(sub: argparse._SubParsersAction) -> None:
+    from ppsim.cli import add_scenario_flags
+
+    p = sub.add_parser("validate", help="run the live engine and the simulator on one workload and compare")
+    add_scenario_flags(p)
+    p.add_argument("--repeats", type=int, default=3, help="engine runs, to measure run-to-run spread (default 3)")
+    p.add_argument("--calibrate", action="store_true", help="calibrate this machine first (into OUTPUT/profile)")
+    p.add_argument("--threads-per-stage", type=int, default=1)
+    p.add_argument("--output-dir", default="ppsim-validation")
+    p.set_defaults(handler=cmd_validate)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from engine.run import EngineOptions
+    from ppsim.cli import scenario_from_args
+    from ppsim.validate.run import format_report, validate
+
+    if args.calibrate and not args.profile:
+        prof = Path(args.output_dir) / "profile"
+        model = args.model or "tiny"
+        cmd = [sys.executable, "-m", "ppsim.cli", "calibrate", "--model", model, "--device", "cpu",
+               "--output", str(prof)]
+        if subprocess.run(cmd, timeout=900).returncode != 0:
+            print("error: calibration failed; see its output above", file=sys.stderr)
+            return 2
+        args.profile = str(prof)
+    s = scenario_from_args(args)
+    payload = validate(s, args.output_dir, args.repeats, EngineOptions(threads_per_stage=args.threads_per_stage))
+    print(format_report(payload))
+    print(f"results written to {args.output_dir}/ (validation.json, latency_cdf.png, trace_combined.json, "
+          "engine-*/, sim/)")
+    return 0
