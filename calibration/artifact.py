@@ -1,0 +1,88 @@
+"""Writing a calibration artifact (the format is documented in :mod:`ppsim.cost.profiled`).
+
+Three files, each written atomically: ``meta.json``, ``fits.json`` and ``samples.csv`` (one row per
+timed shape; empty cells for features an operator does not have). Reading is the simulator's job
+(:func:`ppsim.cost.profiled.read_profile`); :func:`read_samples` is for tests and re-fitting.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ppsim.cost.profiled import SCHEMA_VERSION
+from ppsim.metrics.io import atomic_write, dumps
+from ppsim.models.shape import ModelShape
+
+SAMPLE_FIELDS = [
+    "op", "split", "plan", "tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n",
+    "median_s", "p10_s", "p90_s", "repeats", "inner", "items",
+]
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def base_meta(shape: ModelShape, source: str, device: str, dtype: str, threads: int | None, tp: int,
+              torch_version: str | None) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "source": source,
+        "device": device,
+        "torch_version": torch_version,
+        "dtype": dtype,
+        "threads": threads,
+        "tp": tp,
+        "model": shape.model_dump(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+    }
+
+
+def samples_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, SAMPLE_FIELDS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    return buf.getvalue()
+
+
+def write_artifact(out: str | Path, meta: dict[str, Any], fits: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    d = Path(out)
+    atomic_write(d / "samples.csv", samples_csv(rows))
+    atomic_write(d / "fits.json", dumps(fits))
+    atomic_write(d / "meta.json", dumps(meta))
+    return d
+
+
+def read_samples(d: str | Path) -> list[dict[str, Any]]:
+    """Rows of ``samples.csv`` with numbers parsed (empty cells dropped)."""
+    out = []
+    with open(Path(d) / "samples.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for k, v in r.items():
+                if v == "":
+                    continue
+                if k in ("op", "split", "plan", "items"):
+                    row[k] = v
+                else:
+                    row[k] = float(v) if ("." in v or "e" in v) else int(v)
+            out.append(row)
+    return out

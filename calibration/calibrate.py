@@ -1,0 +1,218 @@
+"""``ppsim calibrate``: measure operators, link and CPU overheads, fit once, check on held-out shapes.
+
+Steps: (1) time every task of the grid (:mod:`calibration.profile_ops`), (2) time ppsim's scheduler
+(:mod:`calibration.cpu_overheads`) and the link (:mod:`calibration.link`), (3) fit each operator
+(:mod:`calibration.fit`) with leave-one-out error, (4) fit ``layer_glue`` to whole-layer timings
+minus the sum of operators (the gap is reported), (5) predict the held-out samples, which no fit saw,
+and report their errors, (6) write the artifact.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from calibration.artifact import base_meta, device_name, write_artifact
+from calibration.fit import fit_select, fit_to_json, predict
+from ppsim.cost.profiled import OpFit, Profile, ProfiledCost
+from ppsim.errors import PPSimError
+from ppsim.models.shape import ModelShape, load_model
+from ppsim.policy.plan import PlanItem, StepPlan, make_plan
+
+# operator -> (form, feature)
+FORMS: dict[str, tuple[str, str]] = {
+    **{op: ("linear_floor", "tokens") for op in (
+        "input_layernorm", "attn_qkv", "attn_rope", "attn_o_proj", "post_attention_layernorm",
+        "mlp_gate_up", "mlp_act", "mlp_down", "add", "embedding")},
+    "attn_prefill": ("prefill_attn", ""),
+    "attn_decode": ("decode_attn", ""),
+    **{op: ("linear_floor", "reqs") for op in ("final_norm", "lm_head", "sampling", "prepare_inputs")},
+    "schedule": ("linear", "n"),
+    "update": ("linear", "n"),
+    "send_recv": ("linear", "bytes"),
+}
+LINK_SIZES = {"quick": (1024, 65536, 1 << 20), "full": (256, 4096, 65536, 262144, 1 << 20, 1 << 22)}
+CPU_NS = {"quick": (1, 16, 64), "full": (1, 4, 16, 64, 256)}
+
+
+def _feats(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    keys = {k for r in rows for k in r if k in ("tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens",
+                                                  "bytes", "n")}
+    return {k: np.array([float(r.get(k, 0)) for r in rows]) for k in keys}
+
+
+def fit_all(rows: list[dict[str, Any]]) -> tuple[dict[str, OpFit], dict[str, dict[str, Any]]]:
+    fits, stats = {}, {}
+    for op, (form, x) in FORMS.items():
+        sel = [r for r in rows if r["op"] == op and r["split"] == "fit"]
+        if not sel:
+            continue
+        forms = (form, "interp") if form == "linear_floor" else (form,)
+        fits[op], stats[op] = fit_select(op, forms, x, _feats(sel), np.array([r["median_s"] for r in sel]))
+    return fits, stats
+
+
+def plan_of(items: str) -> StepPlan:
+    """A StepPlan from the ``items`` column ("start:n;..."); one-token items after a prefix are decodes."""
+    its = []
+    for i, part in enumerate(items.split(";")):
+        start, n = (int(v) for v in part.split(":"))
+        its.append(PlanItem(i, start, n, is_prefill=(n > 1 or start == 0), samples=True))
+    return make_plan(0, its)
+
+
+def fit_glue(cost: ProfiledCost, layer_rows: list[dict[str, Any]]) -> tuple[OpFit, list[dict[str, Any]]]:
+    """Ordinary least squares of (whole layer - sum of operators) on (1, tokens, requests); gaps per plan.
+
+    The gap grows with requests: in a real layer each request's K/V write and attention read views
+    of the fused QKV output (strided) rather than the contiguous tensors the operator timings use.
+    """
+    gaps, T, R, res = [], [], [], []
+    for r in layer_rows:
+        ops = cost.layer_time(plan_of(r["items"]))
+        gaps.append({"plan": r["plan"], "measured_s": r["median_s"], "sum_of_ops_s": ops,
+                     "gap_rel": (r["median_s"] - ops) / r["median_s"]})
+        T.append(r["tokens"])
+        R.append(r["reqs"])
+        res.append(r["median_s"] - ops)
+    A = np.column_stack([np.ones(len(T)), np.array(T, dtype=float), np.array(R, dtype=float)])
+    c, *_ = np.linalg.lstsq(A, np.array(res), rcond=None)
+    return OpFit("layer_glue", "tok_req", "", {"c0": float(c[0]), "tok": float(c[1]), "req": float(c[2])}), gaps
+
+
+def heldout_errors(cost: ProfiledCost, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for r in rows:
+        if r["op"] == "layer":
+            pred = cost.layer_time(plan_of(r["items"]))
+        else:
+            pred = predict(cost.f[r["op"]], _feats([r]), 0)
+        out.append({"op": r["op"], "plan": r.get("plan") or "", "tokens": r.get("tokens"), "measured_s": r["median_s"],
+                    "predicted_s": pred, "rel_err": (pred - r["median_s"]) / r["median_s"]})
+    return out
+
+
+def _median_abs(xs: list[dict[str, Any]]) -> float | None:
+    return float(np.median([abs(x["rel_err"]) for x in xs])) if xs else None
+
+
+def calibrate(model: str, device: str, out: str, quick: bool = False, threads: int | None = 1,
+              dtype: str | None = None, link: bool = True, log: Callable[[str], None] | None = None,
+              clock: str = "auto") -> dict[str, Any]:
+    """Run the whole calibration and write the artifact to ``out``; returns ``meta``.
+
+    ``clock`` "auto" times CPU operators by thread CPU time when one torch thread runs them (robust on
+    a shared host), else by wall clock; CUDA always uses CUDA events; the link always wall clock.
+    """
+    import torch
+
+    from calibration.layer import TORCH_DTYPES, Layer
+    from calibration.link import profile_link
+    from calibration.profile_ops import FULL, QUICK, OpProfiler
+    from calibration.timer import Timer
+
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    if device == "cuda" and not torch.cuda.is_available():
+        raise PPSimError("--device cuda: torch sees no CUDA device; use --device cpu")
+    shape: ModelShape = load_model(model)
+    if getattr(shape, "attention", "gqa") == "mla" or getattr(shape, "n_routed_experts", 0):
+        raise PPSimError(f"--model {model}: the profiler times dense Llama-style layers; MLA/MoE are not profiled yet")
+    dtype = dtype or shape.dtype
+    if dtype not in TORCH_DTYPES:
+        raise PPSimError(f"--dtype: {dtype} is not one of {', '.join(TORCH_DTYPES)}")
+    if threads:
+        torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    grid = QUICK if quick else FULL
+    if clock == "auto":
+        clock = "thread" if device == "cpu" and torch.get_num_threads() == 1 else "wall"
+    if clock == "thread" and (device != "cpu" or torch.get_num_threads() != 1):
+        raise PPSimError("--clock thread: needs --device cpu and --threads 1 (thread CPU time misses other threads)")
+    timer = Timer(device, clock=clock, repeats=3, warmup=2, min_repeat_s=0.002 if quick else 0.005)
+    rounds = 2 if quick else 6
+    prof = OpProfiler(Layer(shape, dtype, device), timer)
+    tasks = prof.tasks(grid)
+
+    def progress(i: int, n: int, t: Any) -> None:
+        if i % 50 == 0 or i == n - 1:
+            log(f"[{i + 1}/{n}] {t.op} {t.plan or t.feats}  ({time.perf_counter() - t0:.0f} s)")
+
+    rows = prof.run(tasks, progress, rounds)
+    kind = "quick" if quick else "full"
+    log(f"scheduler CPU overheads over n={CPU_NS[kind]} requests")
+    from calibration.cpu_overheads import profile_cpu
+
+    rows += profile_cpu(CPU_NS[kind], repeats=5, clock=clock if device == "cpu" else "wall")
+    backend = None
+    if link:
+        log(f"link ping-pong over {LINK_SIZES[kind]} bytes")
+        lrows = profile_link(LINK_SIZES[kind], repeats=20 if quick else 50, device=device)
+        backend = lrows[0]["backend"]
+        rows += lrows
+    # the profile is of this dtype: a scenario whose model runs another dtype must not load it
+    nbytes = torch.empty(0, dtype=TORCH_DTYPES[dtype]).element_size()
+    measured = shape.model_copy(update={"dtype": dtype, "dtype_bytes": nbytes})
+    meta = base_meta(measured, "ppsim calibrate", device_name(device), dtype, torch.get_num_threads(), 1,
+                     torch.__version__)
+    meta.update({"grid": kind, "clock": clock, "rounds": rounds, "link_backend": backend,
+                 "wall_s": round(time.perf_counter() - t0, 1)})
+    return analyse_and_write(rows, shape, meta, out)
+
+
+def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[str, Any], out: str) -> dict[str, Any]:
+    """Fit every operator, the layer glue, score the held-out samples, and write the artifact."""
+    fits, stats = fit_all(rows)
+    cost = ProfiledCost(Profile({}, fits), shape, None, 1)
+    glue, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"])
+    fits["layer_glue"] = glue
+    held = heldout_errors(cost, [r for r in rows if r["split"] == "heldout"])
+    meta = {**meta, "layer_gap": {"median_abs_rel": _median_abs([{"rel_err": g["gap_rel"]} for g in gaps]),
+                                  "plans": gaps},
+            "heldout": {
+                "median_abs_rel_err_ops": _median_abs([h for h in held if h["op"] != "layer"]),
+                "median_abs_rel_err_layer": _median_abs([h for h in held if h["op"] == "layer"]),
+                "median_abs_rel_err_all": _median_abs(held),
+                "points": held,
+            }}
+    fj = {op: fit_to_json(f, stats.get(op, {})) for op, f in fits.items()}
+    fj["layer_glue"].update({"n_samples": len(gaps), "note": "OLS of whole layer minus sum of operators"})
+    write_artifact(out, meta, fj, rows)
+    return meta
+
+
+def refit(profile_dir: str) -> dict[str, Any]:
+    """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place."""
+    import json
+    from pathlib import Path
+
+    from calibration.artifact import read_samples
+
+    meta = json.loads((Path(profile_dir) / "meta.json").read_text())
+    shape = ModelShape(**meta["model"])
+    return analyse_and_write(read_samples(profile_dir), shape, meta, profile_dir)
+
+
+def pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
+    """Per-operator leave-one-out error, the whole-layer gap and held-out errors, as printed by the CLI."""
+    lines = [f"{'operator':<26}{'form':<14}{'n':>4}{'cv med |err|':>14}{'cv max |err|':>14}"]
+    for op, f in sorted(fits.items()):
+        cv, mx = f.get("cv_median_abs_rel_err"), f.get("cv_max_abs_rel_err")
+        lines.append(f"{op:<26}{f['form']:<14}{f.get('n_samples', 0):>4}{pct(cv):>14}{pct(mx):>14}")
+    gap = meta.get("layer_gap", {})
+    if gap.get("median_abs_rel") is not None:
+        lines.append(f"whole layer vs sum of operators: median |gap| {100 * gap['median_abs_rel']:.1f}% "
+                     f"over {len(gap['plans'])} plans (absorbed by layer_glue)")
+    h = meta.get("heldout", {})
+    for k, name in (("median_abs_rel_err_ops", "operators"), ("median_abs_rel_err_layer", "whole layers"),
+                    ("median_abs_rel_err_all", "all")):
+        if h.get(k) is not None:
+            lines.append(f"held-out {name}: median |err| {100 * h[k]:.1f}%")
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""The ``ppsim calibrate`` and ``ppsim import-vidur`` subcommands (parsers and handlers)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+DEFAULT_VIDUR_ROOT = "/work/shared/data/vidur-profiling"
+
+
+def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="profile operators, link and CPU overheads with torch; write a profile")
+    p.add_argument("--model", default="tiny", help="preset name or HF config.json path (default tiny)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", help="float32 | float16 | bfloat16 (default: the model's torch_dtype)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: one per stage worker)")
+    p.add_argument("--quick", action="store_true", help="small grid (seconds), for tests")
+    p.add_argument("--clock", default="auto", choices=["auto", "wall", "thread"],
+                   help="CPU timing clock; auto = thread CPU time with one torch thread (robust on a shared host)")
+    p.add_argument("--no-link", action="store_true", help="skip the two-process link profiler")
+    p.add_argument("--output", required=True, help="artifact directory to write")
+    p.set_defaults(handler=cmd_calibrate)
+
+
+def add_import_vidur_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("import-vidur", help="convert Vidur GPU operator profiles (CSV) into a ppsim profile")
+    p.add_argument("--root", default=DEFAULT_VIDUR_ROOT, help=f"Vidur profiling dir (default {DEFAULT_VIDUR_ROOT})")
+    p.add_argument("--device", default="h100", help="a100 | h100 | a40 (a folder under ROOT/compute)")
+    p.add_argument("--model", required=True, help="ppsim preset (llama-2-7b, llama-2-70b, llama-3-8b, llama-3-70b)")
+    p.add_argument("--vidur-model", help="model folder under compute/DEVICE, e.g. meta-llama/Llama-2-7b-hf")
+    p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1, dest="tp")
+    p.add_argument("--network", default="pairwise_nvlink", help="pairwise_nvlink | dgx (network/DEVICE_NETWORK)")
+    p.add_argument("--output", required=True)
+    p.set_defaults(handler=cmd_import_vidur)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from calibration.calibrate import calibrate, format_report
+
+    t0 = time.perf_counter()
+    meta = calibrate(args.model, args.device, args.output, quick=args.quick, threads=args.threads,
+                     dtype=args.dtype, link=not args.no_link, clock=args.clock)
+    print(format_report(meta, json.loads((Path(args.output) / "fits.json").read_text())))
+    print(f"profile written to {args.output}/ (meta.json, fits.json, samples.csv) in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def cmd_import_vidur(args: argparse.Namespace) -> int:
+    from calibration.vidur_import import import_vidur
+
+    meta, fits = import_vidur(args.root, args.device, args.model, args.output, tp=args.tp,
+                              vidur_model=args.vidur_model, network=args.network)
+    for op, f in sorted(fits.items()):
+        src = f.get("source", "")
+        cv = f.get("cv_median_abs_rel_err")
+        print(f"{op:<26}{f['form']:<14}{src}" + ("" if cv is None else f"  (cv median |err| {100 * cv:.1f}%)"))
+    for m in meta["missing"]:
+        print(f"missing: {m}")
+    print(f"profile written to {args.output}/")
+    return 0

@@ -1,0 +1,213 @@
+"""The operator profiler: a grid of shapes, one timed closure per (operator, shape).
+
+Each task builds its inputs once, then :class:`calibration.timer.Timer` times the operator of
+:class:`calibration.layer.Layer` on them. Token operators run over ``tokens``; prefill attention
+over (chunk, prefix); decode attention over (batch, per-request contexts, ragged where the task
+says so); ``lm_head`` and ``sampling`` over requests; ``prepare_inputs`` over requests; ``layer``
+times a whole decoder-layer forward of a mixed step to measure the gap between the sum of operators
+and the real layer. ``split`` marks samples used for fitting ("fit"), for the whole-layer glue fit
+("layer") and for the held-out check ("heldout"), which never enter a fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from calibration.layer import Layer, Seq, block_tables, prepare_inputs
+from calibration.timer import Timer, summarize
+
+TOKEN_OPS = (
+    "input_layernorm", "attn_qkv", "attn_rope", "attn_o_proj", "post_attention_layernorm",
+    "mlp_gate_up", "mlp_act", "mlp_down", "add", "embedding",
+)
+REQ_OPS = ("final_norm", "lm_head", "sampling", "prepare_inputs")  # the engine norms only sampled rows
+
+
+@dataclass(frozen=True)
+class Grid:
+    tokens: tuple[int, ...]
+    prefill: tuple[tuple[int, int], ...]  # (chunk, prefix)
+    decode: tuple[tuple[int, int], ...]  # (batch, context per request)
+    reqs: tuple[int, ...]
+    layer_plans: tuple[str, ...]  # plan specs, see parse_plan
+    heldout_tokens: tuple[int, ...]
+    heldout_prefill: tuple[tuple[int, int], ...]
+    heldout_decode: tuple[tuple[int, int], ...]
+    heldout_plans: tuple[str, ...]
+
+
+def _prod(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    return tuple((x, y) for x in a for y in b)
+
+
+# Plan spec: "+"-joined items; "P<chunk>@<prefix>" a prefill chunk, "D<batch>x<ctx>" that many decodes with
+# contexts spread ragged over [ctx/2, 3ctx/2]. Held-out points sit between grid points.
+FULL = Grid(
+    tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+    prefill=_prod((8, 32, 128, 256, 512), (0, 128, 512, 1536)),
+    decode=_prod((1, 4, 16, 32, 64), (16, 128, 512, 1536)),
+    reqs=(1, 4, 16, 64, 256),
+    layer_plans=("D1x256", "D16x512", "D64x256", "P64@0", "P256@0", "P128@512", "P256@0+D16x256",
+                 "P32@128+D32x512", "P512@0"),
+    heldout_tokens=(3, 48, 384, 768),
+    heldout_prefill=((96, 384), (384, 64), (24, 1024)),
+    heldout_decode=((8, 384), (48, 96), (24, 1024)),
+    heldout_plans=("D8x384", "D48x128", "P96@0", "P384@256", "P128@0+D24x384", "P64@64+D8x1024"),
+)
+QUICK = Grid(
+    tokens=(1, 8, 32, 128, 512),
+    prefill=_prod((16, 128, 512), (0, 512)),
+    decode=_prod((1, 8, 32), (32, 512)),
+    reqs=(1, 16, 64),
+    layer_plans=("D1x256", "D32x256", "P128@0", "P256@256+D8x256", "P64@0+D16x128"),
+    heldout_tokens=(48, 256),
+    heldout_prefill=((64, 256),),
+    heldout_decode=((16, 128),),
+    heldout_plans=("D16x384", "P96@0+D8x128"),
+)
+
+
+def parse_plan(spec: str, rng: np.random.Generator) -> list[Seq]:
+    """A plan spec -> requests (see the grid comment); ragged decode contexts from ``rng``."""
+    seqs: list[Seq] = []
+    for part in spec.split("+"):
+        if part[0] == "P":
+            c, p = part[1:].split("@")
+            seqs.append(Seq(int(p), int(c)))
+        elif part[0] == "D":
+            b, ctx = (int(v) for v in part[1:].split("x"))
+            for L in rng.integers(max(2, ctx // 2), ctx + ctx // 2 + 1, size=b):
+                seqs.append(Seq(int(L) - 1, 1))
+        else:
+            raise ValueError(f"bad plan spec {spec!r}")
+    return seqs
+
+
+def plan_features(seqs: list[Seq]) -> dict[str, Any]:
+    dec = [s for s in seqs if not s.is_prefill]
+    return {"tokens": sum(s.n for s in seqs), "reqs": len(seqs), "batch": len(dec),
+            "ctx_tokens": sum(s.start + 1 for s in dec)}
+
+
+@dataclass
+class Task:
+    op: str
+    split: str
+    feats: dict[str, Any]
+    make: Callable[[], Callable[[], object]]
+    plan: str = ""
+    seqs: list[Seq] = field(default_factory=list)
+
+
+class OpProfiler:
+    def __init__(self, layer: Layer, timer: Timer, seed: int = 0) -> None:
+        self.L, self.timer, self.rng = layer, timer, np.random.default_rng(seed)
+        self.dev = layer.dev
+
+    def _x(self, *dims: int) -> torch.Tensor:
+        return torch.randn(*dims, device=self.dev).to(self.L.dt)
+
+    def token_fn(self, op: str, T: int) -> Callable[[], object]:
+        L, s = self.L, self.L.s
+        x = self._x(T, s.hidden_size)
+        pos = torch.arange(T, device=self.dev) % 4096
+        fns: dict[str, Callable[[], Callable[[], object]]] = {
+            "input_layernorm": lambda: lambda: L.rms_norm(x, L.ln1),
+            "post_attention_layernorm": lambda: lambda: L.rms_norm(x, L.ln2),
+            "attn_qkv": lambda: lambda: L.qkv(x),
+            "attn_o_proj": lambda: (lambda a: lambda: L.o_proj(a))(self._x(T, s.num_heads, s.head_dim)),
+            "mlp_gate_up": lambda: lambda: L.gate_up(x),
+            "mlp_act": lambda: (lambda gu: lambda: L.act(gu))(
+                (self._x(T, s.intermediate_size), self._x(T, s.intermediate_size))),
+            "mlp_down": lambda: (lambda a: lambda: L.down(a))(self._x(T, s.intermediate_size)),
+            "add": lambda: (lambda y: lambda: x + y)(self._x(T, s.hidden_size)),
+            "embedding": lambda: (lambda ids: lambda: L.embed(ids))(
+                torch.randint(0, s.vocab_size, (T,), device=self.dev)),
+            "attn_rope": lambda: (lambda q, k: lambda: L.rope(q, k, pos))(
+                self._x(T, s.num_heads, s.head_dim), self._x(T, s.num_kv_heads, s.head_dim)),
+        }
+        return fns[op]()
+
+    def req_fn(self, op: str, R: int) -> Callable[[], object]:
+        L, s = self.L, self.L.s
+        x = self._x(R, s.hidden_size)
+        if op == "final_norm":
+            return lambda: L.rms_norm(x, L.ln1)
+        if op == "lm_head":
+            return lambda: L.lm_head(x)
+        if op == "sampling":
+            logits = self._x(R, s.vocab_size)
+            return lambda: L.sample(logits)
+        seqs = [Seq(100 + i, 1) for i in range(R)]
+        tables = block_tables(seqs)
+        return lambda: prepare_inputs(seqs, tables, self.dev)
+
+    def attn_fn(self, seqs: list[Seq]) -> Callable[[], object]:
+        s, T = self.L.s, sum(sq.n for sq in seqs)
+        q = self._x(T, s.num_heads, s.head_dim)
+        k, v = self._x(T, s.num_kv_heads, s.head_dim), self._x(T, s.num_kv_heads, s.head_dim)
+        kv = self.L.kv(seqs)
+        return lambda: self.L.attend(q, k, v, kv)
+
+    def layer_fn(self, seqs: list[Seq]) -> Callable[[], object]:
+        T = sum(sq.n for sq in seqs)
+        x, res = self._x(T, self.L.s.hidden_size), self._x(T, self.L.s.hidden_size)
+        kv = self.L.kv(seqs)
+        pos = prepare_inputs(seqs, block_tables(seqs), self.dev)[0]
+        return lambda: self.L.forward(x, res, pos, kv)
+
+    # --- the task list -----------------------------------------------------------------------
+    def tasks(self, g: Grid) -> list[Task]:
+        out: list[Task] = []
+        for split, toks, pre, dec, plans in (
+            ("fit", g.tokens, g.prefill, g.decode, ()),
+            ("heldout", g.heldout_tokens, g.heldout_prefill, g.heldout_decode, g.heldout_plans),
+        ):
+            for op in TOKEN_OPS:
+                for T in toks:
+                    out.append(Task(op, split, {"tokens": T}, lambda op=op, T=T: self.token_fn(op, T)))
+            for c, p in pre:
+                seqs = [Seq(p, c)]
+                out.append(Task("attn_prefill", split, {"chunk": c, "prefix": p, "tokens": c},
+                                lambda seqs=seqs: self.attn_fn(seqs)))
+            for b, ctx in dec:
+                seqs = parse_plan(f"D{b}x{ctx}", self.rng) if split == "heldout" else [Seq(ctx - 1, 1)] * b
+                out.append(Task("attn_decode", split, plan_features(seqs), lambda seqs=seqs: self.attn_fn(seqs)))
+            for spec in plans:
+                out.append(self._layer_task(spec, split))
+        for op in REQ_OPS:
+            for R in g.reqs:
+                out.append(Task(op, "fit", {"reqs": R}, lambda op=op, R=R: self.req_fn(op, R)))
+        out.extend(self._layer_task(spec, "layer") for spec in g.layer_plans)
+        return out
+
+    def _layer_task(self, spec: str, split: str) -> Task:
+        seqs = parse_plan(spec, self.rng)
+        return Task("layer", split, plan_features(seqs), lambda: self.layer_fn(seqs), plan=spec, seqs=seqs)
+
+    def run(self, tasks: list[Task], progress: Callable[[int, int, Task], None],
+            rounds: int = 1) -> list[dict[str, Any]]:
+        """Time every task ``rounds`` times, round-robin, so a burst of load on a shared machine hits one
+        round of many tasks rather than every repeat of one; inputs are rebuilt each round."""
+        raw: list[list[float]] = [[] for _ in tasks]
+        inner = [1] * len(tasks)
+        n = len(tasks) * rounds
+        with torch.inference_mode():
+            for r in range(rounds):
+                for i, t in enumerate(tasks):
+                    progress(r * len(tasks) + i, n, t)
+                    xs, inner[i] = self.timer.samples(t.make())
+                    raw[i] += xs
+        rows = []
+        for t, xs, k in zip(tasks, raw, inner, strict=True):
+            tm = summarize(xs, k)
+            rows.append({"op": t.op, "split": t.split, "plan": t.plan, **t.feats,
+                         "median_s": tm.median_s, "p10_s": tm.p10_s, "p90_s": tm.p90_s,
+                         "repeats": tm.repeats, "inner": tm.inner,
+                         "items": ";".join(f"{s.start}:{s.n}" for s in t.seqs)})
+        return rows

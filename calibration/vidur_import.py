@@ -1,0 +1,215 @@
+"""Import Vidur's published GPU operator profiles (CSV) into a ppsim profile artifact.
+
+Vidur (microsoft/vidur ``data/profiling``) times each operator of one layer with CUDA kernels at
+many token counts. Columns used (times are milliseconds; ppsim stores seconds):
+
+- ``compute/<dev>/<model>/mlp.csv``: ``time_stats.<op>.median`` for ``emb``, ``input_layernorm``,
+  ``attn_pre_proj`` (-> ``attn_qkv``), ``attn_rope``, ``attn_post_proj`` (-> ``attn_o_proj``),
+  ``post_attention_layernorm``, ``mlp_up_proj`` (-> ``mlp_gate_up``), ``mlp_act``, ``mlp_down_proj``
+  (-> ``mlp_down``), ``add``, keyed by ``num_tokens`` at ``num_tensor_parallel_workers`` == tp.
+  Imported as ``interp`` tables: the profile predicts exactly the CSV median at each profiled
+  token count (the mean of medians where a count repeats) and interpolates between them.
+  ``n_head``, ``n_kv_head``, ``n_embd``, ``n_expanded_embd`` are checked against the ppsim preset
+  (not ``vocab_size``: Vidur pads it, e.g. 32000 -> 32768; it only enters ``emb``).
+- ``compute/<dev>/<model>/attention.csv`` (only A100 Llama-2-70B TP2 is shipped):
+  ``attn_prefill`` + ``attn_input_reshape`` + ``attn_output_reshape`` medians over
+  (``prefill_chunk_size``, ``kv_cache_size``) rows with ``is_prefill``; ``attn_decode`` + reshapes over
+  (``batch_size``, ``kv_cache_size`` per request). Fitted (prefill_attn / decode_attn forms) with
+  cross-validated error, since plans have ragged per-request shapes.
+- ``network/<dev>_<network>/send_recv.csv`` (``size`` bytes, 2 workers) -> ``send_recv``;
+  ``all_reduce.csv`` at ``num_workers`` == tp -> ``all_reduce`` (two per layer when tp > 1).
+- ``cpu_overheads/<dev>.csv`` (A100 / A40 only; H100 uses A100's): ``schedule_median`` ->
+  ``schedule``, ``process_model_outputs_median`` -> ``update``, ``prepare_inputs_e2e_median`` ->
+  ``prepare_inputs``, ``sampler_e2e_median`` -> ``sampling``, over ``batch_size``. Only CodeLlama-34B
+  at TP 2 is measured; these engine overheads are taken as model-independent.
+
+Missing, and modelled instead (each listed in ``meta.json["missing"]``): ``final_norm`` (the
+``input_layernorm`` table: the same RMSNorm over all tokens); ``lm_head`` (roofline of the device
+preset: max(weight bytes / bandwidth, FLOPs / peak), efficiencies 0.8 / 0.7); attention for every
+model but Llama-2-70B on A100 (roofline: 4 q_dim FLOPs per query-key pair; decode reads 2 kv_dim
+bytes per context token); CPU overheads on H100 (A100's).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calibration.artifact import base_meta, write_artifact
+from calibration.fit import fit_op, fit_to_json
+from ppsim.errors import PPSimError
+from ppsim.hardware.presets import resolve_device
+from ppsim.models.shape import ModelShape, load_model
+
+PRESET_TO_VIDUR = {
+    "llama-2-7b": "meta-llama/Llama-2-7b-hf",
+    "llama-2-70b": "meta-llama/Llama-2-70b-hf",
+    "llama-3-8b": "meta-llama/Meta-Llama-3-8B",
+    "llama-3-70b": "meta-llama/Meta-Llama-3-70B",
+}
+MLP_OPS = {
+    "emb": "embedding", "input_layernorm": "input_layernorm", "attn_pre_proj": "attn_qkv",
+    "attn_rope": "attn_rope", "attn_post_proj": "attn_o_proj", "post_attention_layernorm": "post_attention_layernorm",
+    "mlp_up_proj": "mlp_gate_up", "mlp_act": "mlp_act", "mlp_down_proj": "mlp_down", "add": "add",
+}
+DEVICE_PRESET = {"a100": "a100-80gb", "h100": "h100-sxm"}
+COMPUTE_EFF, MEMORY_EFF = 0.7, 0.8  # ppsim's analytic defaults (CostConfig)
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _ms(v: str) -> float:
+    return float(v) * 1e-3 if v not in ("", None) else 0.0
+
+
+def table(rows: list[dict[str, str]], key: str, col: str) -> dict[str, Any]:
+    """``interp`` coefficients: the median seconds of ``col`` at each ``key`` (mean over repeats of a key)."""
+    by: dict[float, list[float]] = {}
+    for r in rows:
+        if r.get(col, "") != "":
+            by.setdefault(float(r[key]), []).append(_ms(r[col]))
+    xs = sorted(by)
+    if not xs:
+        raise PPSimError(f"vidur import: no values of {col}")
+    return {"xs": xs, "ys": [float(np.mean(by[x])) for x in xs]}
+
+
+def _interp(coef: dict[str, Any], x: str, source: str) -> dict[str, Any]:
+    return {"form": "interp", "x": x, "coef": coef, "source": source, "n_samples": len(coef["xs"])}
+
+
+def check_vidur_shape(row: dict[str, str], shape: ModelShape, path: Path) -> None:
+    want = {"n_head": shape.num_heads, "n_kv_head": shape.num_kv_heads, "n_embd": shape.hidden_size,
+            "n_expanded_embd": shape.intermediate_size}  # vocab_size: Vidur pads it (32000 -> 32768)
+    bad = [f"{k}={row[k]} (model has {v})" for k, v in want.items() if k in row and int(float(row[k])) != v]
+    if bad:
+        raise PPSimError(f"vidur import: {path} is not model {shape.name}: {'; '.join(bad)}; pick the matching --model")
+
+
+def roofline_fits(shape: ModelShape, device: str, tp: int) -> dict[str, dict[str, Any]]:
+    """lm_head and attention from the device preset where Vidur has no measurement."""
+    dev = resolve_device(DEVICE_PRESET.get(device, device))
+    F = dev.peak_tflops * 1e12 * COMPUTE_EFF
+    BW = dev.hbm_bandwidth_gbps * 1e9 * MEMORY_EFF
+    b, v_gpu = shape.dtype_bytes, shape.vocab_size / tp
+    q_gpu = shape.q_dim / tp
+    kv_gpu = max(1, -(-shape.num_kv_heads // tp)) * shape.head_dim
+    src = f"roofline ({dev.name}, eff {COMPUTE_EFF}/{MEMORY_EFF})"
+    return {
+        "lm_head": {"form": "linear_floor", "x": "reqs", "source": src,
+                    "coef": {"floor": shape.hidden_size * v_gpu * b / BW, "c0": 0.0,
+                             "c1": 2 * shape.hidden_size * v_gpu / F}},
+        # pairs = c p + c^2 / 2 + c / 2; 4 q_dim FLOPs per pair (QK^T and PV)
+        "attn_prefill": {"form": "prefill_attn", "x": "", "source": src,
+                         "coef": {"call": 0.0, "tok": 2 * q_gpu / F, "cp": 4 * q_gpu / F, "cc": 2 * q_gpu / F}},
+        "attn_decode": {"form": "decode_attn", "x": "", "source": src,
+                        "coef": {"call": 0.0, "req": 0.0, "ctx": 2 * kv_gpu * b / BW}},
+        "sampling": {"form": "linear", "x": "reqs", "source": src,
+                     "coef": {"c0": 0.0, "c1": 3 * shape.vocab_size * 4 / BW}},
+    }
+
+
+def attention_fits(path: Path, tp: int) -> dict[str, dict[str, Any]]:
+    rows = [r for r in _rows(path) if int(r["num_tensor_parallel_workers"]) == tp]
+    if not rows:
+        return {}
+    extra = ("time_stats.attn_input_reshape.median", "time_stats.attn_output_reshape.median")
+    out = {}
+    for op, is_pre, col in (("attn_prefill", "True", "time_stats.attn_prefill.median"),
+                            ("attn_decode", "False", "time_stats.attn_decode.median")):
+        sel = [r for r in rows if r["is_prefill"] == is_pre and r[col] != ""]
+        y = np.array([_ms(r[col]) + sum(_ms(r[e]) for e in extra) for r in sel])
+        ok = y > 0
+        if is_pre == "True":
+            feats = {"chunk": np.array([float(r["prefill_chunk_size"]) for r in sel]),
+                     "prefix": np.array([float(r["kv_cache_size"]) for r in sel])}
+            form = "prefill_attn"
+        else:
+            B = np.array([float(r["batch_size"]) for r in sel])
+            feats = {"batch": B, "ctx_tokens": B * np.array([float(r["kv_cache_size"]) for r in sel])}
+            form = "decode_attn"
+        fit, stats = fit_op(op, form, "", {k: v[ok] for k, v in feats.items()}, y[ok])
+        out[op] = {**fit_to_json(fit, stats), "source": f"{path.name} ({col}+reshapes, fitted)"}
+    return out
+
+
+def cpu_fits(root: Path, device: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+    path = root / "cpu_overheads" / f"{device}.csv"
+    note = None
+    if not path.is_file():
+        path, note = root / "cpu_overheads" / "a100.csv", f"cpu overheads on {device}: A100's used"
+    if not path.is_file():
+        return {}, f"cpu overheads: none under {root}/cpu_overheads; the scenario's engine.cpu is used"
+    rows = _rows(path)
+    cols = {"schedule": "schedule_median", "update": "process_model_outputs_median",
+            "prepare_inputs": "prepare_inputs_e2e_median", "sampling": "sampler_e2e_median"}
+    src = f"{path.relative_to(root)} ({rows[0]['model_name']} TP{rows[0]['tensor_parallel_degree']})"
+    return {op: _interp(table(rows, "batch_size", c), "n" if op in ("schedule", "update") else "reqs", f"{src} {c}")
+            for op, c in cols.items()}, note
+
+
+def network_fits(root: Path, device: str, network: str, tp: int) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    d = root / "network" / f"{device}_{network}"
+    out, missing = {}, []
+    if (d / "send_recv.csv").is_file():
+        out["send_recv"] = _interp(table(_rows(d / "send_recv.csv"), "size", "time_stats.send_recv.median"),
+                                   "bytes", f"{d.name}/send_recv.csv")
+    else:
+        missing.append(f"send_recv: no {d}/send_recv.csv; the scenario's --link preset is used")
+    if tp > 1:
+        path = d / "all_reduce.csv"
+        ar = [r for r in _rows(path) if int(r["num_workers"]) == tp] if path.is_file() else []
+        if ar:
+            out["all_reduce"] = _interp(table(ar, "size", "time_stats.all_reduce.median"), "bytes",
+                                        f"{d.name}/all_reduce.csv")
+        else:
+            missing.append(f"all_reduce at {tp} workers: not in {d}; TP all-reduces are not timed")
+    return out, missing
+
+
+def import_vidur(root: str, device: str, model: str, out: str, tp: int = 1, vidur_model: str | None = None,
+                 network: str = "pairwise_nvlink") -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write a ppsim profile for ``model`` on ``device`` at ``tp`` from Vidur's CSVs; returns (meta, fits)."""
+    base = Path(root)
+    shape = load_model(model)
+    vm = vidur_model or PRESET_TO_VIDUR.get(model)
+    mdir = base / "compute" / device / (vm or "")
+    if vm is None or not (mdir / "mlp.csv").is_file():
+        cdir = base / "compute" / device
+        have = ", ".join(sorted(str(p.parent.relative_to(cdir)) for p in cdir.glob("*/*/mlp.csv"))) or "none"
+        raise PPSimError(f"vidur import: no mlp.csv for {model} on {device}; pass --vidur-model, one of: {have}")
+    rows = [r for r in _rows(mdir / "mlp.csv") if int(r["num_tensor_parallel_workers"]) == tp]
+    if not rows:
+        raise PPSimError(f"vidur import: {mdir}/mlp.csv has no rows at tensor parallel size {tp}; try -tp 1, 2, 4 or 8")
+    check_vidur_shape(rows[0], shape, mdir / "mlp.csv")
+    fits: dict[str, Any] = {
+        ppsim_op: _interp(table(rows, "num_tokens", f"time_stats.{v}.median"), "tokens",
+                          f"mlp.csv time_stats.{v}.median")
+        for v, ppsim_op in MLP_OPS.items()
+    }
+    fits["final_norm"] = {**fits["input_layernorm"], "source": "mlp.csv input_layernorm (no final norm profiled)"}
+    missing = ["final_norm: input_layernorm's table", "lm_head: roofline of the device preset"]
+    fits.update({k: v for k, v in roofline_fits(shape, device, tp).items()})
+    if (mdir / "attention.csv").is_file() and (att := attention_fits(mdir / "attention.csv", tp)):
+        fits.update(att)
+    else:
+        missing.append(f"attention: no attention.csv for {vm} at TP {tp} on {device}; roofline of the device preset")
+    cpu, note = cpu_fits(base, device)
+    fits.update(cpu)
+    missing += [note] if note else []
+    net, miss = network_fits(base, device, network, tp)
+    fits.update(net)
+    missing += miss
+    meta = base_meta(shape, f"vidur {base}", f"{device} (Vidur profile)", "float16", None, tp, None)
+    meta.update({"vidur_model": vm, "network": f"{device}_{network}", "missing": missing})
+    samples = [{"op": f"{op}", "split": "fit", f["x"]: int(x) if float(x).is_integer() else x, "median_s": y}
+               for op, f in fits.items() if f["form"] == "interp"
+               for x, y in zip(f["coef"]["xs"], f["coef"]["ys"], strict=True)]
+    write_artifact(out, meta, fits, samples)
+    return meta, fits

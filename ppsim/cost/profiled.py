@@ -1,0 +1,245 @@
+"""The profiled cost model: per-operator fits read from a calibration artifact, summed per stage.
+
+An artifact is a directory written once by ``ppsim calibrate`` (``calibration/``) or
+``ppsim import-vidur``; this module only reads it, so the simulator never fits at start-up and never
+imports torch. Layout::
+
+    meta.json     schema_version, source, device, torch version, dtype, threads, tp, model shape, date
+    fits.json     {op: {"form": ..., "x": feature, "coef": {...}, "cv_median_abs_rel_err": ...}}
+    samples.csv   the raw timings the fits came from (op, features, median/p10/p90 seconds)
+
+Operator names follow Vidur's ``time_stats.<op>`` columns where they exist. Per decoder layer:
+``input_layernorm``, ``attn_qkv``, ``attn_rope``, ``attn_prefill`` (per prefill item, chunk ``c``
+over prefix ``p``), ``attn_decode`` (per step, over its decodes), ``attn_o_proj``,
+``post_attention_layernorm``, ``mlp_gate_up``, ``mlp_act``, ``mlp_down``, ``add`` (twice: two residual
+adds), ``layer_glue`` (whole-layer time minus the sum of the operators, fitted from whole-layer
+timings: views, KV writes, Python between kernels) and ``all_reduce`` (twice when tp > 1). The
+first stage adds ``embedding``, the last ``final_norm``, ``lm_head`` and ``sampling`` over one row per
+request (logits only at sampled positions, as vLLM's ``compute_logits`` and the live engine), or
+over all tokens where the fit's feature is ``tokens`` (Vidur's RMSNorm table). Every stage
+pays ``prepare_inputs`` per step. ``send_recv`` times a stage-to-stage send; ``schedule`` and
+``update`` are the engine core's CPU per step.
+
+Fitted forms (seconds): ``linear`` c0 + c1 x; ``linear_floor`` max(floor, c0 + c1 x) (GEMMs: a
+launch/weight-read floor, then linear in tokens); ``prefill_attn`` per item
+call + tok c + cp c p + cc c^2; ``decode_attn`` call + req B + ctx sum(context);
+``interp`` piecewise-linear through measured points (Vidur tables: exact at profiled points);
+``tok_req`` c0 + tok T + req R (``layer_glue``: per-step and per-request work between kernels).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ppsim.cost.base import StageSpec
+from ppsim.errors import PPSimError
+from ppsim.hardware.presets import LinkSpec
+from ppsim.models.shape import ModelShape
+from ppsim.policy.plan import StepPlan
+
+SCHEMA_VERSION = 1
+FORMS = ("linear", "linear_floor", "prefill_attn", "decode_attn", "interp", "tok_req")
+# Per-layer operators that scale with the step's tokens (``add`` counts twice per layer).
+TOKEN_OPS = (
+    "input_layernorm", "attn_qkv", "attn_rope", "attn_o_proj", "post_attention_layernorm",
+    "mlp_gate_up", "mlp_act", "mlp_down", "add",
+)
+REQUIRED_OPS = (*TOKEN_OPS, "attn_prefill", "attn_decode", "embedding", "final_norm", "lm_head", "sampling")
+# ModelShape fields an operator's time depends on; a profile of another value is another model.
+SHAPE_FIELDS = (
+    "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "dtype",
+    "attention_bias", "attention", "qk_norm", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+)
+
+
+@dataclass(frozen=True)
+class OpFit:
+    """One operator's fitted time model; ``x`` names the feature of 1-D forms."""
+
+    name: str
+    form: str
+    x: str
+    coef: dict[str, Any]
+
+    def at(self, x: float) -> float:
+        """Seconds at feature value ``x`` (1-D forms)."""
+        c = self.coef
+        if self.form == "linear":
+            return c["c0"] + c["c1"] * x
+        if self.form == "linear_floor":
+            return max(c["floor"], c["c0"] + c["c1"] * x)
+        if self.form == "interp":
+            return _interp(c["xs"], c["ys"], x)
+        raise ValueError(f"{self.name}: form {self.form} is not one-dimensional")
+
+    def prefill(self, chunk: int, prefix: int) -> float:
+        """Seconds of prefill attention for one chunk of ``chunk`` tokens over ``prefix`` cached ones."""
+        c = self.coef
+        return c["call"] + c["tok"] * chunk + c["cp"] * chunk * prefix + c["cc"] * chunk * chunk
+
+    def tok_req(self, tokens: int, reqs: int) -> float:
+        """Seconds for a step of ``tokens`` tokens over ``reqs`` requests (``layer_glue``)."""
+        c = self.coef
+        return c["c0"] + c["tok"] * tokens + c["req"] * reqs
+
+    def decode(self, batch: int, ctx_tokens: int) -> float:
+        """Seconds of decode attention for ``batch`` requests whose contexts sum to ``ctx_tokens``."""
+        c = self.coef
+        return c["call"] + c["req"] * batch + c["ctx"] * ctx_tokens
+
+
+def _interp(xs: list[float], ys: list[float], x: float) -> float:
+    """Piecewise linear through (xs, ys); flat below the first point, extended by the last slope above."""
+    if x <= xs[0]:
+        return ys[0]
+    i = bisect.bisect_left(xs, x)
+    if i >= len(xs):
+        i = len(xs) - 1
+        if i == 0:
+            return ys[0]
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
+
+def fit_from_json(name: str, d: dict[str, Any]) -> OpFit:
+    form = d.get("form")
+    if form not in FORMS:
+        raise PPSimError(f"profile fits.json: operator {name} has unknown form {form!r}; re-run ppsim calibrate")
+    return OpFit(name, form, str(d.get("x", "")), dict(d["coef"]))
+
+
+@dataclass(frozen=True)
+class Profile:
+    meta: dict[str, Any]
+    fits: dict[str, OpFit]
+
+    def has(self, op: str) -> bool:
+        return op in self.fits
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PPSimError(f"--profile: {path} is missing; point --profile at a ppsim calibrate output dir") from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise PPSimError(f"--profile: cannot read {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise PPSimError(f"--profile: {path} is not a JSON object")
+    return data
+
+
+def read_profile(profile_dir: str | Path) -> Profile:
+    """Read and check an artifact's schema version and operator set (not its model shape)."""
+    d = Path(profile_dir)
+    if not d.is_dir():
+        raise PPSimError(f"--profile: {d} is not a directory; run `ppsim calibrate --output {d}` first")
+    meta = _read_json(d / "meta.json")
+    ver = meta.get("schema_version")
+    if ver != SCHEMA_VERSION:
+        raise PPSimError(
+            f"--profile: {d} has schema version {ver}, this ppsim reads version {SCHEMA_VERSION}; "
+            "re-run ppsim calibrate (or import-vidur) to regenerate it"
+        )
+    raw = _read_json(d / "fits.json")
+    fits = {k: fit_from_json(k, v) for k, v in raw.items()}
+    missing = [op for op in REQUIRED_OPS if op not in fits]
+    if missing:
+        raise PPSimError(f"--profile: {d}/fits.json lacks operators {', '.join(missing)}; re-run ppsim calibrate")
+    return Profile(meta, fits)
+
+
+def check_shape(profile: Profile, shape: ModelShape, where: str) -> None:
+    """Raise unless the artifact was measured for ``shape`` (layer count may differ: times are per layer)."""
+    got = profile.meta.get("model", {})
+    diff = [f"{f}={got.get(f)!r} (model has {getattr(shape, f, None)!r})" for f in SHAPE_FIELDS
+            if got.get(f) != getattr(shape, f, None)]
+    if diff:
+        raise PPSimError(
+            f"--profile: {where} (measured for {got.get('name')!r}) does not match model {shape.name!r}: "
+            f"{'; '.join(diff)}; calibrate this model (and dtype) or pick its profile"
+        )
+
+
+class ProfiledCost:
+    """CostModel over a :class:`Profile`: stage time = sum of per-operator predictions."""
+
+    def __init__(self, profile: Profile, shape: ModelShape, link: LinkSpec | None, tp: int) -> None:
+        self.p, self.shape, self.link, self.tp = profile, shape, link, tp
+        self.f = profile.fits
+        self._tok = [self.f[op] for op in TOKEN_OPS] + [self.f["add"]]  # second residual add
+
+    def layer_time(self, plan: StepPlan) -> float:
+        """Seconds for one decoder layer on one GPU of the stage's TP group."""
+        T = plan.num_tokens
+        t = sum(op.at(T) for op in self._tok)
+        pre = self.f["attn_prefill"]
+        n_dec = 0
+        for it in plan.items:
+            if it.is_prefill:
+                t += pre.prefill(it.num_tokens, it.start)
+            else:
+                n_dec += 1
+        if n_dec:
+            t += self.f["attn_decode"].decode(n_dec, plan.decode_ctx_tokens)
+        glue = self.f.get("layer_glue")
+        if glue is not None:
+            t += glue.tok_req(T, plan.num_reqs) if glue.form == "tok_req" else glue.at(T)
+        if self.tp > 1 and "all_reduce" in self.f:
+            t += 2 * self.f["all_reduce"].at(T * self.shape.hidden_size * self.shape.dtype_bytes)
+        return max(t, 0.0)
+
+    def stage_time(self, stage: StageSpec, plan: StepPlan) -> float:
+        if plan.is_empty:
+            return 0.0
+        T, R, f = plan.num_tokens, plan.num_reqs, self.f
+        t = stage.num_layers * self.layer_time(plan)
+        if "prepare_inputs" in f:
+            t += f["prepare_inputs"].at(R)
+        if stage.is_first:
+            t += f["embedding"].at(T)
+        if stage.is_last:
+            t += sum(f[op].at(T if f[op].x == "tokens" else R) for op in ("final_norm", "lm_head", "sampling"))
+        return t
+
+    def link_time(self, nbytes: float) -> float:
+        if "send_recv" in self.f:
+            return max(self.f["send_recv"].at(nbytes), 0.0)
+        if self.link is None:
+            raise PPSimError("profile: no send_recv operator and no link preset; pass --link")
+        return self.link.latency_us * 1e-6 + nbytes / (self.link.bandwidth_gbps * 1e9)
+
+    def cpu_time(self, kind: str, n: int) -> float:
+        if kind not in ("schedule", "update"):
+            raise ValueError(f"unknown cpu kind {kind!r}")
+        return max(self.f[kind].at(n), 0.0)
+
+    def return_time(self, n: int) -> float:
+        """Sampled token ids (int64 each) sent from the last stage to the engine core."""
+        return self.link_time(8 * max(n, 1))
+
+
+def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link: LinkSpec) -> ProfiledCost:
+    """The profiled model for ``scenario``; raises PPSimError on schema, shape, TP or operator mismatch.
+
+    CPU operators missing from the artifact (``schedule``, ``update``) come from the scenario's
+    ``engine.cpu`` overheads, so a GPU import without CPU data still runs.
+    """
+    prof = read_profile(profile_dir)
+    check_shape(prof, shape, profile_dir)
+    tp = scenario.cluster.tensor_parallel_size
+    if int(prof.meta.get("tp", 1)) != tp:
+        raise PPSimError(
+            f"--profile: {profile_dir} was measured at tensor parallel size {prof.meta.get('tp', 1)}, "
+            f"the scenario uses {tp}; import or calibrate a profile for -tp {tp}"
+        )
+    fits = dict(prof.fits)
+    cpu = scenario.engine.cpu
+    for kind, fixed, per in (("schedule", cpu.schedule_us, cpu.schedule_per_req_us),
+                             ("update", cpu.update_us, cpu.update_per_req_us)):
+        fits.setdefault(kind, OpFit(kind, "linear", "n", {"c0": fixed * 1e-6, "c1": per * 1e-6}))
+    return ProfiledCost(Profile(prof.meta, fits), shape, link, tp)

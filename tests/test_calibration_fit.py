@@ -1,0 +1,70 @@
+"""Fits recover known coefficients from synthetic samples (with and without noise)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibration.fit import fit_decode, fit_linear, fit_linear_floor, fit_op, fit_prefill
+from ppsim.cost.profiled import OpFit
+
+
+def test_linear_exact():
+    x = np.array([1, 2, 4, 8, 16, 64, 256], float)
+    c = fit_linear(x, 3e-6 + 2e-7 * x)
+    assert c["c0"] == pytest.approx(3e-6, rel=1e-6)
+    assert c["c1"] == pytest.approx(2e-7, rel=1e-6)
+
+
+def test_linear_floor_recovers_knee():
+    x = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], float)
+    y = np.maximum(50e-6, 5e-6 + 1e-6 * x)  # knee at x = 45
+    c = fit_linear_floor(x, y)
+    assert c["floor"] == pytest.approx(50e-6, rel=1e-6)
+    assert c["c1"] == pytest.approx(1e-6, rel=1e-3)
+    fit = OpFit("g", "linear_floor", "tokens", c)
+    for xi, yi in zip(x, y, strict=True):
+        assert fit.at(xi) == pytest.approx(yi, rel=1e-3)
+
+
+def test_linear_floor_with_noise():
+    rng = np.random.default_rng(0)
+    x = np.repeat(np.array([1, 4, 16, 64, 256, 1024], float), 5)
+    truth = np.maximum(20e-6, 2e-6 + 3e-7 * x)
+    y = truth * rng.lognormal(0, 0.03, size=x.size)
+    c = fit_linear_floor(x, y)
+    assert c["floor"] == pytest.approx(20e-6, rel=0.05)
+    assert c["c1"] == pytest.approx(3e-7, rel=0.05)
+
+
+def test_prefill_and_decode_attention_terms():
+    chunk = np.repeat(np.array([8, 32, 128, 512], float), 4)
+    prefix = np.tile(np.array([0, 128, 512, 2048], float), 4)
+    y = 4e-6 + 1e-8 * chunk + 3e-10 * chunk * prefix + 2e-10 * chunk**2
+    c = fit_prefill(chunk, prefix, y)
+    assert (c["call"], c["tok"], c["cp"], c["cc"]) == pytest.approx((4e-6, 1e-8, 3e-10, 2e-10), rel=1e-4)
+    B = np.repeat(np.array([1, 4, 16, 64], float), 3)
+    ctx = B * np.tile(np.array([16, 256, 2048], float), 4)
+    d = fit_decode(B, ctx, 10e-6 + 2e-6 * B + 5e-9 * ctx)
+    assert (d["call"], d["req"], d["ctx"]) == pytest.approx((10e-6, 2e-6, 5e-9), rel=1e-4)
+
+
+def test_cross_validation_reports_error_of_wrong_form():
+    """A quadratic fitted as linear: leave-one-out error is large, exact data gives ~0."""
+    x = np.array([1, 2, 4, 8, 16, 32, 64], float)
+    _, good = fit_op("a", "linear", "tokens", {"tokens": x}, 1e-6 + 1e-7 * x)
+    _, bad = fit_op("b", "linear", "tokens", {"tokens": x}, 1e-6 + 1e-7 * x**2)
+    assert good["cv_median_abs_rel_err"] < 1e-6
+    assert bad["cv_median_abs_rel_err"] > 0.2
+
+
+def test_form_selection_by_cross_validation():
+    from calibration.fit import fit_select
+
+    x = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024], float)
+    lin, s1 = fit_select("g", ("linear_floor", "interp"), "tokens", {"tokens": x}, np.maximum(9e-6, 1e-6 + 1e-7 * x))
+    assert lin.form == "linear_floor" and s1["cv_median_abs_rel_err"] < 1e-6
+    curved = 1e-6 * x * (1 + 0.5 * np.sin(np.log2(x)))  # efficiency that wobbles with size
+    tab, s2 = fit_select("h", ("linear_floor", "interp"), "tokens", {"tokens": x}, curved)
+    assert tab.form == "interp" and set(s2["cv_median_abs_rel_err_by_form"]) == {"linear_floor", "interp"}
+    assert tab.at(64) == pytest.approx(curved[6])

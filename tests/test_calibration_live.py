@@ -1,0 +1,116 @@
+"""Calibration with torch on this CPU: the quick pipeline end to end, the link profiler, and the
+shipped tiny-model profile predicting fresh whole-layer timings of shapes it never saw.
+
+Stated error: on this shared 2-core host the held-out whole-layer median |error| must be < 35%
+(the benchmark reports the figure of a full calibration; see docs/readme/calibration.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from calibration.calibrate import calibrate, plan_of  # noqa: E402
+from ppsim.cli import main  # noqa: E402
+from ppsim.config import build_scenario  # noqa: E402
+from ppsim.cost.profiled import SCHEMA_VERSION, load_profiled_cost, read_profile  # noqa: E402
+from ppsim.models.shape import load_model  # noqa: E402
+
+SHIPPED = Path(__file__).resolve().parents[1] / "profiles" / "tiny-cpu"
+
+
+def test_quick_calibrate_cli(tmp_path, capsys):
+    out = tmp_path / "prof"
+    assert main(["calibrate", "--model", "tiny", "--quick", "--no-link", "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "attn_prefill" in text and "held-out whole layers" in text
+    prof = read_profile(out)
+    meta = prof.meta
+    assert meta["schema_version"] == SCHEMA_VERSION and meta["threads"] == 1 and meta["dtype"] == "float32"
+    assert meta["model"]["hidden_size"] == 256 and meta["torch_version"] == torch.__version__
+    fits = json.loads((out / "fits.json").read_text())
+    assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op != "layer_glue")
+    rows = (out / "samples.csv").read_text().splitlines()
+    assert rows[0].startswith("op,split") and any(r.startswith("layer,heldout") for r in rows)
+
+
+def test_link_profiler_two_processes():
+    from calibration.link import profile_link
+
+    rows = profile_link((1024, 1 << 20), repeats=10, timeout_s=90)
+    assert [r["bytes"] for r in rows] == [1024, 1 << 20]
+    assert all(0 < r["p10_s"] <= r["median_s"] <= r["p90_s"] < 1.0 for r in rows)
+    assert rows[0]["backend"] == "gloo"
+
+
+def test_calibrate_rejects_unknown_dtype(tmp_path):
+    from ppsim.errors import PPSimError
+
+    with pytest.raises(PPSimError, match="--dtype"):
+        calibrate("tiny", "cpu", str(tmp_path), quick=True, dtype="int3", link=False)
+
+
+@pytest.mark.skipif(not SHIPPED.is_dir(), reason="profiles/tiny-cpu not generated")
+def test_shipped_profile_predicts_fresh_heldout_layers():
+    from calibration.layer import Layer
+    from calibration.profile_ops import OpProfiler, parse_plan
+    from calibration.timer import Timer, summarize
+
+    torch.set_num_threads(1)
+    shape = load_model("tiny")
+    s = build_scenario(None, {"model": "tiny", "cost": {"kind": "profile", "profile_dir": str(SHIPPED)}})
+    cost = load_profiled_cost(str(SHIPPED), shape, s, None)
+    clock = cost.p.meta["clock"]  # measure as the profile did ("thread": CPU time, robust to a loaded host)
+    prof = OpProfiler(Layer(shape, "float32", "cpu"), Timer("cpu", clock, repeats=3, min_repeat_s=0.005), seed=7)
+    rng = np.random.default_rng(7)
+    specs = ["P200@100+D12x300", "D40x200", "P160@0"]  # not in the calibration grid
+    seqs = [parse_plan(sp, rng) for sp in specs]
+    raw: list[list[float]] = [[] for _ in specs]
+    with torch.inference_mode():
+        for _ in range(3):  # round-robin, as the profiler does
+            for i, sq in enumerate(seqs):
+                raw[i] += prof.timer.samples(prof.layer_fn(sq))[0]
+    errs = []
+    for sq, xs in zip(seqs, raw, strict=True):
+        measured = summarize(xs, 1).median_s
+        pred = cost.layer_time(plan_of(";".join(f"{q.start}:{q.n}" for q in sq)))
+        errs.append(abs(pred - measured) / measured)
+    assert float(np.median(errs)) < 0.35, errs
+
+
+def test_profiled_layer_computes_what_the_engine_layer_computes():
+    """The timed operators are the engine's: same weights and KV -> identical layer output."""
+    engine_model = pytest.importorskip("engine.model")
+    kvcache = pytest.importorskip("engine.kvcache")
+    transport = pytest.importorskip("engine.transport")
+    from calibration.layer import BLOCK_SIZE, Layer, Seq, block_tables
+
+    torch.manual_seed(0)
+    s = load_model("tiny")
+    L = Layer(s, "float32", "cpu")
+    seqs = [Seq(0, 20), Seq(37, 1), Seq(64, 16)]
+    kv, tables = L.kv(seqs), block_tables(seqs)
+    T = sum(q.n for q in seqs)
+    x, res = torch.randn(T, s.hidden_size), torch.randn(T, s.hidden_size)
+    d = engine_model.DecoderLayer(s)
+    with torch.no_grad():
+        a, m = d.self_attn, d.mlp
+        for mod, w in ((a.q_proj, L.w_q), (a.k_proj, L.w_k), (a.v_proj, L.w_v), (a.o_proj, L.w_o),
+                       (m.gate_proj, L.w_g), (m.up_proj, L.w_u), (m.down_proj, L.w_d)):
+            mod.weight.copy_(w)
+    cache = kvcache.PagedKVCache(1, sum(len(t) for t in tables), BLOCK_SIZE, s.num_kv_heads, s.head_dim,
+                                 torch.float32)
+    cache.k[0].copy_(kv.k)
+    cache.v[0].copy_(kv.v)
+    items = tuple(transport.StepItem(i, q.start, q.n, True, tuple(t))
+                  for i, (q, t) in enumerate(zip(seqs, tables, strict=True)))
+    batch = kvcache.build_batch(items, BLOCK_SIZE)
+    with torch.inference_mode():
+        h_e, r_e = d(x, res, batch.positions, cache.attention(batch), 0)
+        h_m, r_m = L.forward(x, res, batch.positions, kv)
+    assert torch.allclose(h_e, h_m, atol=1e-6) and torch.allclose(r_e, r_m, atol=1e-6)

@@ -1,0 +1,122 @@
+"""The profiled cost model: artifact round trip, schema/shape/TP errors, stage-time composition."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from calibration.artifact import base_meta, read_samples, write_artifact
+from ppsim.config import build_scenario
+from ppsim.cost.base import StageSpec
+from ppsim.cost.profiled import REQUIRED_OPS, SCHEMA_VERSION, TOKEN_OPS, load_profiled_cost
+from ppsim.errors import PPSimError
+from ppsim.hardware.presets import resolve_link
+from ppsim.models.shape import load_model
+from ppsim.policy.plan import PlanItem, make_plan
+
+
+def _fits() -> dict:
+    lin = lambda c0, c1, x="tokens": {"form": "linear", "x": x, "coef": {"c0": c0, "c1": c1}}  # noqa: E731
+    f = {op: lin(1e-6, 1e-8) for op in TOKEN_OPS}
+    f["attn_qkv"] = {"form": "linear_floor", "x": "tokens", "coef": {"floor": 5e-5, "c0": 0.0, "c1": 1e-7}}
+    f["attn_prefill"] = {"form": "prefill_attn", "x": "", "coef": {"call": 2e-6, "tok": 1e-8, "cp": 1e-10, "cc": 2e-10}}
+    f["attn_decode"] = {"form": "decode_attn", "x": "", "coef": {"call": 3e-6, "req": 1e-6, "ctx": 1e-9}}
+    f.update(embedding=lin(1e-6, 0.0), final_norm=lin(2e-6, 0.0), lm_head=lin(1e-5, 1e-6, "reqs"),
+             sampling=lin(4e-6, 1e-7, "reqs"), prepare_inputs=lin(7e-6, 1e-7, "reqs"),
+             schedule=lin(2e-5, 1e-6, "n"), update=lin(1e-5, 5e-7, "n"), send_recv=lin(5e-5, 1e-9, "bytes"),
+             layer_glue=lin(1e-5, 0.0))
+    return f
+
+
+def _write(tmp_path, model="tiny", tp=1, fits=None):
+    meta = base_meta(load_model(model), "test", "cpu", "float32", 1, tp, None)
+    write_artifact(tmp_path, meta, fits or _fits(), [{"op": "add", "split": "fit", "tokens": 8, "median_s": 1.1e-6}])
+    return tmp_path
+
+
+def _scenario(d, model="tiny", tp=1):
+    return build_scenario(None, {"model": model, "cost": {"kind": "profile", "profile_dir": str(d)},
+                                 "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": tp}})
+
+
+def _load(d, model="tiny", tp=1):
+    s = _scenario(d, model, tp)
+    return load_profiled_cost(str(d), load_model(model), s, resolve_link("nvlink", "link"))
+
+
+PLAN = make_plan(0, [PlanItem(0, 100, 1, False, True), PlanItem(1, 30, 1, False, True),
+                     PlanItem(2, 64, 32, True, False)])
+
+
+def test_round_trip_predictions(tmp_path):
+    d = _write(tmp_path)
+    cost = _load(d)
+    assert set(REQUIRED_OPS) <= set(cost.f)
+    T = PLAN.num_tokens  # 34
+    layer = (sum(1e-6 + 1e-8 * T for op in TOKEN_OPS if op != "attn_qkv") + 1e-6 + 1e-8 * T  # second add
+             + max(5e-5, 1e-7 * T)
+             + 2e-6 + 1e-8 * 32 + 1e-10 * 32 * 64 + 2e-10 * 32 * 32  # the prefill chunk
+             + 3e-6 + 1e-6 * 2 + 1e-9 * (101 + 31)  # two decodes
+             + 1e-5)  # glue
+    assert cost.layer_time(PLAN) == pytest.approx(layer, rel=1e-12)
+    first = StageSpec(0, 0, 4, True, False)
+    last = StageSpec(1, 4, 8, False, True)
+    prep = 7e-6 + 1e-7 * 3
+    assert cost.stage_time(first, PLAN) == pytest.approx(4 * layer + prep + 1e-6, rel=1e-12)
+    assert cost.stage_time(last, PLAN) == pytest.approx(4 * layer + prep + 2e-6 + (1e-5 + 3e-6) + (4e-6 + 3e-7))
+    assert cost.link_time(1000) == pytest.approx(5e-5 + 1e-6)
+    assert cost.cpu_time("schedule", 10) == pytest.approx(3e-5)
+    assert cost.return_time(4) == pytest.approx(5e-5 + 32e-9)
+    assert cost.stage_time(first, make_plan(1, [])) == 0.0
+    assert read_samples(d)[0] == {"op": "add", "split": "fit", "tokens": 8, "median_s": 1.1e-6}
+
+
+def test_schema_version_mismatch(tmp_path):
+    d = _write(tmp_path)
+    meta = json.loads((d / "meta.json").read_text())
+    meta["schema_version"] = SCHEMA_VERSION + 1
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(PPSimError, match="schema version") as e:
+        _load(d)
+    assert "\n" not in str(e.value)
+
+
+def test_model_shape_mismatch(tmp_path):
+    d = _write(tmp_path, model="tiny")
+    with pytest.raises(PPSimError, match=r"measured for 'tiny'\) does not match model 'llama-3-8b'.*hidden_size=256") as e:
+        _load(d, model="llama-3-8b")
+    assert "\n" not in str(e.value)
+
+
+def test_tp_mismatch_and_missing_dir(tmp_path):
+    d = _write(tmp_path)
+    with pytest.raises(PPSimError, match="tensor parallel size 1"):
+        _load(d, tp=2)
+    with pytest.raises(PPSimError, match="not a directory"):
+        _load(tmp_path / "nope")
+
+
+def test_missing_operator(tmp_path):
+    f = _fits()
+    del f["attn_decode"]
+    with pytest.raises(PPSimError, match="lacks operators attn_decode"):
+        _load(_write(tmp_path, fits=f))
+
+
+def test_cpu_falls_back_to_scenario(tmp_path):
+    f = _fits()
+    del f["schedule"], f["update"]
+    cost = _load(_write(tmp_path, fits=f))
+    assert cost.cpu_time("schedule", 10) == pytest.approx((150 + 4 * 10) * 1e-6)  # CpuOverheads defaults
+
+
+def test_simulate_with_profile(tmp_path):
+    from ppsim.run import run_scenario
+
+    d = _write(tmp_path / "prof")
+    s = build_scenario(None, {"model": "tiny", "cost": {"kind": "profile", "profile_dir": str(d)},
+                              "cluster": {"pipeline_parallel_size": 2},
+                              "workload": {"num_prompts": 8, "random_input_len": 64, "random_output_len": 8}})
+    out = run_scenario(s, str(tmp_path / "out"))
+    assert out.summary["completed"] == 8
