@@ -34,8 +34,11 @@ FORMS: dict[str, tuple[str, str]] = {
     "schedule": ("linear", "n"),
     "update": ("linear", "n"),
     "send_recv": ("linear", "bytes"),
+    "launch": ("linear", "n"),
+    "return": ("linear", "n"),
 }
 LINK_SIZES = {"quick": (1024, 65536, 1 << 20), "full": (256, 4096, 65536, 262144, 1 << 20, 1 << 22)}
+STACK_BYTES = 256 * 1024**2  # whole-layer timings run up to this many bytes of distinct layers in a row
 CPU_NS = {"quick": (1, 16, 64), "full": (1, 4, 16, 64, 256)}
 
 
@@ -134,7 +137,9 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
         raise PPSimError("--clock thread: needs --device cpu and --threads 1 (thread CPU time misses other threads)")
     timer = Timer(device, clock=clock, repeats=3, warmup=2, min_repeat_s=0.002 if quick else 0.005)
     rounds = 2 if quick else 6
-    prof = OpProfiler(Layer(shape, dtype, device), timer)
+    layer = Layer(shape, dtype, device)
+    stack = max(1, min(shape.num_layers, STACK_BYTES // max(1, layer.weight_bytes())))
+    prof = OpProfiler(layer, timer, stack=stack)
     tasks = prof.tasks(grid)
 
     def progress(i: int, n: int, t: Any) -> None:
@@ -147,6 +152,10 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
     from calibration.cpu_overheads import profile_cpu
 
     rows += profile_cpu(CPU_NS[kind], repeats=5, clock=clock if device == "cpu" else "wall")
+    log("engine control path (launch and token return messages)")
+    from calibration.control import profile_control
+
+    rows += profile_control(CPU_NS[kind], repeats=15 if quick else 40)
     backend = None
     if link:
         log(f"link ping-pong over {LINK_SIZES[kind]} bytes")
@@ -158,7 +167,7 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
     measured = shape.model_copy(update={"dtype": dtype, "dtype_bytes": nbytes})
     meta = base_meta(measured, "ppsim calibrate", device_name(device), dtype, torch.get_num_threads(), 1,
                      torch.__version__)
-    meta.update({"grid": kind, "clock": clock, "rounds": rounds, "link_backend": backend,
+    meta.update({"grid": kind, "clock": clock, "rounds": rounds, "link_backend": backend, "layer_stack": stack,
                  "wall_s": round(time.perf_counter() - t0, 1)})
     return analyse_and_write(rows, shape, meta, out)
 

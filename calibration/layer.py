@@ -64,6 +64,15 @@ class Layer:
         self.ln1 = torch.ones(h, device=self.dev, dtype=self.dt)
         self.ln2 = torch.ones(h, device=self.dev, dtype=self.dt)
         self.emb, self.lm = w(shape.vocab_size, h), w(shape.vocab_size, h)
+    def sibling(self, seed: int) -> Layer:
+        """Another layer of the same shape, dtype and device with its own weights."""
+        name = next(k for k, v in TORCH_DTYPES.items() if v == self.dt)
+        return Layer(self.s, name, str(self.dev), seed)
+
+    def weight_bytes(self) -> int:
+        ws = (self.w_q, self.w_k, self.w_v, self.w_o, self.w_g, self.w_u, self.w_d)
+        return sum(w.numel() * w.element_size() for w in ws)
+
     # --- operators ---------------------------------------------------------------------------
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         var = x.float().pow(2).mean(-1, keepdim=True)

@@ -105,9 +105,18 @@ class Task:
 
 
 class OpProfiler:
-    def __init__(self, layer: Layer, timer: Timer, seed: int = 0) -> None:
+    """Times operators on ``layer`` and whole layers on a stack of ``stack`` distinct layers.
+
+    A stage runs its layers back to back, each with its own weights, so the caches hold none of the
+    next layer's weights; timing one layer over and over would find them warm. Whole-layer samples
+    therefore run ``stack`` layers in a row (as many as fit ``STACK_BYTES``) and report the time per
+    layer.
+    """
+
+    def __init__(self, layer: Layer, timer: Timer, seed: int = 0, stack: int = 1) -> None:
         self.L, self.timer, self.rng = layer, timer, np.random.default_rng(seed)
         self.dev = layer.dev
+        self.stack = [layer] + [layer.sibling(seed + 1 + i) for i in range(stack - 1)]
 
     def _x(self, *dims: int) -> torch.Tensor:
         return torch.randn(*dims, device=self.dev).to(self.L.dt)
@@ -157,9 +166,16 @@ class OpProfiler:
     def layer_fn(self, seqs: list[Seq]) -> Callable[[], object]:
         T = sum(sq.n for sq in seqs)
         x, res = self._x(T, self.L.s.hidden_size), self._x(T, self.L.s.hidden_size)
-        kv = self.L.kv(seqs)
+        kvs = [layer.kv(seqs) for layer in self.stack]
         pos = prepare_inputs(seqs, block_tables(seqs), self.dev)[0]
-        return lambda: self.L.forward(x, res, pos, kv)
+
+        def run() -> object:
+            h, r = x, res
+            for layer, kv in zip(self.stack, kvs, strict=True):
+                h, r = layer.forward(h, r, pos, kv)
+            return h
+
+        return run
 
     # --- the task list -----------------------------------------------------------------------
     def tasks(self, g: Grid) -> list[Task]:
@@ -205,6 +221,8 @@ class OpProfiler:
                     raw[i] += xs
         rows = []
         for t, xs, k in zip(tasks, raw, inner, strict=True):
+            if t.op == "layer":  # a stack of layers ran; report per layer
+                xs = [x / len(self.stack) for x in xs]
             tm = summarize(xs, k)
             rows.append({"op": t.op, "split": t.split, "plan": t.plan, **t.feats,
                          "median_s": tm.median_s, "p10_s": tm.p10_s, "p90_s": tm.p90_s,

@@ -33,6 +33,9 @@ class ConstantCost:
     def cpu_time(self, kind: str, n: int) -> float:
         return 0.0
 
+    def launch_time(self, n: int) -> float:
+        return 0.0
+
     def return_time(self, n: int) -> float:
         return 0.0
 

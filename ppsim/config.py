@@ -63,6 +63,9 @@ class CpuOverheads(_Frozen):
     update_per_req_us: float = Field(default=3.0, ge=0)
     relay_per_req_us: float = Field(default=1.0, ge=0, description="scheduler token relay, per token id")
     return_latency_us: float = Field(default=50.0, ge=0, description="last stage -> engine core message")
+    launch_latency_us: float = Field(
+        default=30.0, ge=0, description="engine core -> first stage control message (vLLM's shm broadcast)"
+    )
 
 
 class EngineConfig(_Frozen):

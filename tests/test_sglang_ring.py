@@ -25,6 +25,9 @@ class LinearCost:
     def cpu_time(self, kind, n):
         return 0.0
 
+    def launch_time(self, n):
+        return 0.0
+
     def return_time(self, n):
         return 0.0
 

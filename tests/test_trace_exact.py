@@ -64,3 +64,24 @@ def test_engine_core_single_request_token_times():
     computes = [(o.track, o.step_id, round(o.start_s * 1e3, 9)) for o in res.ops if o.kind == "compute"]
     assert computes == [("stage0", 0, 0.0), ("stage1", 0, 1.0), ("stage0", 2, 2.0), ("stage1", 2, 3.0),
                         ("stage0", 4, 4.0), ("stage1", 4, 5.0)]
+
+
+class LaunchCost(PerStageCost):
+    """Launch messages take longer for bigger micro-batches (as the engine's pickled control path)."""
+
+    def launch_time(self, n):
+        return 0.001 * n
+
+
+def test_launch_latency_delays_first_stage_and_keeps_order():
+    env = simpy.Environment()
+    ops = []
+    stages = (StageSpec(0, 0, 1, True, False), StageSpec(1, 1, 2, False, True))
+    pipe = PipelineSim(env, stages, LaunchCost([0.002, 0.002], 0.0), lambda n: 0.0, ops)
+    big = make_plan(0, [PlanItem(i, 0, 1, True, True) for i in range(3)])  # arrives at 3 ms
+    small = make_plan(1, [PlanItem(9, 0, 1, True, True)])  # would arrive at 1 ms, but not before `big`
+    pipe.launch(big)
+    pipe.launch(small)
+    env.run()
+    got = [(o.step_id, round(o.start_s * 1e3, 9)) for o in ops if o.track == "stage0"]
+    assert got == [(0, 3.0), (1, 5.0)]

@@ -219,6 +219,9 @@ class AnalyticCost:
         """Last stage -> engine core message with the sampled tokens."""
         return self.cpu.return_latency_us * 1e-6
 
+    def launch_time(self, n: int) -> float:
+        return self.cpu.launch_latency_us * 1e-6
+
     def relay_time(self, n: int) -> float:
         """Engine-core CPU to relay ``n`` new token ids to the first stage (see ppsim.policy.returnpath)."""
         return self.cpu.relay_per_req_us * n * 1e-6

@@ -37,6 +37,10 @@ class CostModel(Protocol):
         """Seconds of engine-core CPU for a step of ``kind`` over ``n`` requests."""
         ...
 
+    def launch_time(self, n: int) -> float:
+        """Seconds for a launched micro-batch of ``n`` requests to reach the first stage (control message)."""
+        ...
+
     def return_time(self, n: int) -> float:
         """Seconds for the sampled tokens of ``n`` requests to reach the engine core."""
         ...

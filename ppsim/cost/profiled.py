@@ -168,8 +168,10 @@ def check_shape(profile: Profile, shape: ModelShape, where: str) -> None:
 class ProfiledCost:
     """CostModel over a :class:`Profile`: stage time = sum of per-operator predictions."""
 
-    def __init__(self, profile: Profile, shape: ModelShape, link: LinkSpec | None, tp: int) -> None:
+    def __init__(self, profile: Profile, shape: ModelShape, link: LinkSpec | None, tp: int,
+                 launch_latency_s: float = 0.0) -> None:
         self.p, self.shape, self.link, self.tp = profile, shape, link, tp
+        self.launch_latency_s = launch_latency_s  # when the profile has no measured control path
         self.f = profile.fits
         self._tok = [self.f[op] for op in TOKEN_OPS] + [self.f["add"]]  # second residual add
 
@@ -218,8 +220,17 @@ class ProfiledCost:
             raise ValueError(f"unknown cpu kind {kind!r}")
         return max(self.f[kind].at(n), 0.0)
 
+    def launch_time(self, n: int) -> float:
+        """The engine's control message for a step of ``n`` requests reaching the first stage."""
+        if "launch" in self.f:
+            return max(self.f["launch"].at(n), 0.0)
+        return self.launch_latency_s
+
     def return_time(self, n: int) -> float:
-        """Sampled token ids (int64 each) sent from the last stage to the engine core."""
+        """Sampled token ids of ``n`` requests reaching the engine core: the measured control path,
+        else int64 ids over the stage link."""
+        if "return" in self.f:
+            return max(self.f["return"].at(n), 0.0)
         return self.link_time(8 * max(n, 1))
 
 
@@ -242,4 +253,4 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
     for kind, fixed, per in (("schedule", cpu.schedule_us, cpu.schedule_per_req_us),
                              ("update", cpu.update_us, cpu.update_per_req_us)):
         fits.setdefault(kind, OpFit(kind, "linear", "n", {"c0": fixed * 1e-6, "c1": per * 1e-6}))
-    return ProfiledCost(Profile(prof.meta, fits), shape, link, tp)
+    return ProfiledCost(Profile(prof.meta, fits), shape, link, tp, cpu.launch_latency_us * 1e-6)

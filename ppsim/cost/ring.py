@@ -47,5 +47,8 @@ class RingReturnCost:
     def cpu_time(self, kind: str, n: int) -> float:
         return self.inner.cpu_time(kind, n)
 
+    def launch_time(self, n: int) -> float:
+        return self.inner.launch_time(n)
+
     def return_time(self, n: int) -> float:
         return self.inner.link_time(OUTPUT_BYTES_PER_REQ * max(n, 1))

@@ -40,6 +40,7 @@ class PipelineSim:
         self.env, self.stages, self.cost, self.seam_bytes, self.ops = env, stages, cost, seam_bytes, ops
         self.inbox = [simpy.Store(env) for _ in stages]
         self.done: dict[int, simpy.Event] = {}
+        self.last_launch_arrival = 0.0
         self.in_flight = 0
         self.token_path = token_path
         self.broadcast_serialized = broadcast_serialized
@@ -80,7 +81,13 @@ class PipelineSim:
             self.env.timeout(self.cost.return_time(0)).callbacks.append(lambda _e: ev.succeed())
         else:
             self.in_flight += 1
-            self.inbox[0].put(plan)
+            # the control message to the first stage is in flight; messages arrive in order
+            arrive = max(self.env.now + self.cost.launch_time(plan.num_reqs), self.last_launch_arrival)
+            self.last_launch_arrival = arrive
+            if arrive > self.env.now:
+                self.env.timeout(arrive - self.env.now).callbacks.append(lambda _e, box=self.inbox[0]: box.put(plan))
+            else:
+                self.inbox[0].put(plan)
         return ev
 
     def _finish(self, plan: StepPlan) -> None:
