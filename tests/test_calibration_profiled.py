@@ -84,7 +84,8 @@ def test_schema_version_mismatch(tmp_path):
 
 def test_model_shape_mismatch(tmp_path):
     d = _write(tmp_path, model="tiny")
-    with pytest.raises(PPSimError, match=r"measured for 'tiny'\) does not match model 'llama-3-8b'.*hidden_size=256") as e:
+    msg = r"measured for 'tiny'\) does not match model 'llama-3-8b'.*hidden_size=256"
+    with pytest.raises(PPSimError, match=msg) as e:
         _load(d, model="llama-3-8b")
     assert "\n" not in str(e.value)
 

@@ -8,10 +8,9 @@ as its relative spread ((max - min) / mean over repeats) so an error can be judg
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
-
-import math
 
 import numpy as np
 from scipy import stats
