@@ -16,6 +16,8 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3, help="engine runs, to measure run-to-run spread (default 3)")
     p.add_argument("--calibrate", action="store_true", help="calibrate this machine first (into OUTPUT/profile)")
     p.add_argument("--threads-per-stage", type=int, default=1)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the engine's stages compute")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="engine torch.distributed backend")
     p.add_argument("--output-dir", default="ppsim-validation")
     p.set_defaults(handler=cmd_validate)
 
@@ -28,14 +30,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.calibrate and not args.profile:
         prof = Path(args.output_dir) / "profile"
         model = args.model or "tiny"
-        cmd = [sys.executable, "-m", "ppsim.cli", "calibrate", "--model", model, "--device", "cpu",
+        cmd = [sys.executable, "-m", "ppsim.cli", "calibrate", "--model", model, "--device", args.device,
                "--output", str(prof)]
         if subprocess.run(cmd, timeout=900).returncode != 0:
             print("error: calibration failed; see its output above", file=sys.stderr)
             return 2
         args.profile = str(prof)
     s = scenario_from_args(args)
-    payload = validate(s, args.output_dir, args.repeats, EngineOptions(threads_per_stage=args.threads_per_stage))
+    opts = EngineOptions(threads_per_stage=args.threads_per_stage, device=args.device, backend=args.backend)
+    payload = validate(s, args.output_dir, args.repeats, opts)
     print(format_report(payload))
     print(f"results written to {args.output_dir}/ (validation.json, latency_cdf.png, trace_combined.json, "
           "engine-*/, sim/)")
