@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import queue
+import gc
 import signal
 import time
 import traceback
@@ -215,6 +216,8 @@ def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
                                     world_size=cfg.world, timeout=timedelta(seconds=cfg.dist_timeout_s))
         stage = Stage(cfg, ctrl, results)
         warm_s = stage.warm_up()
+        gc.collect()
+        gc.freeze()  # as vLLM after start-up: later collections skip the long-lived model objects
         results.put(("ready", cfg.rank, time.perf_counter(), warm_s))
         stage.loop()
         results.put(("bye", cfg.rank))

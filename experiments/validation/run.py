@@ -20,7 +20,7 @@ from ppsim.metrics.io import atomic_write
 from ppsim.validate.run import validate
 
 HERE = Path(__file__).parent
-PROFILE = str(HERE.parents[1] / "profiles" / "tiny-cpu")
+SHIPPED_PROFILE = str(HERE.parents[1] / "profiles" / "tiny-cpu")
 BASE_WL = {"num_prompts": 24, "random_input_len": 128, "random_output_len": 32, "random_range_ratio": 0.25}
 SCENARIOS = {
     "pp1-sync-offline": ({"policy": "vllm-sync"}, 1, {"request_rate": "inf"}),
@@ -40,24 +40,33 @@ SHOWN = ["output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "me
          "pipeline_bubble_fraction"]
 
 
-def scenario(engine: dict, pp: int, wl: dict):
+def scenario(engine: dict, pp: int, wl: dict, profile: str):
     eng = {"max_num_seqs": 16, "max_num_batched_tokens": 512, **engine}
     return build_scenario(overrides={"model": "tiny", "cluster": {"pipeline_parallel_size": pp}, "engine": eng,
                                      "workload": {**BASE_WL, **wl}, "cost": {"kind": "profile",
-                                                                             "profile_dir": PROFILE}})
+                                                                             "profile_dir": profile}})
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--profile", default=None,
+                    help="calibration artifact; default: calibrate this machine now (the host's speed drifts)")
     args = ap.parse_args()
+    profile = args.profile
+    if profile is None:
+        from calibration.calibrate import calibrate
+
+        profile = str(HERE / "runs" / "profile")
+        print("== calibrating tiny on this CPU first", flush=True)
+        calibrate("tiny", "cpu", profile, log=lambda m: None)
     rows = []
     for name, (engine, pp, wl) in SCENARIOS.items():
         if args.only and name not in args.only:
             continue
         print(f"== {name}", flush=True)
-        payload = validate(scenario(engine, pp, wl), HERE / "runs" / name, args.repeats, log=lambda m: None)
+        payload = validate(scenario(engine, pp, wl, profile), HERE / "runs" / name, args.repeats, log=lambda m: None)
         by = {r["metric"]: r for r in payload["rows"]}
         row = {"scenario": name}
         for m in SHOWN:
@@ -73,7 +82,8 @@ def main() -> None:
     w.writeheader()
     w.writerows(rows)
     atomic_write(HERE / "results.csv", buf.getvalue())
-    md = ["# Validation matrix: CPU engine vs simulator (tiny model, profiles/tiny-cpu)", "",
+    md = ["# Validation matrix: CPU engine vs simulator (tiny model)", "",
+          f"Profile: {'calibrated just before the runs' if args.profile is None else args.profile}. "
           f"Engine repeats per scenario: {args.repeats}. Error = (sim - engine) / engine; bubble in fraction "
           "points. Spread = engine run-to-run (max - min) / mean.", "",
           "| scenario | " + " | ".join(SHOWN) + " |", "|---" * (len(SHOWN) + 1) + "|"]
