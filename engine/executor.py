@@ -27,7 +27,7 @@ from typing import Any
 
 from engine.launcher import StageFault, StageGroup
 from engine.transport import SampledMsg, StageTimes, StepItem, StepMsg
-from ppsim.metrics.records import OpRecord, RequestRecord
+from ppsim.metrics.records import OpRecord, RequestRecord, record_token
 from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
 from ppsim.policy.pipelines import build_core
 from ppsim.policy.plan import StepPlan
@@ -197,17 +197,12 @@ class EngineExecutor:
         now = self.now()
         for o in outputs:
             rec = self.records[o.req_id]
-            rec.token_times.append(now)
             self.tokens[o.req_id].append(self.ready_tokens.pop(o.req_id))
             if self.forward_sampled:  # known now: later launches read it from self.tokens
                 st = self.scheduler.requests[o.req_id]
                 self.sampled_by.pop((o.req_id, st.epoch, rec.input_tokens + o.index - 1), None)
             limit = self.requests[o.req_id].abort_after_tokens
-            if o.finished:
-                rec.finish_s, rec.status = now, "finished"
-                self._ended(o.req_id)
-            elif limit is not None and o.index >= limit and self.scheduler.abort(o.req_id):
-                rec.finish_s, rec.status = now, "aborted"
+            if record_token(rec, o.index, o.finished, now, limit, self.scheduler.abort):
                 self._ended(o.req_id)
 
     def run(self) -> None:

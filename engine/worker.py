@@ -14,9 +14,9 @@ ignores SIGINT so that Ctrl-C is handled once, by the driver.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import queue
-import gc
 import signal
 import time
 import traceback

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ppsim.errors import PPSimError
+from ppsim.fileio import read_mapping
 from ppsim.hardware.presets import DeviceSpec, LinkSpec
 
 PolicyName = Literal[
@@ -163,28 +163,7 @@ class Scenario(_Frozen):
 
 
 def _read_file(path: str) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as err:
-        raise PPSimError(f"--config: cannot read {path}: {err.strerror}") from None
-    try:
-        if p.suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        elif p.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except Exception as err:  # noqa: BLE001 - any parse error becomes one line
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise PPSimError(f"--config: cannot parse {path}: {first}") from None
-    if not isinstance(data, dict):
-        raise PPSimError(f"--config: {path} must hold a mapping of scenario fields")
-    return data
+    return read_mapping(path, "--config", "scenario fields")
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

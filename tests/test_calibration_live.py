@@ -2,7 +2,7 @@
 shipped tiny-model profile predicting fresh whole-layer timings of shapes it never saw.
 
 Stated error: on this shared 2-core host the held-out whole-layer median |error| must be < 35%
-(the benchmark reports the figure of a full calibration; see docs/readme/calibration.md).
+(the benchmark reports the figure of a full calibration; see the README section "Calibration").
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 import simpy
 
 from ppsim.errors import PPSimError
-from ppsim.metrics.records import OpRecord, RequestRecord
+from ppsim.metrics.records import OpRecord, RequestRecord, record_token
 from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
 from ppsim.policy.pipelines import REPLICATED, build_core, pipe_options
 from ppsim.policy.requests import Request
@@ -114,14 +114,8 @@ class Simulation:
     def _emit(self, outputs: tuple) -> None:
         now = self.env.now
         for o in outputs:
-            rec = self.records[o.req_id]
-            rec.token_times.append(now)
             limit = self.requests[o.req_id].abort_after_tokens
-            if o.finished:
-                rec.finish_s, rec.status = now, "finished"
-                self._ended(o.req_id)
-            elif limit is not None and o.index >= limit and self.scheduler.abort(o.req_id):
-                rec.finish_s, rec.status = now, "aborted"
+            if record_token(self.records[o.req_id], o.index, o.finished, now, limit, self.scheduler.abort):
                 self._ended(o.req_id)
 
     def _on_launch(self, plan: Any) -> None:

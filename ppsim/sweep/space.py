@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from ppsim.config import EngineConfig, Scenario, _merge, format_validation_error
 from ppsim.errors import PPSimError
+from ppsim.fileio import read_mapping
 
 SECTIONS = ("name", "base", "space", "slo", "search")
 
@@ -94,30 +95,7 @@ class SweepSpace:
 
 
 def read_space_file(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as err:
-        raise PPSimError(f"--space: cannot read {path}: {err.strerror}") from None
-    try:
-        if p.suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(text)
-        elif p.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            raise PPSimError(f"--space: {path} must end in .toml, .yaml or .yml")
-    except PPSimError:
-        raise
-    except Exception as err:  # noqa: BLE001 - any parse error becomes one line
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise PPSimError(f"--space: cannot parse {path}: {first}") from None
-    if not isinstance(data, dict):
-        raise PPSimError(f"--space: {path} must hold a mapping with sections {', '.join(SECTIONS)}")
-    return data
+    return read_mapping(path, "--space", f"sections {', '.join(SECTIONS)}", (".toml", ".yaml", ".yml"))
 
 
 def axis_path(key: str) -> tuple[str, ...]:
