@@ -12,13 +12,12 @@ fixed chunk size as the baseline and plots TTFT against both.
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from ppsim.errors import PPSimError
+from ppsim.metrics.io import save_figure
 
 
 def _floats(text: str, flag: str) -> list[float]:
@@ -124,13 +123,7 @@ def plot_fit(result: dict[str, Any], path: Path) -> None:
     ax.set_title("SGLang dynamic chunking: TTFT vs initial chunk and smoothing")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=120)
 
 
 def cmd_fit_chunks(args: argparse.Namespace) -> int:

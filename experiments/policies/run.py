@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ppsim.config import build_scenario
-from ppsim.metrics.io import atomic_write
+from ppsim.metrics.io import atomic_write, save_figure
 from ppsim.policy.pipelines import BUILDERS
 from ppsim.run import run_scenario
 
@@ -126,9 +126,7 @@ def plot(rows: list[dict]) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    tmp = OUT / ".policies.tmp.png"
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(OUT / "policies.png")
+    save_figure(fig, OUT / "policies.png")
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from ppsim.metrics.io import atomic_write
+from ppsim.metrics.io import atomic_write, save_figure  # noqa: F401 - re-exported to the scripts
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -46,20 +46,6 @@ def write_result(out_dir: str | Path, name: str, title: str, rows: list[dict[str
     atomic_write(out / f"{name}.md", md)
     print(md)
     return md
-
-
-def save_figure(fig: Any, path: Path) -> None:
-    """Write a matplotlib figure atomically."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    atomic_write_bytes(path, buf.getvalue())
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def pyplot():  # noqa: ANN201 - matplotlib's module

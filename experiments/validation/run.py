@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ppsim.config import build_scenario
-from ppsim.metrics.io import atomic_write
+from ppsim.metrics.io import atomic_write, save_figure
 from ppsim.validate.run import validate
 
 HERE = Path(__file__).parent
@@ -117,7 +117,7 @@ def plot(rows: list[dict]) -> None:
     ax.set_ylabel("simulator error vs engine (%)")
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
-    fig.savefig(HERE / "errors.png", dpi=110)
+    save_figure(fig, HERE / "errors.png")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ppsim.metrics.io import atomic_write, dumps
+from ppsim.metrics.io import atomic_write, dumps, save_figure
 from ppsim.sweep.evaluate import RESULT_VERSION
 
 STATUS_ORDER = {"ok": 0, "slo-unmet": 1, "no-fit": 2, "error": 3}
@@ -138,11 +138,5 @@ def plot_pareto(results: list[dict[str, Any]], path: Path, title: str) -> bool:
     axs[0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
+    save_figure(fig, path)
     return True

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ppsim.metrics.io import atomic_write, dumps
+from ppsim.metrics.io import atomic_write, dumps, save_figure
 from ppsim.metrics.records import OpRecord, RequestRecord
 from ppsim.metrics.summary import request_latencies
 from ppsim.metrics.trace import trace_events
@@ -54,10 +53,7 @@ def cdf_plot(path: Path, engine: list[RequestRecord], sim: list[RequestRecord]) 
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def write_validation(out: Path, payload: dict[str, Any], engine_recs: list[RequestRecord],
