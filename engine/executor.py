@@ -76,7 +76,7 @@ class EngineExecutor:
         self.last_progress = 0.0
         self.stage_times: list[list[StageTimes]] = [[] for _ in range(self.num_stages)]
         self.core_ops: list[OpRecord] = []
-        self.aborts: list[tuple[float, int]] = []  # heap of (abort_at_s, request id) of sent requests
+        self.aborts: list[tuple[float, int]] = []  # heap of (abort time, request id) of sent requests
         # async scheduling: (request, epoch, position) -> step that samples the token at that position
         self.forward_sampled = bool(getattr(self.scheduler.limits, "async_placeholders", False))
         self.sampled_by: dict[tuple[int, int, int], int] = {}
@@ -98,7 +98,7 @@ class EngineExecutor:
             self._abort(heapq.heappop(self.aborts)[1], now)
 
     def _abort(self, req_id: int, now: float) -> None:
-        """The client cancels (``Request.abort_at_s``): the scheduler drops it and frees its blocks."""
+        """The client cancels (``Request.abort_after_s``): the scheduler drops it and frees its blocks."""
         if self.scheduler.abort(req_id):
             rec = self.records[req_id]
             rec.finish_s, rec.status = now, "aborted"
@@ -111,8 +111,8 @@ class EngineExecutor:
         if not self.scheduler.add_request(req):
             rec.status = "rejected"
             self._ended(req.req_id)
-        elif req.abort_at_s is not None:
-            heapq.heappush(self.aborts, (req.abort_at_s, req.req_id))
+        elif req.abort_after_s is not None:
+            heapq.heappush(self.aborts, (now + req.abort_after_s, req.req_id))
 
     def _ended(self, _req_id: int) -> None:
         self.pending -= 1

@@ -214,9 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = ["simulate", *argv]  # flags alone (or nothing) run `ppsim simulate`
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["simulate", *(argv or [])])
     handler = getattr(args, "handler", None) or COMMANDS[args.command][0]
     try:
         return handler(args)
@@ -226,6 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `ppsim models | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

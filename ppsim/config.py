@@ -173,9 +173,15 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+UNION_PREFIXES = ("function-", "literal[", "list[")  # pydantic's names for union branches in a loc
+UNION_NAMES = {"str", "int", "float", "DeviceSpec", "LinkSpec"}
+
+
 def format_validation_error(err: ValidationError) -> str:
-    e = err.errors()[0]
-    loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith(("function-", "literal[", "list[")))
+    errs = err.errors()
+    # a custom table given for a ``str | Spec`` field: report the table's error, not "not a string"
+    e = next((x for x in errs if x["type"] != "string_type"), errs[0])
+    loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith(UNION_PREFIXES) and str(x) not in UNION_NAMES)
     msg = e["msg"].removeprefix("Value error, ")
     return f"{loc or 'scenario'}: {msg} (got {e.get('input')!r})" if "input" in e and not isinstance(
         e.get("input"), dict

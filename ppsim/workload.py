@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -45,10 +46,16 @@ def synthetic(cfg: WorkloadConfig, seed: int) -> list[Request]:
     return [Request(i, float(times[i]), int(ins[i]), int(outs[i])) for i in range(n)]
 
 
+def _optional(row: dict, key: str, kind: type) -> Any:
+    v = row.get(key)
+    return kind(v) if v not in (None, "") else None
+
+
 def read_trace(path: str) -> list[Request]:
-    """CSV with a header ``arrival_s,input_tokens,output_tokens`` (optional ``abort_after_tokens``)."""
+    """CSV with a header ``arrival_s,input_tokens,output_tokens``, optionally ``abort_after_tokens``
+    (the client cancels after that many output tokens) and ``abort_after_s`` (after that long)."""
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.DictReader(f))
     except OSError as err:
         raise PPSimError(f"workload.trace: cannot read {path}: {err.strerror}") from None
@@ -56,15 +63,20 @@ def read_trace(path: str) -> list[Request]:
         raise PPSimError(f"workload.trace: {path} needs a header with columns {', '.join(TRACE_COLUMNS)}")
     reqs = []
     for i, row in enumerate(rows):
+        where = f"workload.trace: {path} row {i + 2}"
         try:
             t, n_in, n_out = float(row["arrival_s"]), int(row["input_tokens"]), int(row["output_tokens"])
-            abort = row.get("abort_after_tokens") or None
-            abort_n = int(abort) if abort is not None else None
+            abort_n = _optional(row, "abort_after_tokens", int)
+            abort_s = _optional(row, "abort_after_s", float)
         except (TypeError, ValueError):
-            raise PPSimError(f"workload.trace: {path} row {i + 2} has a non-numeric value") from None
-        if t < 0 or n_in < 1 or n_out < 1:
-            raise PPSimError(f"workload.trace: {path} row {i + 2}: arrival_s >= 0 and token counts >= 1 required")
-        reqs.append(Request(i, t, n_in, n_out, abort_n))
+            raise PPSimError(f"{where} has a non-numeric value") from None
+        if not math.isfinite(t) or t < 0 or n_in < 1 or n_out < 1:
+            raise PPSimError(f"{where}: arrival_s must be finite and >= 0, token counts >= 1")
+        if abort_n is not None and not 1 <= abort_n < n_out:
+            raise PPSimError(f"{where}: abort_after_tokens must be in [1, output_tokens - 1]")
+        if abort_s is not None and not (math.isfinite(abort_s) and abort_s >= 0):
+            raise PPSimError(f"{where}: abort_after_s must be finite and >= 0")
+        reqs.append(Request(i, t, n_in, n_out, abort_n, abort_s))
     reqs.sort(key=lambda r: (r.arrival_s, r.req_id))
     return reqs
 
@@ -74,7 +86,7 @@ def apply_aborts(reqs: list[Request], rate: float, window_s: float, seed: int) -
 
     Half of them (those with more than one output token) cancel mid-decode after a uniform number
     of tokens in [1, output - 1]; the rest cancel at a uniform time in [0, ``window_s``) after
-    arrival, wherever they are then (waiting, mid-prefill or decoding). Its own random stream, so
+    being sent, wherever they are then (waiting, mid-prefill or decoding). Its own random stream, so
     the request lengths and arrivals do not change with the rate.
     """
     if rate <= 0 or not reqs:
@@ -89,7 +101,7 @@ def apply_aborts(reqs: list[Request], rate: float, window_s: float, seed: int) -
         elif kind[i] < 0.5 and r.output_len > 1:
             out.append(replace(r, abort_after_tokens=1 + int(frac[i] * (r.output_len - 1))))
         else:
-            out.append(replace(r, abort_at_s=r.arrival_s + float(delay[i])))
+            out.append(replace(r, abort_after_s=float(delay[i])))
     return out
 
 

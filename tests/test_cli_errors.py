@@ -19,6 +19,9 @@ import pytest
         (["--config", "/nonexistent/scenario.toml"], "--config: cannot read"),
         (["--gpu-memory-utilization", "1.5"], "engine.gpu_memory_utilization"),
         (["--model", "llama-3-70b", "-pp", "1"], "memory: stage 0"),
+        (["--model", "llama-3-8b", "-tp", "3"], "tensor_parallel_size: 32 attention heads"),
+        (["--no-enable-chunked-prefill", "--max-num-batched-tokens", "512", "--random-input-len", "1024"],
+         "engine.max_num_batched_tokens: 512 is below a 1024-token prompt"),
     ],
 )
 def test_bad_input_one_line_exit_2(ppsim_cli, tmp_path, args, fragment):
@@ -50,3 +53,27 @@ def test_bad_model_config_json(ppsim_cli, tmp_path):
     cfg.write_text('{"hidden_size": 64}')
     r = ppsim_cli("simulate", "--model", str(cfg))
     assert r.returncode == 2 and "missing field" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "rows,fragment",
+    [
+        ("inf,100,10", "arrival_s must be finite"),
+        ("nan,100,10", "arrival_s must be finite"),
+        ("0,100,10,20", "abort_after_tokens must be in"),
+    ],
+)
+def test_bad_trace_rows(ppsim_cli, tmp_path, rows, fragment):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens,abort_after_tokens\n" + rows + "\n")
+    out = tmp_path / "out"
+    r = ppsim_cli("simulate", "--model", "tiny", "--trace", str(trace), "--output-dir", str(out))
+    assert r.returncode == 2 and fragment in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_custom_hardware_error_names_the_field(ppsim_cli, tmp_path):
+    cfg = tmp_path / "h.toml"
+    cfg.write_text('hardware = {name = "x", peak_tflops = -5, hbm_bandwidth_gbps = 100, memory_gib = 80}\n')
+    r = ppsim_cli("simulate", "--config", str(cfg))
+    assert r.returncode == 2 and r.stderr.startswith("error: hardware.peak_tflops:")

@@ -47,5 +47,7 @@ def test_summary_has_vllm_keys(tmp_path, ppsim_cli):
     trace = json.loads((out / "trace.json").read_text())
     names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert {"stage0", "stage1", "link0->1"} <= names
+    tokens = (out / "tokens.csv").read_text().splitlines()
+    assert tokens[0] == "request_id,index,time_s" and len(tokens) == 1 + s["total_output_tokens"]
     header = (out / "requests.csv").read_text().splitlines()[0]
     assert header.startswith("request_id,status,arrival_s")

@@ -112,7 +112,7 @@ def test_aborts_free_kv_on_every_stage():
     s = scenario()
     reqs = [
         Request(0, 0.0, 30, 8, abort_after_tokens=3),  # cancelled mid-decode
-        Request(1, 0.0, 400, 4, abort_at_s=0.05),  # long prompt, 32-token chunks: cancelled mid-prefill
+        Request(1, 0.0, 400, 4, abort_after_s=0.05),  # long prompt, 32-token chunks: cancelled mid-prefill
         Request(2, 0.0, 25, 5),
     ]
     run = run_engine(s, options=EngineOptions(kv_num_blocks=64), requests=reqs)

@@ -129,7 +129,7 @@ def test_abort_rate_is_seeded_and_splits_kinds():
     assert [(r.arrival_s, r.prompt_len, r.output_len) for r in a] == [
         (r.arrival_s, r.prompt_len, r.output_len) for r in plain]
     by_tok = sum(r.abort_after_tokens is not None for r in a)
-    by_time = sum(r.abort_at_s is not None for r in a)
+    by_time = sum(r.abort_after_s is not None for r in a)
     assert 60 < by_tok + by_time < 140 and by_tok > 20 and by_time > 20
 
 

@@ -47,7 +47,7 @@ def check_run(policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt
         else:
             assert n < rec.output_tokens or rec.status == "rejected"
         limit = by_id[rec.req_id].abort_after_tokens
-        if rec.status == "aborted" and limit is not None and by_id[rec.req_id].abort_at_s is None:
+        if rec.status == "aborted" and limit is not None and by_id[rec.req_id].abort_after_s is None:
             assert n == limit
     # Ordering: tokens reach the core in order, one at a time.
     for rid, idx in trace.emitted.items():

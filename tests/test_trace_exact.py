@@ -85,3 +85,21 @@ def test_launch_latency_delays_first_stage_and_keeps_order():
     env.run()
     got = [(o.step_id, round(o.start_s * 1e3, 9)) for o in ops if o.track == "stage0"]
     assert got == [(0, 3.0), (1, 5.0)]
+
+
+def test_overlapped_sends_do_not_hold_the_next_compute():
+    # same pipeline as the first test, but sends overlap compute (SGLang / TensorRT-LLM): stage 0 runs
+    # back to back; each send waits only for the link to be free.
+    env = simpy.Environment()
+    ops = []
+    stages = (StageSpec(0, 0, 1, True, False), StageSpec(1, 1, 2, False, True))
+    pipe = PipelineSim(env, stages, PerStageCost([0.002, 0.003], 0.001), lambda n: 0.0, ops, overlap_sends=True)
+    for m in range(3):
+        pipe.launch(make_plan(m, [PlanItem(m, 0, 4, True, True)]))
+    env.run()
+    got = [(o.track, o.step_id, round(o.start_s * 1e3, 9), round(o.end_s * 1e3, 9)) for o in ops]
+    assert sorted(got, key=lambda x: (x[0], x[1])) == [
+        ("link0->1", 0, 2.0, 3.0), ("link0->1", 1, 4.0, 5.0), ("link0->1", 2, 6.0, 7.0),
+        ("stage0", 0, 0.0, 2.0), ("stage0", 1, 2.0, 4.0), ("stage0", 2, 4.0, 6.0),
+        ("stage1", 0, 3.0, 6.0), ("stage1", 1, 6.0, 9.0), ("stage1", 2, 9.0, 12.0),
+    ]

@@ -52,6 +52,9 @@ def test_trace_replay(tmp_path):
     p.write_text("arrival_s,input_tokens,output_tokens\n0.5,100,10\n0.0,20,3\n")
     reqs = read_trace(str(p))
     assert [(r.arrival_s, r.prompt_len, r.output_len) for r in reqs] == [(0.0, 20, 3), (0.5, 100, 10)]
+    p.write_text("\ufeffarrival_s,input_tokens,output_tokens,abort_after_s\n0.0,20,3,0.25\n")  # BOM, as Excel writes
+    (r,) = read_trace(str(p))
+    assert r.abort_after_s == 0.25 and r.abort_after_tokens is None
     p.write_text("arrival,input\n1,2\n")
     with pytest.raises(PPSimError, match="needs a header"):
         read_trace(str(p))

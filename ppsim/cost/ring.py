@@ -12,6 +12,12 @@ launched ``depth`` iterations earlier (``next_first_rank_mb_id = (mb_id + pp) % 
 is already done, and the post-processing overlaps the GPU: hidden. The return time is one hop,
 ``link_time(output bytes)``, instead of the engine-core relay of vLLM. Not modelled: the
 ``depth``-iteration deferral of that send (outputs leave the last rank in step with later batches).
+
+TensorRT-LLM's sample-state ring (``py_executor.py::_executor_loop_pp``) takes the same route:
+last rank -> rank 0 (one hop, ``return_time``), then rank 0 forwards it to rank 1 (and so on). With
+the synchronous relay (``TLLM_PP_ASYNC_BROADCAST_SAMPLE_STATE=0``) that forward is a send on rank 0's
+executor thread, so one more hop sits on its critical path: ``relay_time``. It has no straggler
+(``straggler_us = 0``).
 """
 
 from __future__ import annotations
@@ -49,6 +55,10 @@ class RingReturnCost:
 
     def launch_time(self, n: int) -> float:
         return self.inner.launch_time(n)
+
+    def relay_time(self, n: int) -> float:
+        """Forwarding ``n`` requests' sample state one hop down the ring from rank 0's executor thread."""
+        return self.inner.link_time(OUTPUT_BYTES_PER_REQ * max(n, 1))
 
     def return_time(self, n: int) -> float:
         return self.inner.link_time(OUTPUT_BYTES_PER_REQ * max(n, 1))

@@ -74,12 +74,28 @@ def ops_csv(ops: list[OpRecord]) -> str:
     return buf.getvalue()
 
 
+def tokens_csv(requests: list[RequestRecord]) -> str:
+    """Every output token's time: one row per (request, token index)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["request_id", "index", "time_s"])
+    for r in requests:
+        w.writerows((r.req_id, i, t) for i, t in enumerate(r.token_times, start=1))
+    return buf.getvalue()
+
+
 def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any], requests: list[RequestRecord],
               ops: list[OpRecord], trace: dict[str, Any]) -> Path:
+    """All files of a run; every text is built before the first file is written."""
     out = Path(out_dir)
-    atomic_write(out / "config.json", config_json + "\n")
-    atomic_write(out / "requests.csv", requests_csv(requests))
-    atomic_write(out / "stage_ops.csv", ops_csv(ops))
-    atomic_write(out / "trace.json", json.dumps(trace))
-    atomic_write(out / "summary.json", dumps(summary))
+    files = {
+        "config.json": config_json + "\n",
+        "requests.csv": requests_csv(requests),
+        "tokens.csv": tokens_csv(requests),
+        "stage_ops.csv": ops_csv(ops),
+        "trace.json": json.dumps(trace, allow_nan=False),
+        "summary.json": dumps(summary),
+    }
+    for name, text in files.items():
+        atomic_write(out / name, text)
     return out

@@ -111,6 +111,10 @@ def format_summary(s: dict[str, Any], title: str = "Serving Benchmark Result") -
         lines.append(f"{label:<40}{v:<10}")
 
     row("Successful requests:", s["completed"])
+    if s.get("failed"):
+        row("Failed requests:", s["failed"])
+    if s.get("aborted"):
+        row("Aborted requests:", s["aborted"])
     row("Benchmark duration (s):", s["duration"])
     row("Total input tokens:", s["total_input_tokens"])
     row("Total generated tokens:", s["total_output_tokens"])

@@ -55,11 +55,17 @@ class PipeOptions:
     ``token_path``: how a plan's ``deps`` (steps whose sampled tokens the first stage needs) are
     met: ``core`` when the engine core has them and forwards them, ``broadcast`` when the last stage
     broadcasts them to every rank (MRV2 ``PPHandler``). ``broadcast_serialized``: the broadcast
-    shares the p2p communicator, so it holds up every stage's sends.
+    shares the p2p communicator, so it holds up every stage's sends. ``overlap_sends``: a stage's
+    next compute does not wait for its previous send; only the next send does. vLLM's worker waits
+    on ``_pp_send_work`` at the start of ``execute_model`` (so the next compute waits); SGLang waits
+    on ``send_proxy_work`` before its next send (``scheduler_pp_mixin.py``) and TensorRT-LLM on the
+    slot's previous send handle before reusing its buffer (``py_executor.py``), so their sends
+    overlap the next compute.
     """
 
     token_path: Literal["core", "broadcast"] = "core"
     broadcast_serialized: bool = False
+    overlap_sends: bool = False
 
 
 def pp_throttle_cap(max_num_seqs: int, pp: int) -> int:
@@ -156,4 +162,6 @@ def build_core(knobs: PolicyKnobs, kv: BlockPool) -> EngineCore:
 def pipe_options(knobs: PolicyKnobs) -> PipeOptions:
     if knobs.policy == "vllm-mrv2":
         return PipeOptions("broadcast", knobs.pp_broadcast == "serialized")
+    if knobs.policy in ("sglang-ring", "trtllm-slots"):
+        return PipeOptions(overlap_sends=True)
     return PipeOptions()

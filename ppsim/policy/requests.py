@@ -15,7 +15,7 @@ class Request:
     prompt_len: int
     output_len: int
     abort_after_tokens: int | None = None  # client cancels once this many tokens were produced
-    abort_at_s: float | None = None  # client cancels at this time, wherever the request is (e.g. mid-prefill)
+    abort_after_s: float | None = None  # client cancels this long after sending it, wherever it is (mid-prefill...)
 
 
 class Status(enum.Enum):

@@ -96,6 +96,27 @@ def build_cost(s: Scenario, shape: ModelShape, device: DeviceSpec) -> CostModel:
     return AnalyticCost(shape, device, link, tp_link, s.cluster.tensor_parallel_size, s.cost, s.engine.cpu)
 
 
+def check_tensor_parallel(shape: ModelShape, tp: int) -> None:
+    """vLLM's rules: query heads divide evenly over the TP group; KV heads are split or replicated evenly."""
+    if shape.num_heads % tp:
+        raise PPSimError(f"tensor_parallel_size: {shape.num_heads} attention heads of {shape.name} do not divide "
+                         f"over {tp} GPUs; use a divisor of {shape.num_heads}")
+    kv = shape.num_kv_heads
+    if (kv % tp) if tp <= kv else (tp % kv):
+        raise PPSimError(f"tensor_parallel_size: {kv} KV heads of {shape.name} can be neither split nor replicated "
+                         f"evenly over {tp} GPUs; use a divisor or a multiple of {kv}")
+
+
+def check_prompt_budget(s: Scenario, requests: list[Request]) -> None:
+    """Without chunked prefill a prompt must fit one step's token budget (vLLM refuses such a config)."""
+    if s.engine.enable_chunked_prefill or not requests:
+        return
+    longest = max(r.prompt_len for r in requests)
+    if longest > s.engine.max_num_batched_tokens:
+        raise PPSimError(f"engine.max_num_batched_tokens: {s.engine.max_num_batched_tokens} is below a "
+                         f"{longest}-token prompt with chunked prefill disabled; raise it or enable chunked prefill")
+
+
 def prepare(s: Scenario, requests: list[Request] | None = None) -> Prepared:
     shape = load_model(s.model).with_dtypes(
         None if s.weight_dtype == "auto" else s.weight_dtype,
@@ -103,6 +124,7 @@ def prepare(s: Scenario, requests: list[Request] | None = None) -> Prepared:
     )
     device = resolve_device(s.hardware)
     c = s.cluster
+    check_tensor_parallel(shape, c.tensor_parallel_size)
     topo = build_topology(shape, c.pipeline_parallel_size, c.tensor_parallel_size, c.layer_partition)
     e = s.engine
     mem = tuple(
@@ -112,5 +134,8 @@ def prepare(s: Scenario, requests: list[Request] | None = None) -> Prepared:
     cost = build_cost(s, shape, device)
     if e.policy == "sglang-ring":  # outputs return over the ring: one hop plus the last rank's post-processing
         cost = RingReturnCost(cost, e.cpu.update_us, e.cpu.update_per_req_us, e.pp_async_batch_depth)
+    elif e.policy == "trtllm-slots":  # the sample-state ring: one hop to rank 0, then forwarded inline (sync)
+        cost = RingReturnCost(cost, 0.0, 0.0, depth=1)
     reqs = requests if requests is not None else build_workload(s.workload, s.seed)
+    check_prompt_budget(s, reqs)
     return Prepared(s, shape, device, topo, mem, pipeline_blocks(list(mem)), cost, reqs)

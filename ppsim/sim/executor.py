@@ -46,7 +46,7 @@ class Simulation:
         opts = pipe_options(knobs)
         self.pipe = PipelineSim(self.env, prep.topology.stages, prep.cost,
                                 lambda n: prep.shape.seam_bytes(n, tp), self.ops,
-                                opts.token_path, opts.broadcast_serialized)
+                                opts.token_path, opts.broadcast_serialized, opts.overlap_sends)
         self.pipe.track_tokens = getattr(self.scheduler.limits, "async_placeholders", False)
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
         self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len)
@@ -65,9 +65,8 @@ class Simulation:
             rec.status = "rejected"
             self._ended(req.req_id)
             return
-        if req.abort_at_s is not None:
-            delay = max(0.0, req.abort_at_s - self.env.now)
-            self.env.timeout(delay).callbacks.append(lambda _e, r=req.req_id: self._abort(r))
+        if req.abort_after_s is not None:
+            self.env.timeout(req.abort_after_s).callbacks.append(lambda _e, r=req.req_id: self._abort(r))
         if self.wakeup is not None and not self.wakeup.triggered:
             self.wakeup.succeed()
 

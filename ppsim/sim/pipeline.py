@@ -1,10 +1,11 @@
 """Stage and link processes: a micro-batch flows stage 0 -> ... -> last, then back to the core.
 
-A stage takes micro-batches in order. Before computing the next one it waits for its previous
-send to finish (vLLM's worker waits on ``_pp_send_work`` before reusing buffers); the send itself
-overlaps the stage's next compute otherwise. A link carries one send at a time, each taking
-``cost.link_time(seam bytes)``. The last stage samples and returns the tokens to the engine core
-after ``cost.return_time``.
+A stage takes micro-batches in order. With vLLM's worker it waits for its previous send to finish
+before computing the next one (``_pp_send_work`` is waited at the start of ``execute_model``), so a
+send overlaps only the time until the next micro-batch arrives; with ``overlap_sends`` (SGLang,
+TensorRT-LLM: they wait on the previous send only before the next send) the send overlaps the next
+compute. A link carries one send at a time, each taking ``cost.link_time(seam bytes)``. The last
+stage samples and returns the tokens to the engine core after ``cost.return_time``.
 
 A plan with ``deps`` (async scheduling) starts on the first stage only once the sampled tokens of
 those steps are there: via the engine core (``token_path="core"``: when the core has them, plus
@@ -36,6 +37,7 @@ class PipelineSim:
         ops: list[OpRecord],
         token_path: str = "core",
         broadcast_serialized: bool = False,
+        overlap_sends: bool = False,
     ) -> None:
         self.env, self.stages, self.cost, self.seam_bytes, self.ops = env, stages, cost, seam_bytes, ops
         self.inbox = [simpy.Store(env) for _ in stages]
@@ -44,6 +46,7 @@ class PipelineSim:
         self.in_flight = 0
         self.token_path = token_path
         self.broadcast_serialized = broadcast_serialized
+        self.overlap_sends = overlap_sends
         self.token_ready: dict[int, simpy.Event] = {}  # step -> its sampled tokens are at the first stage
         self.track_tokens = False  # set by the executor when the policy schedules ahead of its tokens
         self.send_free = [0.0] * len(stages)  # when each stage's previous send (or broadcast) completes
@@ -107,7 +110,7 @@ class PipelineSim:
                     ev = self._ready(d)
                     if not ev.processed:
                         yield ev
-            if env.now < free[i]:
+            if env.now < free[i] and not self.overlap_sends:
                 yield env.timeout(free[i] - env.now)
             start = env.now
             yield env.timeout(cost.stage_time(st, plan))
@@ -117,11 +120,11 @@ class PipelineSim:
             )
             if nxt is not None:
                 nbytes = self.seam_bytes(plan.num_tokens)
-                tx = cost.link_time(nbytes)
-                free[i] = env.now + tx
-                ops.append(OpRecord(link_track, "send", plan.step_id, env.now, env.now + tx, plan.num_tokens,
+                begin = max(env.now, free[i])  # the link carries one send at a time
+                free[i] = begin + cost.link_time(nbytes)
+                ops.append(OpRecord(link_track, "send", plan.step_id, begin, free[i], plan.num_tokens,
                                     plan.num_reqs, nbytes=nbytes))
-                env.timeout(tx).callbacks.append(lambda _e, p=plan, box=nxt: box.put(p))
+                env.timeout(free[i] - env.now).callbacks.append(lambda _e, p=plan, box=nxt: box.put(p))
             else:
                 if self.track_tokens and plan.num_samples:
                     self._tokens_out(plan)
