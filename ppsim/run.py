@@ -10,6 +10,7 @@ from ppsim.config import Scenario, scenario_json
 from ppsim.metrics.io import write_run
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
+from ppsim.policy.pipelines import REPLICATED
 from ppsim.sim.build import Prepared, prepare
 from ppsim.sim.executor import SimResult, simulate
 
@@ -21,6 +22,15 @@ class RunOutput:
 
 
 def kv_figures(prep: Prepared, peak_used: int) -> dict[str, Any]:
+    """KV capacity of the deployment: per pipeline, or per replica for the data-parallel ``no-pp``."""
+    if prep.scenario.engine.policy in REPLICATED:
+        from ppsim.sim.replicas import replica_prepared
+
+        return {**_pipeline_kv(replica_prepared(prep), peak_used), "kv_replicas": len(prep.topology.stages)}
+    return _pipeline_kv(prep, peak_used)
+
+
+def _pipeline_kv(prep: Prepared, peak_used: int) -> dict[str, Any]:
     bs = prep.scenario.engine.block_size
     reqs = prep.requests
     mean_len = sum(r.prompt_len + r.output_len for r in reqs) / max(1, len(reqs))

@@ -10,6 +10,7 @@ from hypothesis import strategies as hs
 
 from ppsim.policy.pipelines import BUILDERS, mrv2_decode_cap, pp_throttle_cap
 from ppsim.policy.requests import Request
+from ppsim.policy.sglang import micro_batch_cap
 from tests.policy_harness import ASYNC_POLICIES, run_policy
 
 POLICIES = sorted(BUILDERS)
@@ -23,9 +24,9 @@ def workloads(draw: hs.DrawFn) -> list[Request]:
         t += draw(hs.sampled_from([0.0, 0.0, 0.001, 0.02]))
         out = draw(hs.integers(1, 10))
         abort_tok = draw(hs.one_of(hs.none(), hs.integers(1, 10))) if draw(hs.booleans()) else None
-        abort_at = t + draw(hs.floats(0, 0.01)) if draw(hs.integers(0, 5)) == 0 else None
+        abort_after = draw(hs.floats(0, 0.01)) if draw(hs.integers(0, 5)) == 0 else None
         reqs.append(Request(i, t, draw(hs.integers(1, 160)), out,
-                            abort_tok if abort_tok is not None and abort_tok < out else None, abort_at))
+                            abort_tok if abort_tok is not None and abort_tok < out else None, abort_after))
     return reqs
 
 
@@ -57,8 +58,10 @@ def check_run(policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt
         assert pool.peak_used <= pool.num_blocks
         assert pool.num_used == 0 and pool.holders() == 0
     # Budgets.
-    throttle = pp_throttle_cap(max_num_seqs, pp) if pp > 1 and policy in (
+    throttle = pp_throttle_cap(max_num_seqs, pp) if pp > 1 and engine.get("pp_throttle", True) and policy in (
         "vllm-batch-queue", "vllm-async", "vllm-mrv2") else None
+    ring_cap = micro_batch_cap(max_num_seqs, pp, engine.get("pp_max_micro_batch_size")) \
+        if policy == "sglang-ring" else None
     dcap = mrv2_decode_cap(max_num_seqs, pp) if policy == "vllm-mrv2" and engine.get("mrv2_decode_cap") else None
     for plan in trace.launches:
         assert plan.num_tokens <= mnbt and plan.num_reqs <= max_num_seqs
@@ -68,6 +71,8 @@ def check_run(policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt
             assert sum(it.start == 0 for it in plan.items) <= throttle
         if dcap is not None:
             assert sum(not it.is_prefill for it in plan.items) <= dcap
+        if ring_cap is not None:
+            assert plan.num_reqs <= ring_cap
     if policy == "no-pp":
         return  # replicas reuse step ids; each is a one-stage synchronous core
     # Ordering in the pipeline: a request's next sampling item starts on stage 0 only after the
@@ -104,10 +109,12 @@ def check_run(policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt
 @given(reqs=workloads(), pp=hs.integers(1, 4), max_num_seqs=hs.integers(1, 6), mnbt=hs.integers(16, 200),
        blocks=hs.integers(6, 40), decode_cap=hs.booleans(), serialized=hs.booleans(),
        ub=hs.integers(8, 64), copies=hs.integers(1, 4), relay=hs.sampled_from(["sync", "async"]),
-       routing=hs.sampled_from(["round-robin", "least-loaded"]))
+       routing=hs.sampled_from(["round-robin", "least-loaded"]), throttle=hs.booleans(),
+       depth=hs.integers(0, 2), mb_cap=hs.one_of(hs.none(), hs.integers(1, 4)))
 def test_policy_invariants(policy, reqs, pp, max_num_seqs, mnbt, blocks, decode_cap, serialized, ub, copies,
-                           relay, routing):
+                           relay, routing, throttle, depth, mb_cap):
     engine = {"mrv2_decode_cap": decode_cap, "pp_broadcast": "serialized" if serialized else "overlapped",
               "llamacpp_ubatch_tokens": ub, "llamacpp_n_copies": copies, "trtllm_relay": relay,
-              "dp_routing": routing, "block_size": 16}
+              "dp_routing": routing, "block_size": 16, "pp_throttle": throttle,
+              "pp_async_batch_depth": depth, "pp_max_micro_batch_size": mb_cap}
     check_run(policy, pp, reqs, max_num_seqs, mnbt, blocks, engine)

@@ -45,8 +45,10 @@ def test_conservation_every_request_once_and_tokens_add_up():
         assert pre >= out.summary["total_input_tokens"]
 
 
-def test_closed_loop_never_exceeds_max_concurrency():
-    out = run_scenario(_scenario(num_prompts=80, request_rate="inf", max_concurrency=5))
+@pytest.mark.parametrize("policy", ["vllm-batch-queue", "no-pp"])
+def test_closed_loop_never_exceeds_max_concurrency(policy):
+    s = _scenario(num_prompts=80, request_rate="inf", max_concurrency=5)
+    out = run_scenario(s.model_copy(update={"engine": s.engine.model_copy(update={"policy": policy})}))
     recs = out.result.requests
     events = sorted([(r.sent_s, 1) for r in recs] + [(r.finish_s, -1) for r in recs], key=lambda x: (x[0], x[1]))
     level = peak = 0

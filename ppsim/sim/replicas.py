@@ -59,8 +59,9 @@ def replica_prepared(prep: Prepared) -> Prepared:
     try:
         rp = prepare(one, prep.requests)
     except PPSimError as err:
+        why = str(err).split("; raise")[0]  # the stage-level advice (more stages) does not apply here
         raise PPSimError(f"engine.policy: no-pp puts the whole model on each group of "
-                         f"{s.cluster.tensor_parallel_size} GPU(s) and it does not fit ({err}); "
+                         f"{s.cluster.tensor_parallel_size} GPU(s) and it does not fit ({why}); "
                          "raise --tensor-parallel-size or pick a pipeline policy") from None
     return replace(rp, scenario=one)
 
@@ -74,18 +75,33 @@ def simulate_replicas(prep: Prepared, observer: Callable[[Any], None] | None = N
     mode = prep.scenario.engine.dp_routing
     owner: dict[int, int] = {}
 
+    def submit(i: int, req: Any) -> simpy.Event:
+        k = route(mode, i, [r.pending for r in router.replicas])
+        owner[req.req_id] = k
+        rep = router.replicas[k]
+        rep.pending += 1
+        done = rep.finish_events[req.req_id] = env.event()
+        rep._submit(req)
+        return done
+
+    def closed_loop_one(i: int, req: Any, sem: simpy.Resource) -> Generator[simpy.Event, Any, None]:
+        with sem.request() as slot:  # the client's semaphore spans all replicas, as vllm bench serve's
+            yield slot
+            done = submit(i, req)
+            if not done.triggered:
+                yield done
+
     def client() -> Generator[simpy.Event, Any, None]:
+        limit = prep.scenario.workload.max_concurrency
+        sem = simpy.Resource(env, capacity=limit) if limit else None
         for i, req in enumerate(sorted(prep.requests, key=lambda r: (r.arrival_s, r.req_id))):
             if req.arrival_s > env.now:
                 yield env.timeout(req.arrival_s - env.now)
-            k = route(mode, i, [r.pending for r in router.replicas])
-            owner[req.req_id] = k
-            rep = router.replicas[k]
-            rep.pending += 1
-            rep._submit(req)
+            if sem is None:
+                submit(i, req)
+            else:
+                env.process(closed_loop_one(i, req, sem))
 
-    if prep.scenario.workload.max_concurrency:
-        raise PPSimError("workload.max_concurrency: not supported with policy no-pp yet; use --request-rate")
     env.process(client())
     cores = [env.process(r._core()) for r in router.replicas]
     env.run(until=simpy.AllOf(env, cores))
