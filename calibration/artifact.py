@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import platform
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ppsim.cost.profiled import SCHEMA_VERSION
+from ppsim.errors import PPSimError
 from ppsim.metrics.io import atomic_write, dumps
 from ppsim.models.shape import ModelShape
 
@@ -36,6 +38,22 @@ def device_name(device: str) -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def check_output_dir(out: str | Path, flag: str = "--output") -> None:
+    """Raise unless ``out`` is, or can be created as, a writable directory (checked before any work)."""
+    d = Path(out)
+    if d.exists() and not d.is_dir():
+        raise PPSimError(f"{flag}: {d} exists and is not a directory; pick a directory path")
+    p = d
+    while not p.exists():
+        if p.parent == p:
+            break
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        raise PPSimError(f"{flag}: cannot create {d}: {p} is a file, not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise PPSimError(f"{flag}: cannot create or write {d}: {p} is not writable")
 
 
 def base_meta(shape: ModelShape, source: str, device: str, dtype: str, threads: int | None, tp: int,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from calibration.artifact import base_meta, device_name, write_artifact
+from calibration.artifact import base_meta, check_output_dir, device_name, write_artifact
 from calibration.fit import fit_select, fit_to_json, predict
 from ppsim.cost.profiled import OpFit, Profile, ProfiledCost
 from ppsim.errors import PPSimError
@@ -110,7 +110,12 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
 
     ``clock`` "auto" times CPU operators by thread CPU time when one torch thread runs them (robust on
     a shared host), else by wall clock; CUDA always uses CUDA events; the link always wall clock.
+    ``threads`` >= 1 sets torch's CPU threads (``None`` leaves torch's default). ``threads`` and ``out``
+    are checked before any profiling.
     """
+    if threads is not None and threads < 1:
+        raise PPSimError(f"--threads: {threads} is not a thread count; use 1 or more (default 1)")
+    check_output_dir(out)
     import torch
 
     from calibration.layer import TORCH_DTYPES, Layer
@@ -127,7 +132,7 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
     dtype = dtype or shape.dtype
     if dtype not in TORCH_DTYPES:
         raise PPSimError(f"--dtype: {dtype} is not one of {', '.join(TORCH_DTYPES)}")
-    if threads:
+    if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
     grid = QUICK if quick else FULL
@@ -164,7 +169,8 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
         rows += lrows
     # the profile is of this dtype: a scenario whose model runs another dtype must not load it
     nbytes = torch.empty(0, dtype=TORCH_DTYPES[dtype]).element_size()
-    measured = shape.model_copy(update={"dtype": dtype, "dtype_bytes": nbytes})
+    measured = shape.model_copy(update={"dtype": dtype, "dtype_bytes": nbytes, "weight_dtype": dtype,
+                                        "kv_cache_dtype": dtype})
     meta = base_meta(measured, "ppsim calibrate", device_name(device), dtype, torch.get_num_threads(), 1,
                      torch.__version__)
     meta.update({"grid": kind, "clock": clock, "rounds": rounds, "link_backend": backend, "layer_stack": stack,

@@ -27,7 +27,10 @@ Missing, and modelled instead (each listed in ``meta.json["missing"]``): ``final
 ``input_layernorm`` table: the same RMSNorm over all tokens); ``lm_head`` (roofline of the device
 preset: max(weight bytes / bandwidth, FLOPs / peak), efficiencies 0.8 / 0.7); attention for every
 model but Llama-2-70B on A100 (roofline: 4 q_dim FLOPs per query-key pair; decode reads 2 kv_dim
-bytes per context token); CPU overheads on H100 (A100's).
+bytes per context token); CPU overheads on H100 (A100's); ``all_reduce`` at a TP size the network
+data lacks (e.g. 8: only 2 and 4 workers are shipped; the simulator then times the ring all-reduce
+over the scenario's ``cluster.tp_link``, as the roofline does). ``--network`` must name a
+``network/<dev>_<network>`` folder (``pairwise_nvlink``, ``dgx``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from calibration.artifact import base_meta, write_artifact
+from calibration.artifact import base_meta, check_output_dir, write_artifact
 from calibration.fit import fit_op, fit_to_json
 from ppsim.errors import PPSimError
 from ppsim.hardware.presets import resolve_device
@@ -154,6 +157,14 @@ def cpu_fits(root: Path, device: str) -> tuple[dict[str, dict[str, Any]], str | 
             for op, c in cols.items()}, note
 
 
+def check_network(root: Path, network: str) -> None:
+    """Refuse a ``--network`` name no ``network/<device>_<network>`` folder under ``root`` has."""
+    known = sorted({p.name.split("_", 1)[1] for p in (root / "network").glob("*_*") if p.is_dir()})
+    if network not in known and (known or network != "pairwise_nvlink"):
+        raise PPSimError(f"--network: unknown network {network!r} under {root}/network; "
+                         f"available: {', '.join(known) or 'none'}")
+
+
 def network_fits(root: Path, device: str, network: str, tp: int) -> tuple[dict[str, dict[str, Any]], list[str]]:
     d = root / "network" / f"{device}_{network}"
     out, missing = {}, []
@@ -169,7 +180,8 @@ def network_fits(root: Path, device: str, network: str, tp: int) -> tuple[dict[s
             out["all_reduce"] = _interp(table(ar, "size", "time_stats.all_reduce.median"), "bytes",
                                         f"{d.name}/all_reduce.csv")
         else:
-            missing.append(f"all_reduce at {tp} workers: not in {d}; TP all-reduces are not timed")
+            missing.append(f"all_reduce at {tp} workers: not in {d}; the ring all-reduce over the scenario's "
+                           "cluster.tp_link is used")
     return out, missing
 
 
@@ -177,6 +189,8 @@ def import_vidur(root: str, device: str, model: str, out: str, tp: int = 1, vidu
                  network: str = "pairwise_nvlink") -> tuple[dict[str, Any], dict[str, Any]]:
     """Write a ppsim profile for ``model`` on ``device`` at ``tp`` from Vidur's CSVs; returns (meta, fits)."""
     base = Path(root)
+    check_network(base, network)
+    check_output_dir(out)
     shape = load_model(model)
     vm = vidur_model or PRESET_TO_VIDUR.get(model)
     mdir = base / "compute" / device / (vm or "")

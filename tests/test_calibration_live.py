@@ -55,6 +55,43 @@ def test_calibrate_rejects_unknown_dtype(tmp_path):
         calibrate("tiny", "cpu", str(tmp_path), quick=True, dtype="int3", link=False)
 
 
+def test_calibrate_checks_threads_and_output_before_profiling(tmp_path, capsys):
+    from ppsim.errors import PPSimError
+
+    logged: list[str] = []
+    for n in (-1, 0):
+        with pytest.raises(PPSimError, match=rf"--threads: {n} is not a thread count; use 1 or more") as e:
+            calibrate("tiny", "cpu", str(tmp_path / "p"), quick=True, threads=n, link=False, log=logged.append)
+        assert "\n" not in str(e.value)
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(PPSimError, match="--output: .*file exists and is not a directory"):
+        calibrate("tiny", "cpu", str(f), quick=True, link=False, log=logged.append)
+    with pytest.raises(PPSimError, match="--output: cannot create .*file is a file, not a directory"):
+        calibrate("tiny", "cpu", str(f / "sub" / "p"), quick=True, link=False, log=logged.append)
+    assert logged == [] and not (tmp_path / "p").exists()  # refused before any profiling
+    for argv in (["--threads", "-1"], ["--threads", "0"], ["--output", str(f)]):
+        rc = main(["calibrate", "--model", "tiny", "--quick", "--no-link", "--output", str(tmp_path / "q"), *argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.startswith("error: --") and len(err.strip().splitlines()) == 1
+
+
+def test_calibrated_dtype_is_the_storage_dtype_of_the_profile(monkeypatch, tmp_path):
+    """``--dtype bfloat16`` measures bf16 weights and KV: the profile records them as such."""
+    import calibration.calibrate as cal
+
+    seen = {}
+    monkeypatch.setattr(cal, "analyse_and_write", lambda rows, shape, meta, out: seen.update(meta) or meta)
+    from calibration.profile_ops import OpProfiler
+
+    monkeypatch.setattr(OpProfiler, "run", lambda self, tasks, progress, rounds: [])
+    monkeypatch.setattr("calibration.cpu_overheads.profile_cpu", lambda *a, **k: [])
+    monkeypatch.setattr("calibration.control.profile_control", lambda *a, **k: [])
+    cal.calibrate("tiny", "cpu", str(tmp_path / "p"), quick=True, dtype="bfloat16", link=False, log=lambda m: None)
+    m = seen["model"]
+    assert (m["dtype"], m["weight_dtype"], m["kv_cache_dtype"], m["dtype_bytes"]) == ("bfloat16",) * 3 + (2,)
+
+
 @pytest.mark.skipif(not SHIPPED.is_dir(), reason="profiles/tiny-cpu not generated")
 def test_shipped_profile_predicts_fresh_heldout_layers():
     from calibration.layer import Layer

@@ -121,3 +121,60 @@ def test_simulate_with_profile(tmp_path):
                               "workload": {"num_prompts": 8, "random_input_len": 64, "random_output_len": 8}})
     out = run_scenario(s, str(tmp_path / "out"))
     assert out.summary["completed"] == 8
+
+
+def _tp_scenario(d, tp_link=None):
+    c = {"pipeline_parallel_size": 2, "tensor_parallel_size": 2}
+    if tp_link is not None:
+        c["tp_link"] = tp_link
+    return build_scenario(None, {"model": "tiny", "cost": {"kind": "profile", "profile_dir": str(d)}, "cluster": c})
+
+
+def test_missing_all_reduce_falls_back_to_ring_over_tp_link(tmp_path):
+    d = _write(tmp_path / "tp2", tp=2)
+    shape = load_model("tiny")
+    link = resolve_link("nvlink", "link")
+    base = _load(_write(tmp_path / "tp1")).layer_time(PLAN)
+    T, h, b = PLAN.num_tokens, shape.hidden_size, shape.dtype_bytes
+    for name in ("nvlink", "pcie"):
+        tl = resolve_link(name, "tp_link")
+        cost = load_profiled_cost(str(d), shape, _tp_scenario(d, name), link)
+        # two ring all-reduces per layer: 2 (N-1) latency + 2 (N-1)/N bytes / bandwidth each, N = 2
+        ring = 2 * tl.latency_us * 1e-6 + T * h * b / (tl.bandwidth_gbps * 1e9)
+        assert cost.allreduce_time(T * h * b) == pytest.approx(ring, rel=1e-12)
+        assert cost.layer_time(PLAN) == pytest.approx(base + 2 * ring, rel=1e-12)
+    assert load_profiled_cost(str(d), shape, _tp_scenario(d), link).tp_link == resolve_link("nvlink", "tp_link")
+    # a measured all_reduce fit wins over the fallback
+    f = _fits()
+    f["all_reduce"] = {"form": "linear", "x": "bytes", "coef": {"c0": 1e-3, "c1": 0.0}}
+    d2 = _write(tmp_path / "ar", tp=2, fits=f)
+    cost = load_profiled_cost(str(d2), shape, _tp_scenario(d2, "pcie"), link)
+    assert cost.layer_time(PLAN) == pytest.approx(base + 2e-3, rel=1e-12)
+
+
+def test_weight_and_kv_dtype_mismatch_refused(tmp_path):
+    d = _write(tmp_path)
+    s = _scenario(d)
+    link = resolve_link("nvlink", "link")
+    for shape, field, want in ((load_model("tiny").with_dtypes("fp8"), "weight_dtype", "fp8"),
+                               (load_model("tiny").with_dtypes(None, "fp8"), "kv_cache_dtype", "fp8")):
+        with pytest.raises(PPSimError, match=rf"{field}='float32' \(model has '{want}'\)") as e:
+            load_profiled_cost(str(d), shape, s, link)
+        assert "\n" not in str(e.value)
+    # a profile written before the storage dtypes were recorded: they are its activation dtype
+    meta = json.loads((d / "meta.json").read_text())
+    del meta["model"]["weight_dtype"], meta["model"]["kv_cache_dtype"]
+    (d / "meta.json").write_text(json.dumps(meta))
+    assert _load(d).tp == 1
+    with pytest.raises(PPSimError, match="weight_dtype='float32'"):
+        load_profiled_cost(str(d), load_model("tiny").with_dtypes("fp8"), s, link)
+
+
+def test_simulate_cli_refuses_quantized_model_on_float32_profile(tmp_path, capsys):
+    from ppsim.cli import main
+
+    d = _write(tmp_path / "prof")
+    rc = main(["simulate", "--model", "tiny", "-pp", "2", "--profile", str(d), "-q", "fp8", "--num-prompts", "2",
+               "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "weight_dtype='float32' (model has 'fp8')" in err and len(err.strip().splitlines()) == 1

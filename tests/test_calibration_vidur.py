@@ -69,3 +69,36 @@ def test_wrong_model_is_rejected(tmp_path):
         import_vidur(str(ROOT), "h100", "llama-3-8b", str(tmp_path), vidur_model="meta-llama/Llama-2-7b-hf")
     with pytest.raises(PPSimError, match="no mlp.csv"):
         import_vidur(str(ROOT), "h100", "llama-3-8b", str(tmp_path))
+
+
+def test_tp_without_all_reduce_data_uses_ring_over_tp_link(tmp_path):
+    meta, fits = import_vidur(str(ROOT), "h100", "llama-2-7b", str(tmp_path), tp=8)  # network data: 2, 4 workers
+    assert "all_reduce" not in fits and any("cluster.tp_link" in m for m in meta["missing"])
+    shape = load_model("llama-2-7b")
+    plan = make_plan(0, [PlanItem(i, 500, 1, False, True) for i in range(16)])
+    times = {}
+    for tl in ("nvlink", "pcie"):
+        s = build_scenario(None, {"model": "llama-2-7b", "hardware": "h100-sxm",
+                                  "cost": {"kind": "profile", "profile_dir": str(tmp_path)},
+                                  "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": 8, "tp_link": tl}})
+        cost = load_profiled_cost(str(tmp_path), shape, s, resolve_link("nvlink", "link"))
+        link = resolve_link(tl, "tp_link")
+        nbytes = 16 * shape.hidden_size * shape.dtype_bytes
+        ring = 2 * 7 * link.latency_us * 1e-6 + 2 * 7 / 8 * nbytes / (link.bandwidth_gbps * 1e9)
+        assert cost.allreduce_time(nbytes) == pytest.approx(ring, rel=1e-12)
+        times[tl] = (cost.layer_time(plan), ring)
+    (t_nv, r_nv), (t_pc, r_pc) = times["nvlink"], times["pcie"]
+    assert r_nv > 0 and t_pc - t_nv == pytest.approx(2 * (r_pc - r_nv), rel=1e-9)
+
+
+def test_unknown_network_is_rejected(tmp_path, capsys):
+    from ppsim.cli import main
+
+    with pytest.raises(PPSimError, match=r"--network: unknown network 'nvswitch'.*available: dgx, pairwise_nvlink"):
+        import_vidur(str(ROOT), "h100", "llama-2-7b", str(tmp_path / "a"), network="nvswitch")
+    rc = main(["import-vidur", "--model", "llama-2-7b", "--network", "nvswitch", "--output", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "available: dgx, pairwise_nvlink" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    import_vidur(str(ROOT), "h100", "llama-2-7b", str(tmp_path / "c"), network="dgx")
+    assert read_profile(tmp_path / "c").meta["network"] == "h100_dgx"

@@ -13,7 +13,9 @@ Operator names follow Vidur's ``time_stats.<op>`` columns where they exist. Per 
 over prefix ``p``), ``attn_decode`` (per step, over its decodes), ``attn_o_proj``,
 ``post_attention_layernorm``, ``mlp_gate_up``, ``mlp_act``, ``mlp_down``, ``add`` (twice: two residual
 adds), ``layer_glue`` (whole-layer time minus the sum of the operators, fitted from whole-layer
-timings: views, KV writes, Python between kernels) and ``all_reduce`` (twice when tp > 1). The
+timings: views, KV writes, Python between kernels) and ``all_reduce`` (twice when tp > 1; a profile
+without it, e.g. a Vidur import at a TP size its network data lacks, times the two all-reduces as
+the roofline's ring all-reduce over the scenario's ``cluster.tp_link``). The
 first stage adds ``embedding``, the last ``final_norm``, ``lm_head`` and ``sampling`` over one row per
 request (logits only at sampled positions, as vLLM's ``compute_logits`` and the live engine), or
 over all tokens where the fit's feature is ``tokens`` (Vidur's RMSNorm table). Every stage
@@ -35,9 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ppsim.cost.analytic import AnalyticCost
 from ppsim.cost.base import StageSpec
 from ppsim.errors import PPSimError
-from ppsim.hardware.presets import LinkSpec
+from ppsim.hardware.presets import LinkSpec, resolve_link
 from ppsim.models.shape import ModelShape
 from ppsim.policy.plan import StepPlan
 
@@ -53,7 +56,10 @@ REQUIRED_OPS = (*TOKEN_OPS, "attn_prefill", "attn_decode", "embedding", "final_n
 SHAPE_FIELDS = (
     "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "dtype",
     "attention_bias", "attention", "qk_norm", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "weight_dtype", "kv_cache_dtype",
 )
+# Storage dtypes a profile written before they were recorded has: its activation dtype.
+_DTYPE_DEFAULTS = ("weight_dtype", "kv_cache_dtype")
 
 
 @dataclass(frozen=True)
@@ -155,22 +161,33 @@ def read_profile(profile_dir: str | Path) -> Profile:
 
 def check_shape(profile: Profile, shape: ModelShape, where: str) -> None:
     """Raise unless the artifact was measured for ``shape`` (layer count may differ: times are per layer)."""
-    got = profile.meta.get("model", {})
+    got = dict(profile.meta.get("model", {}))
+    for f in _DTYPE_DEFAULTS:
+        if got.get(f) is None:
+            got[f] = got.get("dtype")
     diff = [f"{f}={got.get(f)!r} (model has {getattr(shape, f, None)!r})" for f in SHAPE_FIELDS
             if got.get(f) != getattr(shape, f, None)]
     if diff:
         raise PPSimError(
             f"--profile: {where} (measured for {got.get('name')!r}) does not match model {shape.name!r}: "
-            f"{'; '.join(diff)}; calibrate this model (and dtype) or pick its profile"
+            f"{'; '.join(diff)}; calibrate this model (and dtype, weight and KV cache dtype) or pick its profile"
         )
 
 
 class ProfiledCost:
-    """CostModel over a :class:`Profile`: stage time = sum of per-operator predictions."""
+    """CostModel over a :class:`Profile`: stage time = sum of per-operator predictions.
+
+    ``tp_link`` times the TP all-reduces when the profile has no ``all_reduce`` fit.
+    """
+
+    # The roofline's ring all-reduce (reads ``self.tp`` and ``self.tp_link``): one formula for both models.
+    allreduce_time = AnalyticCost.allreduce_time
 
     def __init__(self, profile: Profile, shape: ModelShape, link: LinkSpec | None, tp: int,
-                 launch_latency_s: float = 0.0) -> None:
-        self.p, self.shape, self.link, self.tp = profile, shape, link, tp
+                 launch_latency_s: float = 0.0, tp_link: LinkSpec | None = None) -> None:
+        self.p, self.shape, self.link, self.tp, self.tp_link = profile, shape, link, tp, tp_link
+        if tp > 1 and "all_reduce" not in profile.fits and tp_link is None:
+            raise PPSimError("profile: no all_reduce operator and no tp_link preset; set cluster.tp_link")
         self.launch_latency_s = launch_latency_s  # when the profile has no measured control path
         self.f = profile.fits
         self._tok = [self.f[op] for op in TOKEN_OPS] + [self.f["add"]]  # second residual add
@@ -191,8 +208,10 @@ class ProfiledCost:
         glue = self.f.get("layer_glue")
         if glue is not None:
             t += glue.tok_req(T, plan.num_reqs) if glue.form == "tok_req" else glue.at(T)
-        if self.tp > 1 and "all_reduce" in self.f:
-            t += 2 * self.f["all_reduce"].at(T * self.shape.hidden_size * self.shape.dtype_bytes)
+        if self.tp > 1:
+            nbytes = T * self.shape.hidden_size * self.shape.dtype_bytes
+            ar = self.f.get("all_reduce")
+            t += 2 * (ar.at(nbytes) if ar is not None else self.allreduce_time(nbytes))
         return max(t, 0.0)
 
     def stage_time(self, stage: StageSpec, plan: StepPlan) -> float:
@@ -238,7 +257,8 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
     """The profiled model for ``scenario``; raises PPSimError on schema, shape, TP or operator mismatch.
 
     CPU operators missing from the artifact (``schedule``, ``update``) come from the scenario's
-    ``engine.cpu`` overheads, so a GPU import without CPU data still runs.
+    ``engine.cpu`` overheads, so a GPU import without CPU data still runs; a missing ``all_reduce``
+    is the ring all-reduce over ``scenario.cluster.tp_link``.
     """
     prof = read_profile(profile_dir)
     check_shape(prof, shape, profile_dir)
@@ -253,4 +273,5 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
     for kind, fixed, per in (("schedule", cpu.schedule_us, cpu.schedule_per_req_us),
                              ("update", cpu.update_us, cpu.update_per_req_us)):
         fits.setdefault(kind, OpFit(kind, "linear", "n", {"c0": fixed * 1e-6, "c1": per * 1e-6}))
-    return ProfiledCost(Profile(prof.meta, fits), shape, link, tp, cpu.launch_latency_us * 1e-6)
+    tp_link = resolve_link(scenario.cluster.tp_link, "cluster.tp_link")
+    return ProfiledCost(Profile(prof.meta, fits), shape, link, tp, cpu.launch_latency_us * 1e-6, tp_link)

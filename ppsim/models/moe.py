@@ -3,7 +3,7 @@
 Each token picks ``k`` of ``E`` routed experts. Under uniform, independent routing an expert is
 missed by one token with probability ``1 - k/E``, so the expected number of distinct experts
 touched by ``T`` tokens is ``E x (1 - (1 - k/E)^T)``: one decode token reads ``k`` experts, a
-micro-batch of 8 reads almost ``8k`` (DeepSeek-V3: 8 -> 60.6 of 256), a long prefill reads all of them.
+micro-batch of 8 reads almost ``8k`` (DeepSeek-V3: 8 -> 57.4 of 256), a long prefill reads all of them.
 
 Routing is not uniform in practice: tokens of one sequence, and similar prompts, tend to pick the
 same experts. ``skew`` >= 1 models this as correlation: the step's tokens behave as ``T / skew``
