@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 
 from engine.model import StageModel
 from ppsim.errors import PPSimError
+from ppsim.metrics.io import atomic_write
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -38,7 +39,7 @@ def save_checkpoint(model: StageModel, out_dir: str | Path, hf_config: dict) -> 
     if model.shape.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     save_file(state, str(out / SINGLE), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    atomic_write(out / "config.json", json.dumps(hf_config, indent=2) + "\n")
     return out
 
 

@@ -30,21 +30,49 @@ def add_engine_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_engine(args: argparse.Namespace) -> int:
-    from engine.run import EngineFault, EngineOptions, run_engine
+    from engine.run import EngineFault, run_engine
     from ppsim.cli import scenario_from_args
     from ppsim.metrics.summary import format_summary
 
     s = scenario_from_args(args)
-    opts = EngineOptions(backend=args.backend, device=args.device, threads_per_stage=args.threads_per_stage,
-                         stage_timeout_s=args.stage_timeout_s, kv_num_blocks=args.kv_blocks,
-                         max_kv_gib=args.max_kv_gib, checkpoint=args.checkpoint, inject_fault=args.inject_fault)
+    opts = engine_options(args)
     try:
         run = run_engine(s, args.output_dir, opts, log=lambda m: print(m, flush=True))
     except EngineFault as err:
         print(f"error: {err}", file=sys.stderr)
         print(f"partial results written to {args.output_dir}/", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as err:
+        if getattr(err, "partial_results", None):
+            print(f"partial results written to {err.partial_results}/", file=sys.stderr)
+        raise
     print(format_summary(run.summary, "Engine Benchmark Result"))
     print(f"results written to {args.output_dir}/ (summary.json, requests.csv, trace.json, config.json, "
           "engine.json, tokens.json)")
     return 0
+
+
+# EngineOptions field -> the flag that sets it, for one-line error messages
+FLAGS = {"backend": "--backend", "device": "--device", "threads_per_stage": "--threads-per-stage",
+         "stage_timeout_s": "--stage-timeout-s", "kv_num_blocks": "--kv-blocks", "max_kv_gib": "--max-kv-gib",
+         "checkpoint": "--checkpoint", "inject_fault": "--inject-fault"}
+
+
+def engine_options(args: argparse.Namespace):  # noqa: ANN201 - EngineOptions; engine.run imports torch
+    """EngineOptions from the flags; a value out of range is a PPSimError naming the flag."""
+    from pydantic import ValidationError
+
+    from engine.run import EngineOptions
+    from ppsim.config import format_validation_error
+    from ppsim.errors import PPSimError
+
+    try:
+        return EngineOptions(backend=args.backend, device=args.device, threads_per_stage=args.threads_per_stage,
+                             stage_timeout_s=args.stage_timeout_s, kv_num_blocks=args.kv_blocks,
+                             max_kv_gib=args.max_kv_gib, checkpoint=args.checkpoint, inject_fault=args.inject_fault)
+    except ValidationError as err:
+        msg = format_validation_error(err)
+        field = msg.split(":", 1)[0]
+        if field in FLAGS:
+            msg = FLAGS[field] + msg[len(field):]
+        raise PPSimError(msg) from None

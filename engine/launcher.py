@@ -66,7 +66,25 @@ class StageGroup:
     def check_alive(self, skip: int = -1) -> None:
         for i, p in enumerate(self.procs):
             if i != skip and p.exitcode is not None and (p.exitcode != 0 or not self.stopping):
-                raise StageFault(f"stage {i} died (exit code {p.exitcode})")
+                why = self._error_of(i)
+                raise StageFault(f"stage {i} died (exit code {p.exitcode})" + (f": {why}" if why else ""))
+
+    def _error_of(self, rank: int) -> str | None:
+        """The last line of ``rank``'s ("error", rank, traceback) report, if it is on the result queue.
+
+        A stage flushes its report before exiting, so a dead stage's report is already in the queue.
+        Only called when the run is ending on a fault: the other messages drained here are dropped.
+        """
+        found: dict[int, str] = {}
+        while True:
+            try:
+                msg = self.results.get(timeout=0.05)
+            except (queue.Empty, OSError, ValueError, EOFError):
+                break
+            if msg and msg[0] == "error":
+                lines = str(msg[2]).strip().splitlines()
+                found.setdefault(msg[1], lines[-1] if lines else "")
+        return found.get(rank)
 
     def get(self, timeout_s: float) -> tuple | None:
         """The next result message, or None after ``timeout_s``; raises StageFault on errors."""

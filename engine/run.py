@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.checkpoint import has_checkpoint
@@ -125,6 +126,7 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
         raise PPSimError("cluster.tensor_parallel_size: the engine runs TP=1 only; use -tp 1")
     if opts.backend == "nccl" and opts.device != "cuda":
         raise PPSimError("--backend nccl needs --device cuda")
+    _check_cuda(opts, len(prep.topology.stages))
     _check_kv_memory(prep, shape, opts)
     url = init_method()
     ckpt = _checkpoint(s, opts)
@@ -134,6 +136,20 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
                     opts.startup_timeout_s, min(opts.warm_tokens, s.engine.max_num_batched_tokens))
         for st in prep.topology.stages
     ]
+
+
+def _check_cuda(opts: EngineOptions, num_stages: int) -> None:
+    """Refuse before spawning what a stage would only find out by dying: no CUDA, or too few GPUs."""
+    if opts.device != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise PPSimError("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False); "
+                         "use --device cpu")
+    count = torch.cuda.device_count()
+    need = num_stages if opts.backend == "nccl" else 1
+    if count < need:
+        raise PPSimError(f"--device cuda --backend {opts.backend}: {num_stages} stages need {need} GPU(s), "
+                         f"torch sees {count}; use --backend gloo (stages share GPUs, host-staged) or fewer stages")
 
 
 def _check_kv_memory(prep: Prepared, shape: ModelShape, opts: EngineOptions) -> None:
@@ -197,6 +213,11 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
         try:
             ex.run()
             group.stop(ex.on_message, timeout)
+        except KeyboardInterrupt as err:  # Ctrl-C: keep what ran so far, as on a fault; exit code stays 130
+            if out_dir is not None:
+                _finish(prep, ex.result("interrupted"), info, out_dir)
+                err.partial_results = str(out_dir)  # type: ignore[attr-defined]
+            raise
         except StageFault as err:
             res = ex.result(str(err).splitlines()[0])
             run = _finish(prep, res, info, out_dir)

@@ -3,6 +3,7 @@ the CLI exits non-zero and names the unfinished requests; Ctrl-C shuts down clea
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import re
@@ -15,8 +16,11 @@ import pytest
 
 pytest.importorskip("torch")
 
+from engine.launcher import StageFault, StageGroup  # noqa: E402
 from engine.run import EngineFault, EngineOptions, run_engine  # noqa: E402
+from ppsim.cli import main  # noqa: E402
 from ppsim.config import build_scenario  # noqa: E402
+from ppsim.errors import PPSimError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = ["--model", "tiny", "-pp", "2", "--num-prompts", "6", "--request-rate", "inf", "--random-input-len", "40",
@@ -83,6 +87,9 @@ def test_cli_ctrl_c_is_clean(tmp_path):
     finally:
         p.kill()
     assert p.returncode == 130
+    assert "partial results written to" in p.stderr.read()
+    assert json.loads((tmp_path / "engine.json").read_text())["fault"] == "interrupted"
+    assert "requests.csv" in os.listdir(tmp_path)
     deadline = time.monotonic() + 5
     while any(alive(pid) for pid in _pids(line)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -93,7 +100,6 @@ def test_stage_error_at_startup_is_reported(tmp_path):
     import torch
 
     from engine.checkpoint import save_checkpoint
-    from engine.launcher import StageFault
     from engine.model import build_stage
     from ppsim.models.shape import load_hf_config, load_model
 
@@ -103,3 +109,44 @@ def test_stage_error_at_startup_is_reported(tmp_path):
     with pytest.raises(StageFault, match="lacks tensor 'model.layers.4"):
         run_engine(scenario(), options=EngineOptions(checkpoint=str(tmp_path)))
     assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize("available, count, backend, words", [
+    (False, 0, "gloo", "no CUDA device"),
+    (True, 1, "nccl", "2 stages need 2 GPU"),
+])
+def test_cuda_is_checked_before_spawning(monkeypatch, available, count, backend, words):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    with pytest.raises(PPSimError, match=words):
+        run_engine(scenario(), options=EngineOptions(device="cuda", backend=backend))
+    assert not multiprocessing.active_children()
+
+
+class _Dead:
+    exitcode = 1
+
+
+def test_dead_stage_names_its_error():
+    group = StageGroup([])
+    try:
+        group.procs = [_Dead()]
+        group.results.put(("ready", 0, 0.0, 0.0))
+        group.results.put(("error", 0, "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA oom\n"))
+        time.sleep(0.2)  # the queue's feeder thread
+        with pytest.raises(StageFault, match=r"stage 0 died \(exit code 1\): RuntimeError: CUDA oom$"):
+            group.check_alive()
+    finally:
+        for q in [*group.ctrls, group.results]:
+            q.cancel_join_thread()
+            q.close()
+
+
+@pytest.mark.parametrize("flag, value", [("--threads-per-stage", "0"), ("--stage-timeout-s", "-1"),
+                                         ("--max-kv-gib", "0")])
+def test_cli_bad_engine_option_is_one_line(capsys, tmp_path, flag, value):
+    assert main(["engine", *FLAGS, flag, value, "--output-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {flag}: ") and err.count("\n") == 1, err

@@ -105,6 +105,7 @@ def test_checkpoint_round_trip(tmp_path, tied):
     for k, v in {**a.state_dict(), **b.state_dict()}.items():
         assert torch.equal(v, ref[k]), k
     assert load_model(str(tmp_path)).tie_word_embeddings is tied
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["config.json", "model.safetensors"]  # no temp files
 
 
 def test_checkpoint_of_other_model_is_rejected(tmp_path):
