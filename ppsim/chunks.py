@@ -7,6 +7,9 @@ with ``--profile DIR``) fitted the way SGLang profiles stage 0 at start-up.
 ``fit-chunks`` grid-searches the initial chunk size and the smoothing factor for the lowest mean
 TTFT in simulated runs of the ``sglang-ring`` policy on the scenario's workload, reports the best
 fixed chunk size as the baseline and plots TTFT against both.
+
+Both take the scenario flags of ``ppsim simulate``; a flag the command would override or ignore
+(fit-chunks' policy and chunking flags, chunk-plan's workload flags) is rejected, not dropped.
 """
 
 from __future__ import annotations
@@ -34,6 +37,34 @@ def _ints(text: str, flag: str) -> list[int]:
     return [int(v) for v in vals]
 
 
+WORKLOAD_DESTS = ("num_prompts", "request_rate", "burstiness", "max_concurrency", "random_input_len",
+                  "random_output_len", "random_range_ratio", "trace", "abort_rate", "abort_window_s")
+
+# dest -> why the command cannot honour the flag
+CHUNK_PLAN_REJECTS: dict[str, str] = {
+    "enable_dynamic_chunking": "chunk-plan always plans dynamic chunking; drop it (--smooth-factor 0: fixed chunks)",
+    **{d: "chunk-plan plans one prompt and runs no workload; drop it and give --prompt-len"
+       for d in WORKLOAD_DESTS},
+}
+FIT_CHUNKS_REJECTS: dict[str, str] = {
+    "policy": "fit-chunks always runs sglang-ring; drop it",
+    "enable_dynamic_chunking": "fit-chunks runs every chunk size with and without dynamic chunking; drop it",
+    "chunked_prefill_size": "fit-chunks searches the initial chunk; give the sizes to try with --chunk-sizes",
+    "smooth_factor": "fit-chunks searches the smoothing factor; give the values to try with --smooth-factors",
+}
+
+
+def reject_flags(args: argparse.Namespace, rejects: dict[str, str]) -> None:
+    """Raise for the first flag given that the command would override or ignore."""
+    for dest, why in rejects.items():
+        v = getattr(args, dest, None)
+        if v is not None:
+            flag = "--" + dest.replace("_", "-")
+            if isinstance(v, bool) and not v:
+                flag = "--no-" + dest.replace("_", "-")
+            raise PPSimError(f"{flag}: {why}")
+
+
 def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - ChunkModel
     from ppsim.policy.chunking import ChunkModel
 
@@ -57,6 +88,7 @@ def cmd_chunk_plan(args: argparse.Namespace) -> int:
     from ppsim.cli import scenario_from_args
     from ppsim.policy.chunking import chunk_plan
 
+    reject_flags(args, CHUNK_PLAN_REJECTS)
     if args.prompt_len is None or args.prompt_len < 1:
         raise PPSimError("--prompt-len: give the prompt length in tokens (>= 1)")
     s = scenario_from_args(args)
@@ -129,6 +161,7 @@ def plot_fit(result: dict[str, Any], path: Path) -> None:
 def cmd_fit_chunks(args: argparse.Namespace) -> int:
     from ppsim.cli import scenario_from_args
 
+    reject_flags(args, FIT_CHUNKS_REJECTS)
     s = scenario_from_args(args)
     chunks = _ints(args.chunk_sizes, "--chunk-sizes")
     smooths = _floats(args.smooth_factors, "--smooth-factors")

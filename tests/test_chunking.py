@@ -113,3 +113,19 @@ def test_chunk_plan_cli(ppsim_cli):
     r = ppsim_cli("chunk-plan", "--prompt-len", "20000", "--model", "tiny", "--chunked-prefill-size", "2048")
     assert r.returncode == 0, r.stderr
     assert "chunks" in r.stdout and "a=" in r.stdout
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["fit-chunks", "--smooth-factor", "0.5"], "--smooth-factor: fit-chunks searches the smoothing factor"),
+    (["fit-chunks", "--chunked-prefill-size", "2048"], "--chunked-prefill-size: fit-chunks searches"),
+    (["fit-chunks", "--policy", "vllm-sync"], "--policy: fit-chunks always runs sglang-ring"),
+    (["fit-chunks", "--no-enable-dynamic-chunking"], "--no-enable-dynamic-chunking: fit-chunks runs"),
+    (["chunk-plan", "--prompt-len", "100", "--enable-dynamic-chunking"], "--enable-dynamic-chunking: chunk-plan"),
+    (["chunk-plan", "--prompt-len", "100", "--random-input-len", "100"], "--random-input-len: chunk-plan plans one"),
+])
+def test_chunk_commands_reject_flags_they_would_override(argv, msg, capsys):
+    from ppsim.cli import main
+
+    assert main([*argv, "--model", "tiny"]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1

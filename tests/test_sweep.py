@@ -207,3 +207,146 @@ def test_pareto_front_and_progress_line():
     p.update(1)
     line = p.line(p.t0 + 10)
     assert "1/4 configs" in line and "25.0%" in line and "ETA 0:30" in line
+
+
+# --- failures, interrupts, flags, keys (review fixes) ----------------------------------------------
+
+def test_unexpected_exception_is_one_error_row_not_a_dead_sweep(tmp_path: Path, monkeypatch):
+    import ppsim.sweep.evaluate as ev
+
+    real = ev.bisect_rate
+
+    def flaky(probe, tol, steps):
+        if flaky.calls == 0:
+            flaky.calls += 1
+            raise ZeroDivisionError("float division by zero\nsecond line")
+        return real(probe, tol, steps)
+
+    flaky.calls = 0
+    monkeypatch.setattr(ev, "bisect_rate", flaky)
+    rep = run_sweep(_space(), tmp_path, workers=1, progress=False)
+    statuses = sorted(r["status"] for r in rep.results)
+    assert statuses == ["error", "ok"]
+    err = next(r for r in rep.results if r["status"] == "error")
+    assert err["message"] == "ZeroDivisionError: float division by zero" and err["runs"] == 0
+    rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
+    assert rows[-1]["status"] == "error" and rows[-1]["message"].startswith("ZeroDivisionError")
+    # an error is retried on resume (the bug may be fixed); the ok result is reused
+    rep2 = run_sweep(_space(), tmp_path, workers=1, progress=False)
+    assert rep2.reused == 1 and rep2.evaluated == 1 and all(r["status"] == "ok" for r in rep2.results)
+
+
+def test_pool_failure_outside_evaluate_is_an_error_row():
+    import dataclasses
+
+    from ppsim.sweep.executors import run_local
+
+    tasks = make_tasks(_space())
+    bad = dataclasses.replace(tasks[0], labels={"pp": lambda: 0})  # cannot be pickled to the worker
+    out = {r["key"]: r for r in run_local([bad, tasks[1]], workers=2)}
+    assert out[bad.key]["status"] == "error" and "\n" not in out[bad.key]["message"]
+    assert out[tasks[1].key]["status"] == "ok"
+
+
+def test_keyboard_interrupt_cancels_pool_and_keeps_finished(tmp_path: Path, monkeypatch):
+    import ppsim.sweep.executors as ex
+
+    aborted = []
+    real_abort = ex._abort_pool
+
+    def spy(pool):
+        aborted.append((pool, list(pool._processes.values())))
+        real_abort(pool)
+
+    monkeypatch.setattr(ex, "_abort_pool", spy)
+    tasks = make_tasks(_space(space={"pp": [1, 2], "max_num_seqs": [4, 8, 16]}))
+    gen = ex.run_local(tasks, workers=2)
+    first = next(gen)
+    with pytest.raises(KeyboardInterrupt):
+        gen.throw(KeyboardInterrupt)
+    assert first["status"] == "ok" and len(aborted) == 1
+    pool, procs = aborted[0]
+    assert pool._shutdown_thread and procs
+    for proc in procs:  # the configurations in flight are stopped, not waited for
+        proc.join(timeout=10)
+        assert not proc.is_alive()
+    with pytest.raises(RuntimeError):
+        pool.submit(len, [])  # shut down
+
+
+def test_cli_interrupt_exits_130_with_finished_results_saved(tmp_path: Path, monkeypatch, capsys):
+    import ppsim.sweep.runner as runner
+    from ppsim.cli import main
+
+    def one_then_interrupt(tasks, *a, **k):
+        from ppsim.sweep.evaluate import evaluate
+
+        yield evaluate(tasks[0])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_tasks", one_then_interrupt)
+    f = tmp_path / "s.toml"
+    f.write_text('[base]\nmodel = "tiny"\n[base.workload]\nnum_prompts = 16\nrandom_input_len = 32\n'
+                 'random_output_len = 4\n[space]\npp = [1, 2]\n[slo]\np99_ttft_ms = 50\n[search]\nmax_steps = 3\n')
+    rc = main(["sweep", "--space", str(f), "--output-dir", str(tmp_path / "o"), "--no-progress"])
+    assert rc == 130
+    assert "1 configurations evaluated" in capsys.readouterr().err
+    assert len(list((tmp_path / "o" / "results").glob("*.json"))) == 1
+
+
+@pytest.mark.parametrize("flags, msg", [
+    (["--ray-address", "10.0.0.1:6379"], "--ray-address: only used with --executor ray"),
+    (["--executor", "ray", "--ray-address", "auto", "--workers", "4"], "--workers: ignored when connecting"),
+    (["--workers", "0"], "--workers: must be >= 1"),
+])
+def test_contradictory_executor_flags_rejected(tmp_path: Path, flags, msg, capsys):
+    from ppsim.cli import main
+
+    rc = main(["sweep", "--space", str(tmp_path / "never-read.toml"), "--output-dir", str(tmp_path / "o"), *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and err.count("\n") == 1
+    with pytest.raises(PPSimError, match="--ray-address"):
+        run_sweep(_space(), tmp_path, executor="local", ray_address="auto", progress=False)
+
+
+def test_profile_key_follows_contents_not_path(tmp_path: Path):
+    prof = tmp_path / "prof"
+    prof.mkdir()
+    (prof / "meta.json").write_text('{"schema_version": 1}')
+    (prof / "fits.json").write_text('{"attn_qkv": 1}')
+    sp = lambda: _space(base={**TINY["base"], "cost": {"kind": "profile", "profile_dir": str(prof)}})  # noqa: E731
+    k1 = [t.key for t in make_tasks(sp())]
+    assert [t.key for t in make_tasks(sp())] == k1  # same contents, same keys
+    (prof / "fits.json").write_text('{"attn_qkv": 2}')  # re-calibrated into the same directory
+    k2 = [t.key for t in make_tasks(sp())]
+    assert set(k1).isdisjoint(k2)
+    (prof / "meta.json").write_text('{"schema_version": 1, "date": "later"}')
+    assert set(k2).isdisjoint(t.key for t in make_tasks(sp()))
+    # the analytic cost model's keys do not look at any profile
+    assert [t.key for t in make_tasks(_space())] == [t.key for t in make_tasks(_space())]
+
+
+def test_small_example_throttle_axis_can_bind():
+    """pp_throttle caps admissions per step at max_num_seqs // pp; the axis matters only if a step's
+    token budget holds more prefills than that for some configuration with pp > 1."""
+    sp = load_space(Path(__file__).resolve().parents[1] / "experiments" / "spaces" / "llama2-70b-small.toml")
+    assert {c.labels["scheduler"] for c in sp.configs} >= {"policy=vllm-batch-queue,pp_throttle=true",
+                                                           "policy=vllm-batch-queue,pp_throttle=false"}
+    binds = [c for c in sp.configs if c.scenario.cluster.pipeline_parallel_size > 1
+             and c.scenario.engine.max_num_batched_tokens // c.scenario.workload.random_input_len
+             > c.scenario.engine.max_num_seqs // c.scenario.cluster.pipeline_parallel_size]
+    assert binds
+
+
+def test_atomic_write_removes_tmp_on_failure(tmp_path: Path, monkeypatch):
+    import ppsim.metrics.io as io_mod
+
+    target = tmp_path / "r.json"
+    io_mod.atomic_write(target, "old\n")
+    with pytest.raises(UnicodeEncodeError):
+        io_mod.atomic_write(target, "bad \ud800")  # fails inside the write
+    monkeypatch.setattr(io_mod.os, "replace", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        io_mod.atomic_write(target, "new\n")  # fails at the rename
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]

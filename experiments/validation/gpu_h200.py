@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from ppsim.metrics.io import atomic_write
+
 HERE = Path(__file__).parent
 WL = ["--num-prompts", "32", "--random-input-len", "256", "--random-output-len", "32", "--request-rate", "inf",
       "--max-num-batched-tokens", "1024", "--max-num-seqs", "16", "--repeats", "2"]
@@ -70,7 +72,7 @@ def main() -> int:
             continue
         rc = run(cmd, out / f"{name}.log", min(limit, left()))
         status[name] = "ok" if rc == 0 else f"exit {rc}"
-    (out / "status.json").write_text(json.dumps(status, indent=2) + "\n")
+    atomic_write(out / "status.json", json.dumps(status, indent=2) + "\n")
     print(f"\n==== done in {time.perf_counter() - t0:.0f} s: {status}")
     for name in ("validate-tiny-pp1", "validate-mid-pp1"):
         log = out / f"{name}.log"

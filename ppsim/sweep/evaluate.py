@@ -12,6 +12,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ppsim.config import Scenario
@@ -39,13 +40,31 @@ class Task:
     max_steps: int
 
 
+PROFILE_FILES = ("fits.json", "meta.json")
+
+
+def profile_digest(profile_dir: str | Path) -> str:
+    """A hash of a calibration artifact's contents (fits.json, meta.json), so re-calibrating into
+    the same directory changes the sweep keys; a missing or unreadable file hashes as absent."""
+    h = hashlib.sha256()
+    for name in PROFILE_FILES:
+        try:
+            data = (Path(profile_dir) / name).read_bytes()
+        except OSError:
+            data = b"<absent>"
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
 def config_key(scenario: Scenario, slo: dict[str, float], rel_tolerance: float, max_steps: int) -> str:
-    """A hash of everything that decides the result: the resolved scenario (rate excluded), SLOs, search."""
+    """A hash of everything that decides the result: the resolved scenario (rate excluded), SLOs,
+    search settings and, for a profiled cost model, the profile's contents (not only its path)."""
     d = scenario.model_dump(mode="json")
     d["workload"].pop("request_rate", None)
-    blob = json.dumps({"v": RESULT_VERSION, "scenario": d, "slo": slo, "tol": rel_tolerance, "steps": max_steps},
-                      sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    blob: dict[str, Any] = {"v": RESULT_VERSION, "scenario": d, "slo": slo, "tol": rel_tolerance, "steps": max_steps}
+    if scenario.cost.kind == "profile" and scenario.cost.profile_dir:
+        blob["profile_sha256"] = profile_digest(scenario.cost.profile_dir)
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _run(s: Scenario, rate: float, slo: dict[str, float]) -> Probe:
@@ -73,21 +92,42 @@ def memory_check(s: Scenario) -> dict[str, Any]:
     return {"kv_num_blocks": prep.num_blocks, "kv_capacity_tokens": prep.num_blocks * s.engine.block_size}
 
 
+def one_line(err: BaseException) -> str:
+    """``Type: first line of the message`` for an unexpected exception (PPSimError: the message alone)."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    if isinstance(err, PPSimError):
+        return text
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def error_result(task: Task, err: BaseException, wall_s: float = 0.0) -> dict[str, Any]:
+    """The result of a configuration whose evaluation raised: status ``error``, a one-line message."""
+    return {**_base(task), "status": "error", "message": one_line(err), "runs": 0, "max_rate_rps": 0.0,
+            "wall_s": wall_s}
+
+
 def evaluate(task: Task) -> dict[str, Any]:
-    """The sweep result of one configuration (status ok, slo-unmet, no-fit or error)."""
+    """The sweep result of one configuration (status ok, slo-unmet, no-fit or error).
+
+    Never raises for a bad configuration: any exception (a PPSimError or a bug the configuration
+    hits) becomes status ``error`` with a one-line message, so one configuration cannot end a sweep.
+    """
     t0 = time.perf_counter()
+    try:
+        return _evaluate(task, t0)
+    except Exception as err:  # noqa: BLE001 - recorded in the results table, the sweep goes on
+        return error_result(task, err, time.perf_counter() - t0)
+
+
+def _evaluate(task: Task, t0: float) -> dict[str, Any]:
     out = _base(task)
     try:
         out.update(memory_check(task.scenario))
     except PPSimError as err:
         status = "no-fit" if str(err).startswith("memory:") else "error"
-        out.update(status=status, message=str(err), runs=0, max_rate_rps=0.0)
+        out.update(status=status, message=one_line(err), runs=0, max_rate_rps=0.0)
         return {**out, "wall_s": time.perf_counter() - t0}
-    try:
-        found = bisect_rate(lambda r: _run(task.scenario, r, task.slo), task.rel_tolerance, task.max_steps)
-    except (PPSimError, NotImplementedError) as err:
-        out.update(status="error", message=str(err).splitlines()[0], runs=0, max_rate_rps=0.0)
-        return {**out, "wall_s": time.perf_counter() - t0}
+    found = bisect_rate(lambda r: _run(task.scenario, r, task.slo), task.rel_tolerance, task.max_steps)
     best: Probe | None = found["best"]
     rate = found["max_rate_rps"]
     out.update(

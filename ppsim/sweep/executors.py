@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ppsim.errors import PPSimError
-from ppsim.sweep.evaluate import Task, evaluate
+from ppsim.sweep.evaluate import Task, error_result, evaluate
 
 POLL_S = 0.5
 
@@ -29,22 +29,46 @@ def run_serial(tasks: list[Task]) -> Iterator[dict[str, Any]]:
         yield evaluate(t)
 
 
+def _abort_pool(pool: cf.ProcessPoolExecutor) -> None:
+    """Ctrl-C (or the caller stopped reading): drop queued configurations, stop the running ones."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # shutdown() forgets them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:  # else the interpreter's exit would wait for the configurations in flight
+        if proc.is_alive():
+            proc.terminate()
+
+
 def run_local(tasks: list[Task], workers: int) -> Iterator[dict[str, Any]]:
-    """A process pool of ``workers`` (1 = in this process)."""
+    """A process pool of ``workers`` (1 = in this process).
+
+    A configuration whose worker fails outside ``evaluate`` (a crashed process, an unpicklable
+    result) is reported as status ``error``; the others go on. On KeyboardInterrupt the pool is
+    shut down with its queued configurations cancelled and the interrupt propagates; results
+    already yielded are the caller's to keep.
+    """
     if workers <= 1 or len(tasks) <= 1:
         yield from run_serial(tasks)
         return
     ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-    with cf.ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx) as pool:
-        pending = {pool.submit(evaluate, t) for t in tasks}
-        try:
-            while pending:
-                done, pending = cf.wait(pending, timeout=POLL_S, return_when=cf.FIRST_COMPLETED)
-                for f in done:
-                    yield f.result()
-        finally:
-            for f in pending:
-                f.cancel()
+    pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx)
+    finished = False
+    try:
+        futures = {pool.submit(evaluate, t): t for t in tasks}
+        pending = set(futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=POLL_S, return_when=cf.FIRST_COMPLETED)
+            for f in done:
+                try:
+                    r = f.result()
+                except Exception as err:  # noqa: BLE001 - e.g. BrokenProcessPool: one row, not the sweep
+                    r = error_result(futures[f], err)
+                yield r
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            _abort_pool(pool)
 
 
 def run_ray(tasks: list[Task], address: str | None, workers: int | None) -> Iterator[dict[str, Any]]:
@@ -62,20 +86,45 @@ def run_ray(tasks: list[Task], address: str | None, workers: int | None) -> Iter
         else:
             ray.init(num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False)
             started = True
+    refs: dict[Any, Task] = {}
     try:
         remote = ray.remote(num_cpus=1, max_retries=1)(evaluate)
-        pending = [remote.remote(t) for t in tasks]
+        refs = {remote.remote(t): t for t in tasks}
+        pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=POLL_S)
             for ref in done:
-                yield ray.get(ref, timeout=60)
+                try:
+                    r = ray.get(ref, timeout=60)
+                except Exception as err:  # noqa: BLE001 - a lost worker or task: one row, not the sweep
+                    r = error_result(refs[ref], err)
+                yield r
+    except BaseException:
+        for ref in refs:  # Ctrl-C: stop what is queued or running; finished results are kept
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001, S110 - already finished or gone
+                pass
+        raise
     finally:
         if started:
             ray.shutdown()
 
 
+def check_executor_flags(executor: str, workers: int | None, ray_address: str | None) -> None:
+    """Reject flags the chosen executor would ignore."""
+    if workers is not None and workers < 1:
+        raise PPSimError("--workers: must be >= 1")
+    if ray_address and executor != "ray":
+        raise PPSimError("--ray-address: only used with --executor ray; add --executor ray or drop --ray-address")
+    if ray_address and workers is not None:
+        raise PPSimError("--workers: ignored when connecting to a Ray cluster (--ray-address), whose CPUs decide; "
+                         "drop --workers")
+
+
 def run_tasks(tasks: list[Task], executor: str, workers: int | None = None,
               ray_address: str | None = None) -> Iterator[dict[str, Any]]:
+    check_executor_flags(executor, workers, ray_address)
     if executor == "local":
         return run_local(tasks, workers or default_workers())
     if executor == "ray":

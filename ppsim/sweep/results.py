@@ -2,9 +2,9 @@
 
 ``OUT/results/<key>.json`` holds one configuration's result, keyed by a hash of its resolved
 scenario, SLOs and search settings, and written atomically, so an interrupted sweep resumes by
-skipping every key already on disk. Ranking: configurations that meet the SLOs by requests/s
-per GPU (highest first), then those that meet them at no tested rate, then those that do not fit
-in memory, then errors.
+skipping every key already on disk (errors excepted: they are retried). Ranking: configurations
+that meet the SLOs by requests/s per GPU (highest first), then those that meet them at no tested
+rate, then those that do not fit in memory, then errors.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def save_result(out_dir: Path, result: dict[str, Any]) -> None:
 
 
 def load_done(out_dir: Path, keys: list[str]) -> dict[str, dict[str, Any]]:
-    """Results already on disk for ``keys`` (unreadable or older-version files are redone)."""
+    """Results already on disk for ``keys`` (unreadable or older-version files and errors are redone:
+    an error may come from a bug since fixed or a worker that died)."""
     done = {}
     for k in keys:
         p = result_path(out_dir, k)
@@ -44,7 +45,7 @@ def load_done(out_dir: Path, keys: list[str]) -> dict[str, dict[str, Any]]:
             r = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
-        if r.get("version") == RESULT_VERSION and r.get("key") == k:
+        if r.get("version") == RESULT_VERSION and r.get("key") == k and r.get("status") != "error":
             done[k] = r
     return done
 

@@ -1,13 +1,16 @@
 """``ppsim sweep``: expand the space, skip what the results folder already holds, evaluate the rest.
 
 Each finished configuration is saved at once (atomically) under ``OUT/results/``, so a sweep
-that is interrupted loses only the configurations in flight. At the end ``OUT/sweep.csv`` (the
-ranked table), ``OUT/pareto.png`` and ``OUT/space.json`` (the space as resolved) are written.
+that is interrupted (Ctrl-C: exit status 130) loses only the configurations in flight, and a
+configuration that raises is recorded as status ``error`` instead of ending the sweep. At the end
+``OUT/sweep.csv`` (the ranked table), ``OUT/pareto.png`` and ``OUT/space.json`` (the space as
+resolved) are written.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,7 @@ from typing import Any
 
 from ppsim.metrics.io import atomic_write, dumps
 from ppsim.sweep.evaluate import Task, config_key
-from ppsim.sweep.executors import run_tasks
+from ppsim.sweep.executors import check_executor_flags, run_tasks
 from ppsim.sweep.progress import Progress
 from ppsim.sweep.results import format_table, load_done, plot_pareto, save_result, to_csv
 from ppsim.sweep.space import SweepSpace, load_space
@@ -33,6 +36,14 @@ class SweepReport:
     plot_path: Path | None
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep; the configurations finished so far are saved under ``OUT/results/``."""
+
+    def __init__(self, out_dir: Path, finished: int, reused: int, total: int) -> None:
+        super().__init__(f"{finished} evaluated, {reused} reused of {total}")
+        self.out_dir, self.finished, self.reused, self.total = out_dir, finished, reused, total
+
+
 def make_tasks(space: SweepSpace) -> list[Task]:
     tol, steps = space.search.rel_tolerance, space.search.max_steps
     tasks = []
@@ -45,6 +56,7 @@ def make_tasks(space: SweepSpace) -> list[Task]:
 
 def run_sweep(space: SweepSpace, out_dir: str | Path, executor: str = "local", workers: int | None = None,
               ray_address: str | None = None, progress: bool = True) -> SweepReport:
+    check_executor_flags(executor, workers, ray_address)
     out = Path(out_dir)
     t0 = time.perf_counter()
     tasks = make_tasks(space)
@@ -54,11 +66,17 @@ def run_sweep(space: SweepSpace, out_dir: str | Path, executor: str = "local", w
     runs = 0
     fresh: dict[str, dict[str, Any]] = {}
     if todo:
-        for r in run_tasks(todo, executor, workers, ray_address):
-            save_result(out, r)
-            fresh[r["key"]] = r
-            runs += r.get("runs", 0)
-            bar.update()
+        results_iter = run_tasks(todo, executor, workers, ray_address)
+        try:
+            for r in results_iter:
+                save_result(out, r)
+                fresh[r["key"]] = r
+                runs += r.get("runs", 0)
+                bar.update()
+        except KeyboardInterrupt:
+            raise SweepInterrupted(out, len(fresh), len(done), len(tasks)) from None
+        finally:
+            results_iter.close()  # shuts the pool down (queued configurations cancelled) if interrupted
     by_key = {**done, **fresh}
     results = [by_key[t.key] for t in tasks]
     axes = list(space.axes)
@@ -78,20 +96,25 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--space", required=True, help="TOML/YAML search space (see experiments/spaces/)")
     p.add_argument("--output-dir", default="ppsim-sweep", help="results folder; a rerun resumes from it")
     p.add_argument("--executor", choices=("local", "ray"), default="local")
-    p.add_argument("--workers", type=int, default=None, help="processes (local) or CPUs (local Ray); default: all")
-    p.add_argument("--ray-address", default=None, help="Ray cluster to connect to (default: start a local one)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes (local) or CPUs (local Ray); default: all; not with --ray-address")
+    p.add_argument("--ray-address", default=None,
+                   help="Ray cluster to connect to (--executor ray only; default: start a local one)")
     p.add_argument("--top", type=int, default=20, help="rows of the ranked table to print")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=cmd_sweep)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ppsim.errors import PPSimError
-
-    if args.workers is not None and args.workers < 1:
-        raise PPSimError("--workers: must be >= 1")
+    check_executor_flags(args.executor, args.workers, args.ray_address)
     space = load_space(args.space)
-    rep = run_sweep(space, args.output_dir, args.executor, args.workers, args.ray_address, not args.no_progress)
+    try:
+        rep = run_sweep(space, args.output_dir, args.executor, args.workers, args.ray_address, not args.no_progress)
+    except SweepInterrupted as intr:
+        print(f"\ninterrupted: {intr.finished} configurations evaluated in this run ({intr.reused} reused, "
+              f"{intr.total} in all) are kept in {intr.out_dir}/results/; rerun the same command to resume",
+              file=sys.stderr)
+        return 130
     print(format_table(rep.results, list(space.axes), args.top))
     print(f"{rep.evaluated} evaluated ({rep.simulated_runs} simulated runs), {rep.reused} reused from "
           f"{args.output_dir}/results/, {space.filtered} filtered by num_gpus; {rep.wall_s:.1f} s")
