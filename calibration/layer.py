@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.kvcache import paged_attention
 from ppsim.models.shape import ModelShape
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -97,21 +98,8 @@ class Layer:
 
     @staticmethod
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: KV) -> torch.Tensor:
-        """Write the step's K/V into their slots, then attend per request over its gathered context."""
-        kv.k.index_copy_(0, kv.slots, k)
-        kv.v.index_copy_(0, kv.slots, v)
-        out = torch.empty_like(q)
-        for off, n, ctx, ctx_slots in kv.segments:
-            qi = q[off:off + n].transpose(0, 1)  # [H, n, D]
-            ki = kv.k.index_select(0, ctx_slots).transpose(0, 1)  # [Hkv, ctx, D]
-            vi = kv.v.index_select(0, ctx_slots).transpose(0, 1)
-            mask = None
-            if n > 1:  # query i sits at position ctx - n + i and sees keys 0 .. ctx - n + i
-                qpos = torch.arange(ctx - n, ctx, device=q.device)[:, None]
-                mask = torch.arange(ctx, device=q.device)[None, :] <= qpos  # [n, ctx]
-            o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=True)
-            out[off:off + n] = o.transpose(0, 1)
-        return out  # [T, H, D]
+        """The engine's own paged attention (``engine/kvcache.py``): the very code a stage runs."""
+        return paged_attention(kv.k, kv.v, kv.slots, kv.segments, q, k, v)  # [T, H, D]
 
     def o_proj(self, a: torch.Tensor) -> torch.Tensor:
         return F.linear(a.reshape(a.shape[0], -1), self.w_o)

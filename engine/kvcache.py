@@ -77,20 +77,29 @@ class PagedKVCache:
         """The attention function a stage's layers call for ``batch``: write new K/V, then attend."""
 
         def attn(local: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            kc, vc = self.k[local], self.v[local]
-            kc.index_copy_(0, batch.slots, k)
-            vc.index_copy_(0, batch.slots, v)
-            out = torch.empty_like(q)
-            for off, n, ctx, ctx_slots in batch.segments:
-                qi = q[off:off + n].transpose(0, 1)  # [Hq, n, D]
-                ki = kc.index_select(0, ctx_slots).transpose(0, 1)  # [Hkv, ctx, D]
-                vi = vc.index_select(0, ctx_slots).transpose(0, 1)
-                mask = None
-                if n > 1:  # query i sits at position ctx - n + i and sees keys 0 .. ctx - n + i
-                    qpos = torch.arange(ctx - n, ctx, device=q.device)[:, None]
-                    mask = torch.arange(ctx, device=q.device)[None, :] <= qpos  # [n, ctx]
-                o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=True)
-                out[off:off + n] = o.transpose(0, 1)
-            return out
+            return paged_attention(self.k[local], self.v[local], batch.slots, batch.segments, q, k, v)
 
         return attn
+
+
+def paged_attention(kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, segments: list, q: torch.Tensor,
+                    k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Write the step's K/V into their slots, then attend per request over its gathered context.
+
+    ``kc``/``vc``: [S, Hkv, D] slot arrays of one layer; ``segments``: (row offset, new tokens, context
+    length, context slots) per request; q: [T, Hq, D]. Returns [T, Hq, D].
+    """
+    kc.index_copy_(0, slots, k)
+    vc.index_copy_(0, slots, v)
+    out = torch.empty_like(q)
+    for off, n, ctx, ctx_slots in segments:
+        qi = q[off:off + n].transpose(0, 1)  # [Hq, n, D]
+        ki = kc.index_select(0, ctx_slots).transpose(0, 1)  # [Hkv, ctx, D]
+        vi = vc.index_select(0, ctx_slots).transpose(0, 1)
+        mask = None
+        if n > 1:  # query i sits at position ctx - n + i and sees keys 0 .. ctx - n + i
+            qpos = torch.arange(ctx - n, ctx, device=q.device)[:, None]
+            mask = torch.arange(ctx, device=q.device)[None, :] <= qpos  # [n, ctx]
+        o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=True)
+        out[off:off + n] = o.transpose(0, 1)
+    return out
