@@ -47,8 +47,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
             print(f"partial results written to {err.partial_results}/", file=sys.stderr)
         raise
     print(format_summary(run.summary, "Engine Benchmark Result"))
-    print(f"results written to {args.output_dir}/ (summary.json, requests.csv, trace.json, config.json, "
-          "engine.json, tokens.json)")
+    print(f"results written to {args.output_dir}/ (summary.json, requests.csv, tokens.csv, stage_ops.csv, "
+          "trace.json, config.json, engine.json, tokens.json)")
     return 0
 
 

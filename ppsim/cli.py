@@ -132,7 +132,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     s = scenario_from_args(args)
     out = run_scenario(s, args.output_dir)
     print(format_summary(out.summary))
-    print(f"results written to {args.output_dir}/ (summary.json, requests.csv, trace.json, config.json)")
+    files = "summary.json, requests.csv, tokens.csv, stage_ops.csv, trace.json, config.json"
+    print(f"results written to {args.output_dir}/ ({files})")
     return 0
 
 
