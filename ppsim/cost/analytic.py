@@ -126,34 +126,30 @@ class AnalyticCost:
             t += self._roof(2 * hd_q * plan.decode_ctx_tokens, 2 * self.kv_gpu * kvb * plan.decode_ctx_tokens)
         return t
 
-    def layer_time(self, plan: StepPlan) -> float:
-        """Seconds for one dense decoder layer on one GPU."""
+    def _layer(self, plan: StepPlan, gemms: list, elem_bytes_per_token: float, extra: float = 0.0) -> float:
+        """One layer on one GPU: its GEMMs, attention, elementwise work, TP all-reduces and launches."""
         T = plan.num_tokens
         b = self.shape.dtype_bytes
-        t = 0.0
-        for w_bytes, flops_per_tok, act_per_tok in self.gemms:
+        t = extra
+        for w_bytes, flops_per_tok, act_per_tok in gemms:
             t += self._groof(flops_per_tok * T, w_bytes + act_per_tok * T * b)
         t = self._attention_time(plan, t)
-        t += self.elem_bytes_per_token * T / self.bw
+        t += elem_bytes_per_token * T / self.bw
         if self.tp > 1:
             t += 2 * self.allreduce_time(T * self.shape.hidden_size * b)
         return t + self.layer_overhead
 
+    def layer_time(self, plan: StepPlan) -> float:
+        """Seconds for one dense decoder layer on one GPU."""
+        return self._layer(plan, self.gemms, self.elem_bytes_per_token)
+
     def moe_layer_time(self, plan: StepPlan) -> float:
         """Seconds for one MoE decoder layer on one GPU: attention, router, shared and touched experts."""
-        T = plan.num_tokens
-        b = self.shape.dtype_bytes
-        t = 0.0
-        for w_bytes, flops_per_tok, act_per_tok in self.moe_gemms:
-            t += self._groof(flops_per_tok * T, w_bytes + act_per_tok * T * b)
         w_exp, fl_exp, act_exp = self.expert
-        routed = T * self.shape.num_experts_per_tok
-        t += self._groof(fl_exp * routed, self.experts_touched(T) * w_exp + act_exp * routed * b)
-        t = self._attention_time(plan, t)
-        t += self.moe_elem_bytes_per_token * T / self.bw
-        if self.tp > 1:
-            t += 2 * self.allreduce_time(T * self.shape.hidden_size * b)
-        return t + self.layer_overhead
+        routed = plan.num_tokens * self.shape.num_experts_per_tok
+        experts = self._groof(fl_exp * routed,
+                              self.experts_touched(plan.num_tokens) * w_exp + act_exp * routed * self.shape.dtype_bytes)
+        return self._layer(plan, self.moe_gemms, self.moe_elem_bytes_per_token, experts)
 
     def allreduce_time(self, nbytes: float) -> float:
         """Ring all-reduce: 2 (N - 1) / N x bytes per rank over the intra-stage link."""
