@@ -10,8 +10,8 @@ import argparse
 import time
 
 from ppsim.config import build_scenario
+from ppsim.deployment import prepare
 from ppsim.metrics.summary import summarize
-from ppsim.sim.build import prepare
 from ppsim.sim.executor import simulate
 
 

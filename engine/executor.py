@@ -27,12 +27,12 @@ from typing import Any
 
 from engine.launcher import StageFault, StageGroup
 from engine.transport import SampledMsg, StageTimes, StepItem, StepMsg
+from ppsim.deployment import Prepared
 from ppsim.metrics.records import OpRecord, RequestRecord, record_token
 from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
 from ppsim.policy.pipelines import build_core
 from ppsim.policy.plan import StepPlan
 from ppsim.policy.requests import Request
-from ppsim.sim.build import Prepared
 
 MAX_IDLE_SPINS = 100_000  # as the simulator: consecutive empty micro-batches with nothing in flight
 WAIT_SLICE_S = 0.2  # longest single wait on the result queue before re-checking clients and faults

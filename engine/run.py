@@ -1,7 +1,7 @@
 """One engine run: scenario -> stage processes -> records -> the simulator's files.
 
 ``run_engine(scenario, out_dir, options)`` resolves the scenario exactly as the simulator does
-(:func:`ppsim.sim.build.prepare`: model shape, partition, workload with the same seed), with one
+(:func:`ppsim.deployment.prepare`: model shape, partition, workload with the same seed), with one
 change: the KV pool. The simulator sizes it from GPU memory, which on CPU would be absurd (tens of
 GiB); the engine uses ``options.kv_num_blocks`` if given, else ``min(simulator blocks, blocks the
 workload can ever hold at once)`` - the largest ``min(max_num_seqs, max_concurrency)`` requests
@@ -33,6 +33,7 @@ from engine.kvcache import PagedKVCache
 from engine.launcher import StageFault, StageGroup, init_method
 from engine.worker import StageConfig
 from ppsim.config import Scenario, scenario_json
+from ppsim.deployment import Prepared, kv_figures, prepare
 from ppsim.errors import PPSimError
 from ppsim.metrics.io import atomic_write, dumps, write_run
 from ppsim.metrics.summary import summarize
@@ -40,8 +41,6 @@ from ppsim.metrics.trace import chrome_trace
 from ppsim.models.shape import ModelShape
 from ppsim.policy.pipelines import REPLICATED
 from ppsim.policy.requests import Request
-from ppsim.run import kv_figures
-from ppsim.sim.build import Prepared, prepare
 
 
 class EngineOptions(BaseModel):

@@ -73,8 +73,8 @@ def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - Ch
         if len(vals) not in (3, 4):
             raise PPSimError("--coefficients: give a,b,c (or a,b,c,gamma for the refined form)")
         return ChunkModel(*vals)
-    from ppsim.sim.build import prepare
-    from ppsim.sim.chunk_fit import fit_from_cost, fit_refined_from_cost
+    from ppsim.cost.chunk_fit import fit_from_cost, fit_refined_from_cost
+    from ppsim.deployment import prepare
 
     prep = prepare(scenario, requests=[])
     stage0 = prep.topology.stages[0]

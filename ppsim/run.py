@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from ppsim.config import Scenario, scenario_json
+from ppsim.deployment import kv_figures, prepare
 from ppsim.metrics.io import write_run
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
-from ppsim.policy.pipelines import REPLICATED
-from ppsim.sim.build import Prepared, prepare
 from ppsim.sim.executor import SimResult, simulate
 
 
@@ -19,32 +18,6 @@ from ppsim.sim.executor import SimResult, simulate
 class RunOutput:
     result: SimResult
     summary: dict[str, Any]
-
-
-def kv_figures(prep: Prepared, peak_used: int) -> dict[str, Any]:
-    """KV capacity of the deployment: per pipeline, or per replica for the data-parallel ``no-pp``."""
-    if prep.scenario.engine.policy in REPLICATED:
-        from ppsim.sim.replicas import replica_prepared
-
-        return {**_pipeline_kv(replica_prepared(prep), peak_used), "kv_replicas": len(prep.topology.stages)}
-    return _pipeline_kv(prep, peak_used)
-
-
-def _pipeline_kv(prep: Prepared, peak_used: int) -> dict[str, Any]:
-    bs = prep.scenario.engine.block_size
-    reqs = prep.requests
-    mean_len = sum(r.prompt_len + r.output_len for r in reqs) / max(1, len(reqs))
-    cap = prep.num_blocks * bs
-    return {
-        "kv_num_blocks": prep.num_blocks,
-        "kv_block_size": bs,
-        "kv_capacity_tokens": cap,
-        "kv_concurrency_at_mean_len": round(cap / mean_len, 2) if mean_len else 0.0,
-        "kv_blocks_per_stage": [m.num_blocks for m in prep.memory],
-        "kv_peak_blocks_used": peak_used,
-        "weights_gib_per_gpu": [round(m.weight_bytes / 1024**3, 3) for m in prep.memory],
-        "layers_per_stage": [s.num_layers for s in prep.topology.stages],
-    }
 
 
 def run_scenario(s: Scenario, out_dir: str | Path | None = None) -> RunOutput:

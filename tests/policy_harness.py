@@ -7,10 +7,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ppsim.config import build_scenario
+from ppsim.deployment import prepare
 from ppsim.policy.actions import Emit, Launch
 from ppsim.policy.plan import StepPlan
 from ppsim.policy.requests import Request
-from ppsim.sim.build import prepare
 from ppsim.sim.executor import SimResult, simulate
 
 ASYNC_POLICIES = ("vllm-async", "vllm-mrv2")

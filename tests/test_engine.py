@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 from engine.model import build_stage, reference_generate  # noqa: E402
 from engine.run import EngineOptions, make_prompts, run_engine  # noqa: E402
 from ppsim.config import build_scenario  # noqa: E402
+from ppsim.deployment import prepare  # noqa: E402
 from ppsim.policy.requests import Request  # noqa: E402
 from ppsim.run import run_scenario  # noqa: E402
-from ppsim.sim.build import prepare  # noqa: E402
 
 
 def scenario(pp: int = 2, policy: str = "vllm-batch-queue", **engine):

@@ -6,9 +6,9 @@ import pytest
 
 from ppsim.config import build_scenario
 from ppsim.cost.memory import GIB, stage_memory, stage_weight_bytes
+from ppsim.deployment import build_topology, prepare
 from ppsim.errors import PPSimError
 from ppsim.models.shape import load_model
-from ppsim.sim.build import build_topology, prepare
 
 
 def test_deepseek_r1_fp4_pp8_stage_weights() -> None:

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from ppsim.config import build_scenario
+from ppsim.deployment import prepare
 from ppsim.policy.requests import Request
-from ppsim.sim.build import prepare
 from ppsim.sim.executor import Simulation
 
 

@@ -7,8 +7,8 @@ import simpy
 from ppsim.bubble import ConstantCost
 from ppsim.config import build_scenario
 from ppsim.cost.base import StageSpec
+from ppsim.deployment import prepare
 from ppsim.policy.plan import PlanItem, make_plan
-from ppsim.sim.build import prepare
 from ppsim.sim.executor import simulate
 from ppsim.sim.pipeline import PipelineSim
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import simpy
 
+from ppsim.deployment import Prepared
 from ppsim.errors import PPSimError
 from ppsim.metrics.records import OpRecord, RequestRecord, record_token
 from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
 from ppsim.policy.pipelines import REPLICATED, build_core, pipe_options
 from ppsim.policy.requests import Request
-from ppsim.sim.build import Prepared
 from ppsim.sim.pipeline import PipelineSim
 
 MAX_IDLE_SPINS = 100_000  # consecutive empty micro-batches with nothing in flight = stalled

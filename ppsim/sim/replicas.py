@@ -14,10 +14,9 @@ from typing import Any
 
 import simpy
 
-from ppsim.errors import PPSimError
+from ppsim.deployment import Prepared, replica_prepared
 from ppsim.metrics.records import OpRecord
 from ppsim.policy.nopp import route
-from ppsim.sim.build import Prepared, prepare
 from ppsim.sim.executor import SimResult, Simulation
 
 
@@ -49,21 +48,6 @@ class _Router:
             for r in self.replicas:
                 if r.wakeup is not None and not r.wakeup.triggered:
                     r.wakeup.succeed()
-
-
-def replica_prepared(prep: Prepared) -> Prepared:
-    """The one-stage preparation of a replica: whole model on one TP group, same requests."""
-    s = prep.scenario
-    one = s.model_copy(update={"cluster": s.cluster.model_copy(update={"pipeline_parallel_size": 1,
-                                                                          "layer_partition": "vllm"})})
-    try:
-        rp = prepare(one, prep.requests)
-    except PPSimError as err:
-        why = str(err).split("; raise")[0]  # the stage-level advice (more stages) does not apply here
-        raise PPSimError(f"engine.policy: no-pp puts the whole model on each group of "
-                         f"{s.cluster.tensor_parallel_size} GPU(s) and it does not fit ({why}); "
-                         "raise --tensor-parallel-size or pick a pipeline policy") from None
-    return replace(rp, scenario=one)
 
 
 def simulate_replicas(prep: Prepared, observer: Callable[[Any], None] | None = None) -> SimResult:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ppsim.config import Scenario
+from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
 from ppsim.metrics.summary import summarize
-from ppsim.sim.build import prepare
 from ppsim.sim.executor import simulate
 from ppsim.sweep.search import Probe, bisect_rate, check_slo
 

@@ -1,6 +1,6 @@
 """``ppsim validate``: the live engine and the simulator on the identical workload, compared.
 
-Both sides are resolved from one scenario by :func:`ppsim.sim.build.prepare` (same requests, same
+Both sides are resolved from one scenario by :func:`ppsim.deployment.prepare` (same requests, same
 arrival times, same partition and policy). The simulator uses the engine's KV pool size, so every
 scheduling decision can match, and the cost model of a calibration artifact (``--profile DIR``)
 measured on this machine. The engine runs ``repeats`` times; its run-to-run spread is reported
@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from ppsim.config import Scenario, scenario_json
+from ppsim.deployment import kv_figures, prepare
 from ppsim.errors import PPSimError
 from ppsim.metrics.io import write_run
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
-from ppsim.run import kv_figures
-from ppsim.sim.build import prepare
 from ppsim.sim.executor import simulate
 from ppsim.validate.compare import compare_summaries, per_request_errors, verdict
 from ppsim.validate.report import format_table, write_validation

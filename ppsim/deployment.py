@@ -1,12 +1,19 @@
-"""Everything a run needs, resolved from a scenario in one place and checked before the run."""
+"""The resolved deployment: everything a run needs, resolved from a scenario in one place and checked
+before the run (model shape, stage topology, KV figures, cost model, requests).
+
+Both executors (the simulator, :mod:`ppsim.sim`, and the live engine, :mod:`engine`) read it; it imports
+neither of them, nor SimPy.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ppsim.config import Scenario
 from ppsim.cost.analytic import AnalyticCost
 from ppsim.cost.base import CostModel, StageSpec
+from ppsim.cost.chunk_fit import sglang_knobs
 from ppsim.cost.memory import StageMemory, pipeline_blocks, stage_memory
 from ppsim.cost.ring import RingReturnCost
 from ppsim.errors import PPSimError
@@ -14,9 +21,8 @@ from ppsim.hardware.presets import DeviceSpec, resolve_device, resolve_link
 from ppsim.models.partition import layer_ranges, partition_layers
 from ppsim.models.shape import ModelShape, load_model
 from ppsim.policy.kv import BlockPool
-from ppsim.policy.pipelines import PolicyKnobs
+from ppsim.policy.pipelines import REPLICATED, PolicyKnobs
 from ppsim.policy.requests import Request
-from ppsim.sim.chunk_fit import sglang_knobs
 from ppsim.workload import build_workload
 
 
@@ -139,3 +145,42 @@ def prepare(s: Scenario, requests: list[Request] | None = None) -> Prepared:
     reqs = requests if requests is not None else build_workload(s.workload, s.seed)
     check_prompt_budget(s, reqs)
     return Prepared(s, shape, device, topo, mem, pipeline_blocks(list(mem)), cost, reqs)
+
+
+def replica_prepared(prep: Prepared) -> Prepared:
+    """The one-stage preparation of a ``no-pp`` replica: whole model on one TP group, same requests."""
+    s = prep.scenario
+    one = s.model_copy(update={"cluster": s.cluster.model_copy(update={"pipeline_parallel_size": 1,
+                                                                          "layer_partition": "vllm"})})
+    try:
+        rp = prepare(one, prep.requests)
+    except PPSimError as err:
+        why = str(err).split("; raise")[0]  # the stage-level advice (more stages) does not apply here
+        raise PPSimError(f"engine.policy: no-pp puts the whole model on each group of "
+                         f"{s.cluster.tensor_parallel_size} GPU(s) and it does not fit ({why}); "
+                         "raise --tensor-parallel-size or pick a pipeline policy") from None
+    return replace(rp, scenario=one)
+
+
+def kv_figures(prep: Prepared, peak_used: int) -> dict[str, Any]:
+    """KV capacity of the deployment: per pipeline, or per replica for the data-parallel ``no-pp``."""
+    if prep.scenario.engine.policy in REPLICATED:
+        return {**_pipeline_kv(replica_prepared(prep), peak_used), "kv_replicas": len(prep.topology.stages)}
+    return _pipeline_kv(prep, peak_used)
+
+
+def _pipeline_kv(prep: Prepared, peak_used: int) -> dict[str, Any]:
+    bs = prep.scenario.engine.block_size
+    reqs = prep.requests
+    mean_len = sum(r.prompt_len + r.output_len for r in reqs) / max(1, len(reqs))
+    cap = prep.num_blocks * bs
+    return {
+        "kv_num_blocks": prep.num_blocks,
+        "kv_block_size": bs,
+        "kv_capacity_tokens": cap,
+        "kv_concurrency_at_mean_len": round(cap / mean_len, 2) if mean_len else 0.0,
+        "kv_blocks_per_stage": [m.num_blocks for m in prep.memory],
+        "kv_peak_blocks_used": peak_used,
+        "weights_gib_per_gpu": [round(m.weight_bytes / 1024**3, 3) for m in prep.memory],
+        "layers_per_stage": [s.num_layers for s in prep.topology.stages],
+    }
