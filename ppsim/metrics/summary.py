@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ppsim.metrics.oplog import OpLog
 from ppsim.metrics.records import OpRecord, RequestRecord
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -42,29 +43,32 @@ def request_latencies(r: RequestRecord) -> dict[str, Any]:
     }
 
 
-def busy_fractions(ops: list[OpRecord], num_stages: int) -> tuple[list[float], float, float]:
+def busy_fractions(ops: list[OpRecord] | OpLog, num_stages: int) -> tuple[list[float], float, float]:
     """Per-stage busy fraction over the pipeline window, and the pipeline bubble.
 
     The window runs from the first stage operation's start to the last one's end. The pipeline
     bubble is 1 - (total stage busy time) / (stages x window): (P-1)/(M+P-1) for M equal
     micro-batches on P equal stages.
     """
-    compute = [o for o in ops if o.kind == "compute"]
-    if not compute:
-        return [0.0] * num_stages, 1.0, 0.0
-    t0 = min(o.start_s for o in compute)
-    t1 = max(o.end_s for o in compute)
-    busy: dict[str, float] = defaultdict(float)
-    for o in compute:
-        busy[o.track] += o.end_s - o.start_s
-    window = t1 - t0
+    if isinstance(ops, OpLog):  # running totals (every compute, whether or not its record is kept)
+        if not ops.busy:
+            return [0.0] * num_stages, 1.0, 0.0
+        busy, window = defaultdict(float, ops.busy), ops.t1 - ops.t0
+    else:
+        compute = [o for o in ops if o.kind == "compute"]
+        if not compute:
+            return [0.0] * num_stages, 1.0, 0.0
+        busy = defaultdict(float)
+        for o in compute:
+            busy[o.track] += o.end_s - o.start_s
+        window = max(o.end_s for o in compute) - min(o.start_s for o in compute)
     fr = [busy[f"stage{i}"] / window if window > 0 else 0.0 for i in range(num_stages)]
     return fr, 1.0 - sum(fr) / num_stages, window
 
 
 def summarize(
     requests: list[RequestRecord],
-    ops: list[OpRecord],
+    ops: list[OpRecord] | OpLog,
     num_stages: int,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:

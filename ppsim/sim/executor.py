@@ -10,10 +10,12 @@ import simpy
 
 from ppsim.deployment import Prepared
 from ppsim.errors import PPSimError
-from ppsim.metrics.records import OpRecord, RequestRecord, record_token
+from ppsim.metrics.oplog import OpLog
+from ppsim.metrics.records import RequestRecord, record_token
 from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
 from ppsim.policy.pipelines import REPLICATED, build_core, pipe_options
 from ppsim.policy.requests import Request
+from ppsim.sim.fast import FastPipeline, needs_reference
 from ppsim.sim.pipeline import PipelineSim
 
 MAX_IDLE_SPINS = 100_000  # consecutive empty micro-batches with nothing in flight = stalled
@@ -23,7 +25,7 @@ MAX_IDLE_SPINS = 100_000  # consecutive empty micro-batches with nothing in flig
 class SimResult:
     prepared: Prepared
     requests: list[RequestRecord]
-    ops: list[OpRecord]
+    ops: OpLog
     num_preemptions: int
     peak_blocks_used: int
     events: int
@@ -33,10 +35,11 @@ class SimResult:
 
 class Simulation:
     def __init__(self, prep: Prepared, env: simpy.Environment | None = None,
-                 observer: Callable[[Any], None] | None = None) -> None:
+                 observer: Callable[[Any], None] | None = None, reference: bool = False,
+                 keep_ops: bool = True) -> None:
         self.prep = prep
         self.env = env or simpy.Environment()
-        self.ops: list[OpRecord] = []
+        self.ops = OpLog(keep_ops)
         self.pool = prep.block_pool()
         knobs = prep.knobs()
         self.core = build_core(knobs, self.pool)
@@ -44,7 +47,9 @@ class Simulation:
         self.observer = observer  # sees every action the core yields (tests check invariants on it)
         tp = prep.scenario.cluster.tensor_parallel_size
         opts = pipe_options(knobs)
-        self.pipe = PipelineSim(self.env, prep.topology.stages, prep.cost,
+        # the per-event reference pipeline on request, or where the closed form does not hold
+        pipeline = PipelineSim if reference or needs_reference(opts.broadcast_serialized) else FastPipeline
+        self.pipe = pipeline(self.env, prep.topology.stages, prep.cost,
                                 lambda n: prep.shape.seam_bytes(n, tp), self.ops,
                                 opts.token_path, opts.broadcast_serialized, opts.overlap_sends)
         self.pipe.track_tokens = getattr(self.scheduler.limits, "async_placeholders", False)
@@ -143,7 +148,7 @@ class Simulation:
                 if dt > 0:
                     start = env.now
                     yield env.timeout(dt)
-                    self.ops.append(OpRecord("core", act.kind, -1, start, env.now, 0, act.n))
+                    self.ops.add("core", act.kind, -1, start, env.now, 0, act.n)
             elif kind is Launch:
                 plan = act.plan
                 if plan.is_empty and pipe.in_flight == 0:
@@ -186,9 +191,13 @@ class Simulation:
                          [self.pool])
 
 
-def simulate(prep: Prepared, observer: Callable[[Any], None] | None = None) -> SimResult:
+def simulate(prep: Prepared, observer: Callable[[Any], None] | None = None, reference: bool = False,
+             keep_ops: bool = True) -> SimResult:
+    """Run ``prep``. ``reference``: the per-event pipeline (:mod:`ppsim.sim.pipeline`) instead of the
+    closed-form one (:mod:`ppsim.sim.fast`); ``keep_ops``: keep every operation record (the summary
+    needs only running totals)."""
     if prep.scenario.engine.policy in REPLICATED:
         from ppsim.sim.replicas import simulate_replicas
 
-        return simulate_replicas(prep, observer)
-    return Simulation(prep, observer=observer).run()
+        return simulate_replicas(prep, observer, reference, keep_ops)
+    return Simulation(prep, observer=observer, reference=reference, keep_ops=keep_ops).run()

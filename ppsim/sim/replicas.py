@@ -9,13 +9,12 @@ the model does not fit on one GPU group); a router process sends each arriving r
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import replace
 from typing import Any
 
 import simpy
 
 from ppsim.deployment import Prepared, replica_prepared
-from ppsim.metrics.records import OpRecord
+from ppsim.metrics.oplog import OpLog
 from ppsim.policy.nopp import route
 from ppsim.sim.executor import SimResult, Simulation
 
@@ -24,8 +23,8 @@ class _Replica(Simulation):
     """One replica: ends only when the router has no request left anywhere."""
 
     def __init__(self, prep: Prepared, env: simpy.Environment, router: _Router,
-                 observer: Callable[[Any], None] | None) -> None:
-        super().__init__(prep, env, observer)
+                 observer: Callable[[Any], None] | None, reference: bool, keep_ops: bool) -> None:
+        super().__init__(prep, env, observer, reference, keep_ops)
         self.router = router
         self.pending = 0  # requests routed here and not yet ended
 
@@ -50,12 +49,13 @@ class _Router:
                     r.wakeup.succeed()
 
 
-def simulate_replicas(prep: Prepared, observer: Callable[[Any], None] | None = None) -> SimResult:
+def simulate_replicas(prep: Prepared, observer: Callable[[Any], None] | None = None, reference: bool = False,
+                      keep_ops: bool = True) -> SimResult:
     n_rep = len(prep.topology.stages)
     rp = replica_prepared(prep)
     env = simpy.Environment()
     router = _Router(len(prep.requests))
-    router.replicas = [_Replica(rp, env, router, observer) for _ in range(n_rep)]
+    router.replicas = [_Replica(rp, env, router, observer, reference, keep_ops) for _ in range(n_rep)]
     mode = prep.scenario.engine.dp_routing
     owner: dict[int, int] = {}
 
@@ -103,12 +103,10 @@ def _merge(prep: Prepared, reps: list[_Replica], owner: dict[int, int], end_s: f
         if st is not None:
             rec.preemptions = st.preemptions
         records.append(rec)
-    ops: list[OpRecord] = []
+    ops = OpLog(reps[0].ops.keep)
     for k, rep in enumerate(reps):
-        for o in rep.ops:
-            ops.append(replace(o, track=f"stage{k}") if o.track == "stage0" else
-                       replace(o, track=f"r{k}.{o.track}"))
-    ops.sort(key=lambda o: (o.start_s, o.track))
+        ops.merge(rep.ops, {"stage0": f"stage{k}"}, f"r{k}.")
+    ops.records.sort(key=lambda o: (o.start_s, o.track))
     return SimResult(prep, records, ops, sum(r.scheduler.num_preemptions for r in reps),
                      max(r.pool.peak_used for r in reps), sum(r.events for r in reps), end_s,
                      [r.pool for r in reps])

@@ -1,0 +1,64 @@
+"""Where an executor's stage, link and core operations go: running totals always, records on request.
+
+The summary needs only each stage's busy time and the window from the first compute to the last;
+those are kept as running totals. The operations themselves (``stage_ops.csv``, the Perfetto
+trace, validation, tests) are kept only with ``keep=True``, so a long run holds nothing per event.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from ppsim.metrics.records import OpRecord
+
+
+class OpLog:
+    """Iterable over the kept :class:`OpRecord` s; ``busy``/``t0``/``t1`` over every compute."""
+
+    __slots__ = ("keep", "records", "busy", "t0", "t1")
+
+    def __init__(self, keep: bool = True) -> None:
+        self.keep = keep
+        self.records: list[OpRecord] = []
+        self.busy: dict[str, float] = {}  # compute track -> seconds busy
+        self.t0 = math.inf  # first compute start
+        self.t1 = -math.inf  # last compute end
+
+    def add(self, track: str, kind: str, step_id: int, start_s: float, end_s: float, num_tokens: int,
+            num_reqs: int, num_prefill_tokens: int = 0, num_decode_tokens: int = 0, nbytes: float = 0.0) -> None:
+        if kind == "compute":
+            self.busy[track] = self.busy.get(track, 0.0) + (end_s - start_s)
+            if start_s < self.t0:
+                self.t0 = start_s
+            if end_s > self.t1:
+                self.t1 = end_s
+        if self.keep:
+            self.records.append(OpRecord(track, kind, step_id, start_s, end_s, num_tokens, num_reqs,
+                                         num_prefill_tokens, num_decode_tokens, nbytes))
+
+    def append(self, o: OpRecord) -> None:
+        self.add(o.track, o.kind, o.step_id, o.start_s, o.end_s, o.num_tokens, o.num_reqs,
+                 o.num_prefill_tokens, o.num_decode_tokens, o.nbytes)
+
+    def merge(self, other: OpLog, rename: dict[str, str], prefix: str) -> None:
+        """Fold ``other`` in: tracks in ``rename`` take the new name, others get ``prefix``."""
+        for track, busy in other.busy.items():
+            name = rename.get(track, prefix + track)
+            self.busy[name] = self.busy.get(name, 0.0) + busy
+        self.t0, self.t1 = min(self.t0, other.t0), max(self.t1, other.t1)
+        if self.keep:
+            for o in other.records:
+                t = rename.get(o.track, prefix + o.track)
+                self.records.append(OpRecord(t, *_rest(o)))
+
+    def __iter__(self) -> Iterator[OpRecord]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def _rest(o: OpRecord) -> tuple:
+    return (o.kind, o.step_id, o.start_s, o.end_s, o.num_tokens, o.num_reqs, o.num_prefill_tokens,
+            o.num_decode_tokens, o.nbytes)

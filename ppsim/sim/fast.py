@@ -1,0 +1,134 @@
+"""The fast pipeline: a micro-batch's whole path is computed when it is launched; one SimPy event each.
+
+Same model as the per-event reference (:mod:`ppsim.sim.pipeline`, read its docstring), computed in
+closed form. Every stage takes micro-batches in launch order and every link carries one send at a
+time in that order, so when micro-batch m is launched every earlier micro-batch's path is already
+known and, stage by stage::
+
+    start[m][s] = max(arrival[m][s], end[m-1][s], token_ready(deps) if s == 0,
+                      send_free[s] unless sends overlap compute)
+    end[m][s]   = start[m][s] + stage_time(s, m)
+    send[m][s]  = [max(end[m][s], send_free[s]), + link_time)   -> arrival[m][s+1] = its end
+    return      = end[m][last] + return_time            (the one SimPy event: ``done``)
+
+``arrival[m][0]`` is when the launch control message lands (messages arrive in order, hence
+``last_launch_arrival``); a plan with ``deps`` starts on the first stage only once those steps'
+sampled tokens are there (``token_ready``: via the core, two return messages after the last stage;
+or via an overlapped broadcast, one ``link_time``). The serialized MRV2 broadcast holds every
+stage's send channel at the moment the last stage finishes, interleaving with later micro-batches'
+sends in time order rather than launch order; that one case runs on the reference pipeline
+(:func:`needs_reference`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import simpy
+
+from ppsim.cost.base import CostModel, StageSpec
+from ppsim.policy.plan import StepPlan
+from ppsim.policy.returnpath import sample_state_bytes
+
+PRUNE_EVERY = 256  # launches between drops of token-ready times already in the past
+
+
+def needs_reference(broadcast_serialized: bool) -> bool:
+    """True when the closed form does not hold (a serialized broadcast, see the module docstring)."""
+    return broadcast_serialized
+
+
+class FastPipeline:
+    """Drop-in for :class:`ppsim.sim.pipeline.PipelineSim` (``launch``, ``done``, ``in_flight``)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        stages: tuple[StageSpec, ...],
+        cost: CostModel,
+        seam_bytes: Callable[[int], float],
+        ops: Any,
+        token_path: str = "core",
+        broadcast_serialized: bool = False,
+        overlap_sends: bool = False,
+    ) -> None:
+        if needs_reference(broadcast_serialized):
+            raise ValueError("a serialized broadcast needs the reference pipeline")
+        self.env, self.stages, self.cost, self.seam_bytes, self.ops = env, stages, cost, seam_bytes, ops
+        self.done: dict[int, simpy.Event] = {}
+        self.last_launch_arrival = 0.0
+        self.in_flight = 0
+        self.token_path = token_path
+        self.overlap_sends = overlap_sends
+        self.track_tokens = False  # set by the executor when the policy schedules ahead of its tokens
+        n = len(stages)
+        self.stage_free = [0.0] * n  # when each stage finishes its latest micro-batch
+        self.send_free = [0.0] * n  # when each stage's latest send completes
+        self.token_ready: dict[int, float] = {}  # step -> its sampled tokens are at the first stage
+        self.tracks = [(f"stage{s.index}", f"link{s.index}->{s.index + 1}") for s in stages]
+        self.launches = 0
+
+    def _finish_cb(self, ev: simpy.Event) -> Callable[[Any], None]:
+        def finish(_e: Any) -> None:
+            self.in_flight -= 1
+            ev.succeed()
+        return finish
+
+    def launch(self, plan: StepPlan) -> simpy.Event:
+        env, cost = self.env, self.cost
+        ev = env.event()
+        self.done[plan.step_id] = ev
+        if plan.is_empty:
+            env.timeout(cost.return_time(0)).callbacks.append(lambda _e: ev.succeed())
+            return ev
+        self.in_flight += 1
+        now = env.now
+        arrive = max(now + cost.launch_time(plan.num_reqs), self.last_launch_arrival)
+        self.last_launch_arrival = arrive
+        end = self._path(plan, arrive)
+        ret = end + cost.return_time(plan.num_reqs)
+        env.timeout(ret - now).callbacks.append(self._finish_cb(ev))
+        self.launches += 1
+        if self.launches % PRUNE_EVERY == 0 and self.token_ready:
+            # a ready time at or before now can never delay a later start (every start is >= now)
+            self.token_ready = {k: v for k, v in self.token_ready.items() if v > now}
+        return ev
+
+    def _path(self, plan: StepPlan, t: float) -> float:
+        """Times ``plan`` through every stage from its arrival ``t`` at the first; returns the last end."""
+        cost, ops, stage_free, send_free = self.cost, self.ops, self.stage_free, self.send_free
+        step, n_tok, n_req = plan.step_id, plan.num_tokens, plan.num_reqs
+        end = t
+        for st in self.stages:
+            i = st.index
+            start = t if t > stage_free[i] else stage_free[i]
+            if i == 0 and plan.deps:
+                ready = self.token_ready
+                for d in plan.deps:
+                    r = ready.get(d)
+                    if r is not None and r > start:
+                        start = r
+            if not self.overlap_sends and start < send_free[i]:
+                start = send_free[i]
+            end = start + cost.stage_time(st, plan)
+            stage_free[i] = end
+            track, link_track = self.tracks[i]
+            ops.add(track, "compute", step, start, end, n_tok, n_req, plan.num_prefill_tokens,
+                    plan.num_decode_tokens, 0.0)
+            if not st.is_last:
+                nbytes = self.seam_bytes(n_tok)
+                begin = end if end > send_free[i] else send_free[i]
+                t = send_free[i] = begin + cost.link_time(nbytes)
+                ops.add(link_track, "send", step, begin, t, n_tok, n_req, 0, 0, nbytes)
+            elif self.track_tokens and plan.num_samples:
+                self._tokens_out(plan, end)
+        return end
+
+    def _tokens_out(self, plan: StepPlan, end: float) -> None:
+        if self.token_path == "broadcast":
+            dt = self.cost.link_time(sample_state_bytes(plan.num_reqs))
+            self.ops.add("broadcast", "broadcast", plan.step_id, end, end + dt, 0, plan.num_reqs, 0, 0, 0.0)
+        else:
+            dt = 2 * self.cost.return_time(plan.num_reqs)  # to the engine core and back to stage 0
+        self.token_ready[plan.step_id] = end + dt

@@ -1,0 +1,141 @@
+"""The closed-form pipeline (``ppsim.sim.fast``) gives the per-event reference's answers.
+
+Every registered policy runs each scenario twice, through the reference pipeline
+(``simulate(..., reference=True)``, one SimPy process per stage) and through the fast path; the
+per-request records, every token time (to 1e-9 s), every operation and the summary must agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from ppsim.config import build_scenario
+from ppsim.deployment import kv_figures, prepare
+from ppsim.metrics.summary import summarize
+from ppsim.policy.pipelines import BUILDERS
+from ppsim.policy.requests import Request
+from ppsim.sim.executor import SimResult, simulate
+from ppsim.sim.fast import FastPipeline
+from ppsim.workload import synthetic
+
+TOL_S = 1e-9
+POLICIES = sorted(BUILDERS)
+
+
+def _mixed(n: int = 24, seed: int = 3) -> list[Request]:
+    """Staggered arrivals, varied lengths, aborts by token count and by time."""
+    base = synthetic(build_scenario(None, {"workload": {"num_prompts": n, "request_rate": 400.0,
+                                                        "random_input_len": 90, "random_output_len": 9,
+                                                        "random_range_ratio": 0.8}}).workload, seed)
+    out = []
+    for r in base:
+        if r.req_id % 5 == 1 and r.output_len > 2:
+            r = replace(r, abort_after_tokens=r.output_len // 2)
+        elif r.req_id % 7 == 2:
+            r = replace(r, abort_after_s=0.004 * (r.req_id % 3))
+        out.append(r)
+    return out
+
+
+# name -> (engine, cluster, workload, requests, kv blocks)
+SCENARIOS: dict[str, tuple[dict, dict, dict, Any, int | None]] = {
+    "mixed-aborts": ({"max_num_seqs": 8, "max_num_batched_tokens": 128}, {}, {}, _mixed, None),
+    "tight-kv-preemption": ({"max_num_seqs": 8, "max_num_batched_tokens": 96}, {}, {}, _mixed, 24),
+    "chunked-prefill": ({"max_num_seqs": 4, "max_num_batched_tokens": 48}, {},
+                        {}, lambda: [Request(i, 0.0005 * i, 150 + 13 * i, 5) for i in range(6)], None),
+    "closed-loop": ({"max_num_seqs": 8, "max_num_batched_tokens": 128}, {}, {"max_concurrency": 3}, _mixed, None),
+    "pp2-offline": ({"max_num_seqs": 6, "max_num_batched_tokens": 256}, {"pipeline_parallel_size": 2}, {},
+                    lambda: [Request(i, 0.0, 40 + i, 6 + i % 4) for i in range(14)], None),
+}
+
+
+def _run(policy: str, name: str, reference: bool, engine_extra: dict | None = None) -> tuple[SimResult, dict]:
+    engine, cluster, workload, reqs, blocks = SCENARIOS[name]
+    over = {"model": "tiny", "engine": {"policy": policy, **engine, **(engine_extra or {})},
+            "cluster": {"pipeline_parallel_size": 4, **cluster}, "workload": workload}
+    prep = prepare(build_scenario(None, over), reqs())
+    if blocks is not None:
+        prep = replace(prep, num_blocks=blocks)
+    res = simulate(prep, reference=reference)
+    summ = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
+    return res, summ
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-12, abs=TOL_S)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def assert_same(ref: SimResult, fast: SimResult, ref_sum: dict, fast_sum: dict) -> None:
+    assert len(ref.requests) == len(fast.requests)
+    for a, b in zip(ref.requests, fast.requests, strict=True):
+        assert (a.req_id, a.status, a.preemptions, len(a.token_times)) == \
+               (b.req_id, b.status, b.preemptions, len(b.token_times)), a.req_id
+        for x, y in ((a.sent_s, b.sent_s), (a.scheduled_s, b.scheduled_s), (a.finish_s, b.finish_s)):
+            assert (x is None) == (y is None) and (x is None or abs(x - y) <= TOL_S), a.req_id
+        assert all(abs(x - y) <= TOL_S for x, y in zip(a.token_times, b.token_times, strict=True)), a.req_id
+    key = lambda o: (o.track, o.step_id, o.kind, round(o.start_s, 6))  # noqa: E731
+    ra, fa = sorted(ref.ops, key=key), sorted(fast.ops, key=key)
+    assert [(o.track, o.kind, o.step_id, o.num_tokens, o.num_reqs) for o in ra] == \
+           [(o.track, o.kind, o.step_id, o.num_tokens, o.num_reqs) for o in fa]
+    for x, y in zip(ra, fa, strict=True):
+        assert abs(x.start_s - y.start_s) <= TOL_S and abs(x.end_s - y.end_s) <= TOL_S, (x, y)
+    assert ref.num_preemptions == fast.num_preemptions and ref.peak_blocks_used == fast.peak_blocks_used
+    assert ref_sum.keys() == fast_sum.keys()
+    bad = {k: (ref_sum[k], fast_sum[k]) for k in ref_sum if not _close(ref_sum[k], fast_sum[k])}
+    assert not bad
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_same_answers(policy: str, name: str) -> None:
+    ref, rs = _run(policy, name, reference=True)
+    fast, fs = _run(policy, name, reference=False)
+    assert_same(ref, fast, rs, fs)
+    assert rs["completed"] + rs["aborted"] + rs["failed"] == len(ref.requests)
+
+
+@pytest.mark.parametrize("broadcast", ["overlapped", "serialized"])
+@pytest.mark.parametrize("name", ["mixed-aborts", "tight-kv-preemption"])
+def test_mrv2_broadcast(broadcast: str, name: str) -> None:
+    extra = {"pp_broadcast": broadcast, "mrv2_decode_cap": True}
+    ref, rs = _run("vllm-mrv2", name, True, extra)
+    fast, fs = _run("vllm-mrv2", name, False, extra)
+    assert_same(ref, fast, rs, fs)
+    assert any(o.kind == "broadcast" for o in fast.ops)
+
+
+def test_the_fast_path_is_what_runs() -> None:
+    """Without ``reference`` the executor uses the closed form (except the serialized broadcast)."""
+    from ppsim.sim.executor import Simulation
+
+    prep = prepare(build_scenario(None, {"model": "tiny", "engine": {"policy": "vllm-async"}}), _mixed())
+    assert isinstance(Simulation(prep).pipe, FastPipeline)
+    assert not isinstance(Simulation(prep, reference=True).pipe, FastPipeline)
+
+
+def test_the_comparison_can_fail() -> None:
+    """A one-nanosecond-plus shift in one token time is caught."""
+    ref, rs = _run("vllm-batch-queue", "pp2-offline", True)
+    fast, fs = _run("vllm-batch-queue", "pp2-offline", False)
+    fast.requests[3].token_times[2] += 2 * TOL_S
+    with pytest.raises(AssertionError):
+        assert_same(ref, fast, rs, fs)
+
+
+def test_kept_and_unkept_operations_give_one_summary() -> None:
+    """The summary comes from running totals, whether or not the operation records are kept."""
+    engine, cluster, workload, reqs, _ = SCENARIOS["mixed-aborts"]
+    prep = prepare(build_scenario(None, {"model": "tiny", "engine": {"policy": "vllm-batch-queue", **engine}}),
+                   reqs())
+    kept, lean = simulate(prep), simulate(prep, keep_ops=False)
+    assert len(lean.ops) == 0 and len(kept.ops) > 0
+    assert summarize(kept.requests, kept.ops, 4) == summarize(lean.requests, lean.ops, 4)
+    a, b = summarize(kept.requests, kept.ops, 4), summarize(kept.requests, list(kept.ops), 4)
+    assert all(_close(a[k], b[k]) for k in a)
