@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ppsim.errors import PPSimError
+from ppsim.metrics.trace import TRACE_WINDOW_S
 
 # flag dest -> path in the scenario
 FLAG_PATHS: dict[str, tuple[str, ...]] = {
@@ -54,6 +56,13 @@ FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "trace": ("workload", "trace"),
     "profile": ("cost", "profile_dir"),
 }
+
+
+def _window_s(text: str) -> float:
+    v = float(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"--trace-window-s: {text} is not a positive number of seconds")
+    return v
 
 
 def add_scenario_flags(p: argparse.ArgumentParser) -> None:
@@ -126,14 +135,17 @@ def scenario_from_args(args: argparse.Namespace):  # noqa: ANN201
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from ppsim.metrics.io import DEFAULT_FILES, DETAILED_FILES
     from ppsim.metrics.summary import format_summary
     from ppsim.run import run_scenario
 
     s = scenario_from_args(args)
-    out = run_scenario(s, args.output_dir)
+    window = None if args.trace_window_s is not None and math.isinf(args.trace_window_s) else args.trace_window_s
+    out = run_scenario(s, args.output_dir, save_detailed=args.save_detailed, trace_window_s=window,
+                       progress=not args.quiet)
     print(format_summary(out.summary))
-    files = "summary.json, requests.csv, tokens.csv, stage_ops.csv, trace.json, config.json"
-    print(f"results written to {args.output_dir}/ ({files})")
+    files = DEFAULT_FILES + (DETAILED_FILES if args.save_detailed else ())
+    print(f"results written to {args.output_dir}/ ({', '.join(files)})")
     return 0
 
 
@@ -196,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help=COMMANDS["simulate"][1])
     add_scenario_flags(sim)
     sim.add_argument("--output-dir", default="ppsim-results", help="where results go (default ppsim-results)")
+    sim.add_argument("--save-detailed", action="store_true",
+                     help="also write tokens.csv, stage_ops.csv and trace.json (every token and operation)")
+    sim.add_argument("--trace-window-s", type=_window_s, default=TRACE_WINDOW_S,
+                     help=f"simulated seconds in trace.json (default {TRACE_WINDOW_S:g}; inf: the whole run)")
+    sim.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     sub.add_parser("models", help=COMMANDS["models"][1])
     sub.add_parser("hardware", help=COMMANDS["hardware"][1])
     b = sub.add_parser("bubble", help=COMMANDS["bubble"][1])

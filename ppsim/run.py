@@ -10,8 +10,9 @@ from ppsim.config import Scenario, scenario_json
 from ppsim.deployment import kv_figures, prepare
 from ppsim.metrics.io import write_run
 from ppsim.metrics.summary import summarize
-from ppsim.metrics.trace import chrome_trace
+from ppsim.metrics.trace import TRACE_WINDOW_S, chrome_trace
 from ppsim.sim.executor import SimResult, simulate
+from ppsim.sim.progress import RunProgress
 
 
 @dataclass
@@ -20,10 +21,22 @@ class RunOutput:
     summary: dict[str, Any]
 
 
-def run_scenario(s: Scenario, out_dir: str | Path | None = None) -> RunOutput:
+def run_scenario(s: Scenario, out_dir: str | Path | None = None, *, save_detailed: bool = False,
+                 trace_window_s: float | None = TRACE_WINDOW_S, progress: bool = False) -> RunOutput:
+    """Simulate ``s``; write its files to ``out_dir`` if given. ``save_detailed`` keeps every operation
+    and writes ``tokens.csv``, ``stage_ops.csv`` and ``trace.json`` (the first ``trace_window_s``
+    seconds of simulated time; None: all); ``progress`` draws a bar on a terminal's stderr."""
     prep = prepare(s)
-    res = simulate(prep)
+    bar = RunProgress(len(prep.requests), enabled=progress)
+    try:
+        res = simulate(prep, keep_ops=save_detailed, progress=bar)
+    finally:
+        bar.close()
     summary = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
     if out_dir is not None:
-        write_run(out_dir, scenario_json(s), summary, res.requests, res.ops, chrome_trace(res.ops))
+        if save_detailed:
+            trace = chrome_trace(res.ops, window_s=trace_window_s)
+            write_run(out_dir, scenario_json(s), summary, res.requests, res.ops, trace)
+        else:
+            write_run(out_dir, scenario_json(s), summary, res.requests)
     return RunOutput(res, summary)

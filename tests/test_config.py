@@ -33,7 +33,8 @@ def test_yaml_and_json_configs(tmp_path):
 
 def test_summary_has_vllm_keys(tmp_path, ppsim_cli):
     out = tmp_path / "o"
-    r = ppsim_cli("simulate", "--model", "llama-3-8b", "-pp", "2", "--num-prompts", "10", "--output-dir", str(out))
+    r = ppsim_cli("simulate", "--model", "llama-3-8b", "-pp", "2", "--num-prompts", "10", "--output-dir", str(out),
+                  "--save-detailed")
     assert r.returncode == 0, r.stderr
     s = json.loads((out / "summary.json").read_text())
     for k in ("completed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",

@@ -65,7 +65,7 @@ def test_pp2_matches_reference_and_simulator_schema(tmp_path):
         assert o.track == "stage1" or o.end_s <= s1.start_s + 1e-6
     # same files, columns, summary keys and trace form as the simulator
     sim_dir = tmp_path / "sim"
-    run_scenario(s, sim_dir)
+    run_scenario(s, sim_dir, save_detailed=True)
     eng_dir = tmp_path / "engine"
     sim_files = {p.name for p in sim_dir.iterdir()}
     assert sim_files <= {p.name for p in eng_dir.iterdir()}

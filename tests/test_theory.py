@@ -30,7 +30,7 @@ def test_littles_law_on_stationary_run():
 
 def test_conservation_every_request_once_and_tokens_add_up():
     s = _scenario(num_prompts=300, request_rate="inf")
-    out = run_scenario(s)
+    out = run_scenario(s, save_detailed=True)
     recs = out.result.requests
     assert sorted(r.req_id for r in recs) == list(range(300))
     assert all(r.status == "finished" for r in recs)
@@ -59,7 +59,8 @@ def test_closed_loop_never_exceeds_max_concurrency(policy):
 
 
 def test_determinism_byte_identical_summary(tmp_path, ppsim_cli):
-    args = ["simulate", "--model", "llama-3-8b", "-pp", "2", "--num-prompts", "50", "--random-range-ratio", "0.3",
+    args = ["simulate", "--save-detailed", "--model", "llama-3-8b", "-pp", "2", "--num-prompts", "50",
+            "--random-range-ratio", "0.3",
             "--seed", "7"]
     a = ppsim_cli(*args, "--output-dir", str(tmp_path / "a"))
     b = ppsim_cli(*args, "--output-dir", str(tmp_path / "b"))

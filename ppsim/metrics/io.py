@@ -6,12 +6,11 @@ import csv
 import io
 import json
 import os
-from dataclasses import asdict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ppsim.metrics.records import OP_FIELDS, OpRecord, RequestRecord
-from ppsim.metrics.summary import request_latencies
 
 REQUEST_FIELDS = [
     "request_id", "status", "arrival_s", "sent_s", "scheduled_s", "first_token_s", "finish_s",
@@ -58,30 +57,37 @@ def _ms(v: float | None) -> str:
     return "" if v is None else f"{v * 1000:.6f}"
 
 
-def requests_csv(requests: list[RequestRecord]) -> str:
+def requests_csv(requests: Iterable[RequestRecord]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(REQUEST_FIELDS)
+    rows = []
     for r in requests:
-        lat = request_latencies(r) if r.token_times else None
-        w.writerow([
-            r.req_id, r.status, r.arrival_s, r.sent_s, r.scheduled_s, r.first_token_s, r.finish_s,
-            r.input_tokens, len(r.token_times), _ms(lat and lat["ttft"]), _ms(lat and lat["tpot"]),
-            _ms(lat and lat["e2el"]), r.preemptions,
-        ])
+        t = r.token_times
+        ttft = tpot = e2el = None
+        if t:
+            sent = r.sent_s if r.sent_s is not None else r.arrival_s
+            ttft, e2el = t[0] - sent, t[-1] - sent
+            tpot = (e2el - ttft) / (len(t) - 1) if len(t) > 1 else None
+        rows.append((r.req_id, r.status, r.arrival_s, r.sent_s, r.scheduled_s, t[0] if t else None, r.finish_s,
+                     r.input_tokens, len(t), _ms(ttft), _ms(tpot), _ms(e2el), r.preemptions))
+        if len(rows) >= 4096:
+            w.writerows(rows)
+            rows.clear()
+    w.writerows(rows)
     return buf.getvalue()
 
 
-def ops_csv(ops: list[OpRecord]) -> str:
+def ops_csv(ops: Iterable[OpRecord]) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, OP_FIELDS, lineterminator="\n")
-    w.writeheader()
-    for o in ops:
-        w.writerow(asdict(o))
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(OP_FIELDS)
+    w.writerows((o.track, o.kind, o.step_id, o.start_s, o.end_s, o.num_tokens, o.num_reqs, o.num_prefill_tokens,
+                 o.num_decode_tokens, o.nbytes) for o in ops)
     return buf.getvalue()
 
 
-def tokens_csv(requests: list[RequestRecord]) -> str:
+def tokens_csv(requests: Iterable[RequestRecord]) -> str:
     """Every output token's time: one row per (request, token index)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -91,18 +97,22 @@ def tokens_csv(requests: list[RequestRecord]) -> str:
     return buf.getvalue()
 
 
+DEFAULT_FILES = ("summary.json", "requests.csv", "config.json")
+DETAILED_FILES = ("tokens.csv", "stage_ops.csv", "trace.json")
+
+
 def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any], requests: list[RequestRecord],
-              ops: list[OpRecord], trace: dict[str, Any]) -> Path:
-    """All files of a run; every text is built before the first file is written."""
+              ops: Iterable[OpRecord] | None = None, trace: dict[str, Any] | None = None) -> Path:
+    """The files of a run: ``summary.json``, ``requests.csv`` and ``config.json`` always; with ``ops``
+    and ``trace`` (``--save-detailed``) also ``tokens.csv``, ``stage_ops.csv`` and ``trace.json``.
+    Every text is built before the first file is written."""
     out = Path(out_dir)
-    files = {
-        "config.json": config_json + "\n",
-        "requests.csv": requests_csv(requests),
-        "tokens.csv": tokens_csv(requests),
-        "stage_ops.csv": ops_csv(ops),
-        "trace.json": json.dumps(trace, allow_nan=False),
-        "summary.json": dumps(summary),
-    }
+    files = {"config.json": config_json + "\n", "requests.csv": requests_csv(requests)}
+    if ops is not None and trace is not None:
+        files["tokens.csv"] = tokens_csv(requests)
+        files["stage_ops.csv"] = ops_csv(ops)
+        files["trace.json"] = json.dumps(trace, allow_nan=False)
+    files["summary.json"] = dumps(summary)
     for name, text in files.items():
         atomic_write(out / name, text)
     return out

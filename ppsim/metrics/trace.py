@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ppsim.metrics.records import OpRecord
+
+TRACE_WINDOW_S = 60.0  # default span of simulated time in trace.json (a long run's full trace is too large)
 
 
 def _track_order(track: str) -> tuple[int, int, str]:
@@ -36,5 +39,16 @@ def trace_events(ops: list[OpRecord], pid: int = 0, process_name: str = "ppsim")
     return ev
 
 
-def chrome_trace(ops: list[OpRecord], process_name: str = "ppsim") -> dict[str, Any]:
-    return {"traceEvents": trace_events(ops, 0, process_name), "displayTimeUnit": "ms"}
+def trace_window(ops: Iterable[OpRecord], window_s: float | None) -> list[OpRecord]:
+    """The operations starting within ``window_s`` of simulated time from the first one (all if None)."""
+    ops = list(ops)
+    if window_s is None or not ops:
+        return ops
+    end = min(o.start_s for o in ops) + window_s
+    return [o for o in ops if o.start_s < end]
+
+
+def chrome_trace(ops: Iterable[OpRecord], process_name: str = "ppsim", window_s: float | None = None) -> dict[str, Any]:
+    """The trace of ``ops``; with ``window_s``, only the first ``window_s`` seconds of simulated time
+    (a long run's full trace is too large for Perfetto to open)."""
+    return {"traceEvents": trace_events(trace_window(ops, window_s), 0, process_name), "displayTimeUnit": "ms"}

@@ -17,6 +17,7 @@ from ppsim.policy.pipelines import REPLICATED, build_core, pipe_options
 from ppsim.policy.requests import Request
 from ppsim.sim.fast import FastPipeline, needs_reference
 from ppsim.sim.pipeline import PipelineSim
+from ppsim.sim.progress import RunProgress
 
 MAX_IDLE_SPINS = 100_000  # consecutive empty micro-batches with nothing in flight = stalled
 
@@ -36,7 +37,7 @@ class SimResult:
 class Simulation:
     def __init__(self, prep: Prepared, env: simpy.Environment | None = None,
                  observer: Callable[[Any], None] | None = None, reference: bool = False,
-                 keep_ops: bool = True) -> None:
+                 keep_ops: bool = True, progress: RunProgress | None = None) -> None:
         self.prep = prep
         self.env = env or simpy.Environment()
         self.ops = OpLog(keep_ops)
@@ -61,6 +62,7 @@ class Simulation:
         self.wakeup: simpy.Event | None = None
         self.finish_events: dict[int, simpy.Event] = {}
         self.events = 0
+        self.progress = progress
 
     # --- client ---------------------------------------------------------------------------------
     def _submit(self, req: Request) -> None:
@@ -87,6 +89,8 @@ class Simulation:
 
     def _ended(self, req_id: int) -> None:
         self.pending -= 1
+        if self.progress is not None:
+            self.progress.ended(self.env.now)
         ev = self.finish_events.pop(req_id, None)
         if ev is not None:
             ev.succeed()
@@ -192,12 +196,12 @@ class Simulation:
 
 
 def simulate(prep: Prepared, observer: Callable[[Any], None] | None = None, reference: bool = False,
-             keep_ops: bool = True) -> SimResult:
+             keep_ops: bool = True, progress: RunProgress | None = None) -> SimResult:
     """Run ``prep``. ``reference``: the per-event pipeline (:mod:`ppsim.sim.pipeline`) instead of the
     closed-form one (:mod:`ppsim.sim.fast`); ``keep_ops``: keep every operation record (the summary
-    needs only running totals)."""
+    needs only running totals); ``progress``: told of every request that ends."""
     if prep.scenario.engine.policy in REPLICATED:
         from ppsim.sim.replicas import simulate_replicas
 
-        return simulate_replicas(prep, observer, reference, keep_ops)
-    return Simulation(prep, observer=observer, reference=reference, keep_ops=keep_ops).run()
+        return simulate_replicas(prep, observer, reference, keep_ops, progress)
+    return Simulation(prep, observer=observer, reference=reference, keep_ops=keep_ops, progress=progress).run()

@@ -17,14 +17,16 @@ from ppsim.deployment import Prepared, replica_prepared
 from ppsim.metrics.oplog import OpLog
 from ppsim.policy.nopp import route
 from ppsim.sim.executor import SimResult, Simulation
+from ppsim.sim.progress import RunProgress
 
 
 class _Replica(Simulation):
     """One replica: ends only when the router has no request left anywhere."""
 
     def __init__(self, prep: Prepared, env: simpy.Environment, router: _Router,
-                 observer: Callable[[Any], None] | None, reference: bool, keep_ops: bool) -> None:
-        super().__init__(prep, env, observer, reference, keep_ops)
+                 observer: Callable[[Any], None] | None, reference: bool, keep_ops: bool,
+                 progress: RunProgress | None) -> None:
+        super().__init__(prep, env, observer, reference, keep_ops, progress)
         self.router = router
         self.pending = 0  # requests routed here and not yet ended
 
@@ -50,12 +52,12 @@ class _Router:
 
 
 def simulate_replicas(prep: Prepared, observer: Callable[[Any], None] | None = None, reference: bool = False,
-                      keep_ops: bool = True) -> SimResult:
+                      keep_ops: bool = True, progress: RunProgress | None = None) -> SimResult:
     n_rep = len(prep.topology.stages)
     rp = replica_prepared(prep)
     env = simpy.Environment()
     router = _Router(len(prep.requests))
-    router.replicas = [_Replica(rp, env, router, observer, reference, keep_ops) for _ in range(n_rep)]
+    router.replicas = [_Replica(rp, env, router, observer, reference, keep_ops, progress) for _ in range(n_rep)]
     mode = prep.scenario.engine.dp_routing
     owner: dict[int, int] = {}
 
