@@ -71,8 +71,17 @@ class OpFit:
     x: str
     coef: dict[str, Any]
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_cache", {})  # x -> at(x): steps repeat a few thousand token counts
+
     def at(self, x: float) -> float:
-        """Seconds at feature value ``x`` (1-D forms)."""
+        """Seconds at feature value ``x`` (1-D forms); memoised, as the fit is a pure function of ``x``."""
+        v = self._cache.get(x)  # type: ignore[attr-defined]
+        if v is None:
+            v = self._cache[x] = self._at(x)  # type: ignore[attr-defined]
+        return v
+
+    def _at(self, x: float) -> float:
         c = self.coef
         if self.form == "linear":
             return c["c0"] + c["c1"] * x
