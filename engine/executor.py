@@ -1,40 +1,42 @@
-"""The engine core: drives the policy's engine-core generator against real stage processes.
+"""The engine core: the shared driver (:mod:`ppsim.driver`) against real stage processes.
 
-Same shape as :class:`ppsim.sim.executor.Simulation`, with wall-clock time instead of SimPy time:
+The driver runs the policy's engine-core generator, the client and the records, as in the
+simulator; this backend supplies wall-clock time and the stage processes:
 
-* ``Cpu``: ignored (real CPU time passes inside the generator; it is recorded on the "core" track).
+* ``Cpu``: nothing to wait (real CPU time passes inside the generator; it is recorded on the "core" track).
 * ``Launch(plan)``: one :class:`StepMsg` per stage with the plan's items and their block tables
   (``pool.block_table``); token ids to the first stage only. Non-blocking. Empty plans are done at once.
 * ``Await(plan)``: block until the last stage's sampled tokens for ``plan`` arrive, watching for
   stage faults and for no progress within ``stage_timeout_s``.
 * ``Poll(plan)``: drain arrived results without blocking; reply whether ``plan`` is back.
-* ``Emit(outputs)``: timestamp tokens, finish or abort requests (``Request.abort_after_tokens``).
+* ``Emit(outputs)``: keep the sampled token ids (the driver timestamps them, finishes or cancels requests).
 * ``Idle``: wait for the next arrival.
 
-The client is the simulator's: open loop at the workload's arrival times, or a closed loop of
-``max_concurrency`` outstanding requests. Arrivals are submitted whenever the core thread is free
-or waiting, so a request that arrives while the core blocks is seen at its next schedule, as in
-the simulator. Times are seconds since the engine start (``time.perf_counter`` of this process).
+The client is the simulator's (:class:`ppsim.driver.Client`): open loop at the workload's arrival
+times, or a closed loop of ``max_concurrency`` outstanding requests, pumped here whenever the core
+thread is free or waiting, so a request that arrives while the core blocks is seen at its next
+schedule, as in the simulator. Times are seconds since the engine start (``time.perf_counter`` of this process).
 """
 
 from __future__ import annotations
 
 import heapq
 import time
-from collections import deque
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.launcher import StageFault, StageGroup
 from engine.transport import SampledMsg, StageTimes, StepItem, StepMsg
 from ppsim.deployment import Prepared
-from ppsim.metrics.records import OpRecord, RequestRecord, record_token
-from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
+from ppsim.driver import Client, Driver
+from ppsim.metrics.ledger import Ledger
+from ppsim.metrics.records import OpRecord, RequestRecord
+from ppsim.policy.actions import Cpu
 from ppsim.policy.pipelines import build_core
 from ppsim.policy.plan import StepPlan
-from ppsim.policy.requests import Request
+from ppsim.policy.requests import TokenOutput
 
-MAX_IDLE_SPINS = 100_000  # as the simulator: consecutive empty micro-batches with nothing in flight
 WAIT_SLICE_S = 0.2  # longest single wait on the result queue before re-checking clients and faults
 
 
@@ -52,6 +54,8 @@ class EngineResult:
 
 
 class EngineExecutor:
+    """The live engine's backend for :class:`ppsim.driver.Driver`: real stage processes, wall-clock time."""
+
     def __init__(self, prep: Prepared, group: StageGroup, prompts: dict[int, list[int]], stage_timeout_s: float,
                  clock_offsets: list[float]) -> None:
         self.prep, self.group, self.prompts = prep, group, prompts
@@ -59,16 +63,14 @@ class EngineExecutor:
         self.offsets = clock_offsets  # add to a stage's perf_counter reading to get this process's
         self.num_stages = len(prep.topology.stages)
         self.pool = prep.block_pool()
-        self.core = build_core(prep.knobs(), self.pool)
-        self.scheduler = self.core.scheduler
-        self.requests = {r.req_id: r for r in prep.requests}
-        self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len)
-                        for r in prep.requests}
-        self.tokens: dict[int, list[int]] = {r.req_id: [] for r in prep.requests}
-        self.arrivals = deque(sorted(prep.requests, key=lambda r: (r.arrival_s, r.req_id)))
-        self.limit = prep.scenario.workload.max_concurrency
-        self.pending = len(prep.requests)
-        self.outstanding = 0
+        core = build_core(prep.knobs(), self.pool)
+        self.scheduler = core.scheduler
+        self.ledger = Ledger(prep.requests, keep_tokens=True)
+        self.client = Client(prep.requests, prep.scenario.workload.max_concurrency)
+        self.driver = Driver(core, self.ledger, self.client, self)
+        self.driver.on_output = self._on_output
+        self.driver.before_action = self._pump_client
+        self.tokens: dict[int, list[int]] = {r: [] for r in prep.requests.req_id.tolist()}
         self.launched: dict[int, StepPlan] = {}
         self.done: dict[int, dict[int, int]] = {}
         self.ready_tokens: dict[int, int] = {}
@@ -87,39 +89,21 @@ class EngineExecutor:
         return time.perf_counter() - self.t0
 
     # --- client ----------------------------------------------------------------------------------
-    def _slot_free(self) -> bool:
-        return self.limit is None or self.outstanding < self.limit
-
     def _pump_client(self) -> None:
         now = self.now()
-        while self.arrivals and self.arrivals[0].arrival_s <= now and self._slot_free():
-            self._submit(self.arrivals.popleft(), now)
+        client = self.client
+        while (t := client.next_arrival_s()) is not None and t <= now:
+            row, req = client.take()
+            self.driver.submit(row, req, now)
         while self.aborts and self.aborts[0][0] <= now:
-            self._abort(heapq.heappop(self.aborts)[1], now)
+            self.driver.abort(heapq.heappop(self.aborts)[1], now)
 
-    def _abort(self, req_id: int, now: float) -> None:
-        """The client cancels (``Request.abort_after_s``): the scheduler drops it and frees its blocks."""
-        if self.scheduler.abort(req_id):
-            rec = self.records[req_id]
-            rec.finish_s, rec.status = now, "aborted"
-            self._ended(req_id)
-
-    def _submit(self, req: Request, now: float) -> None:
-        rec = self.records[req.req_id]
-        rec.sent_s = now
-        self.outstanding += 1
-        if not self.scheduler.add_request(req):
-            rec.status = "rejected"
-            self._ended(req.req_id)
-        elif req.abort_after_s is not None:
-            heapq.heappush(self.aborts, (now + req.abort_after_s, req.req_id))
-
-    def _ended(self, _req_id: int) -> None:
-        self.pending -= 1
-        self.outstanding -= 1
+    def abort_after(self, delay_s: float, req_id: int, sent_s: float) -> None:
+        heapq.heappush(self.aborts, (sent_s + delay_s, req_id))
 
     def _next_due_s(self) -> float | None:
-        due = [self.arrivals[0].arrival_s] if self.arrivals and self._slot_free() else []
+        nxt = self.client.next_arrival_s()
+        due = [nxt] if nxt is not None else []
         if self.aborts:
             due.append(self.aborts[0][0])
         return min(due) if due else None
@@ -150,30 +134,40 @@ class EngineExecutor:
         due = self._next_due_s()
         return WAIT_SLICE_S if due is None else min(WAIT_SLICE_S, max(0.0, due - self.now()))
 
-    def _await(self, step_id: int) -> None:
-        while step_id not in self.done:
+    # --- the driver's backend --------------------------------------------------------------------
+    def wait(self, plan: StepPlan) -> Generator[None, None, None]:
+        while plan.step_id not in self.done:
             self._pump(self._wait_slice())
-        self.ready_tokens.update(self.done.pop(step_id))
+        self.ready_tokens.update(self.done.pop(plan.step_id))
+        yield from ()
 
-    def _idle(self) -> bool:
-        """Wait for the next arrival; False when every request has ended."""
-        while self.pending and not self.scheduler.has_requests():
+    def poll(self, plan: StepPlan) -> bool:
+        self._pump(0)
+        return plan.step_id in self.done
+
+    def cpu(self, act: Cpu, started_s: float) -> Generator[None, None, None]:
+        """Real CPU time passed inside the core's generator: record it on the "core" track."""
+        self.core_ops.append(OpRecord("core", act.kind, -1, started_s, self.now(), 0, act.n))
+        yield from ()
+
+    def idle(self) -> Generator[None, None, None]:
+        """Wait for the next arrival."""
+        while self.client.pending and not self.scheduler.has_requests():
             if self._next_due_s() is None and not self.in_flight:
                 raise StageFault("client stalled: requests remain but none can be sent")
             self._pump(self._wait_slice())
-        return self.pending > 0
+        yield from ()
 
-    # --- engine core ---------------------------------------------------------------------------
-    def _launch(self, plan: StepPlan) -> None:
+    def stalled(self, message: str) -> None:
+        raise StageFault(message.split(" (")[0])
+
+    def launch(self, plan: StepPlan) -> None:
         if plan.is_empty:
             self.done[plan.step_id] = {}
             return
         now = self.now()
         items, ids, holes = [], [], []
         for it in plan.items:
-            rec = self.records[it.req_id]
-            if rec.scheduled_s is None:
-                rec.scheduled_s = now
             items.append(StepItem(it.req_id, it.start, it.num_tokens, it.samples,
                                   tuple(self.pool.block_table(it.req_id))))
             seq = self.prompts[it.req_id] + self.tokens[it.req_id]
@@ -193,47 +187,20 @@ class EngineExecutor:
             self.last_progress = now
         self.in_flight += 1
 
-    def _emit(self, outputs: tuple) -> None:
-        now = self.now()
-        for o in outputs:
-            rec = self.records[o.req_id]
-            self.tokens[o.req_id].append(self.ready_tokens.pop(o.req_id))
-            if self.forward_sampled:  # known now: later launches read it from self.tokens
-                st = self.scheduler.requests[o.req_id]
-                self.sampled_by.pop((o.req_id, st.epoch, rec.input_tokens + o.index - 1), None)
-            limit = self.requests[o.req_id].abort_after_tokens
-            if record_token(rec, o.index, o.finished, now, limit, self.scheduler.abort):
-                self._ended(o.req_id)
+    def _on_output(self, o: TokenOutput) -> None:
+        """A sampled token reached the core: keep its id (the driver then timestamps it)."""
+        self.tokens[o.req_id].append(self.ready_tokens.pop(o.req_id))
+        if self.forward_sampled:  # known now: later launches read it from self.tokens
+            st = self.scheduler.requests.get(o.req_id)
+            if st is not None:
+                n_in = st.req.prompt_len
+                self.sampled_by.pop((o.req_id, st.epoch, n_in + o.index - 1), None)
 
     def run(self) -> None:
         """Drive the core until every request has ended (raises StageFault on a fault)."""
         self.t0 = time.perf_counter()
-        gen = self.core.run()
-        reply: Any = None
-        spins = 0
-        while True:
-            self._pump_client()
-            t_send = self.now()
-            act = gen.send(reply)
-            reply = None
-            kind = type(act)
-            if kind is Cpu:
-                self.core_ops.append(OpRecord("core", act.kind, -1, t_send, self.now(), 0, act.n))
-            elif kind is Launch:
-                idle = act.plan.is_empty and not self.in_flight
-                spins = spins + 1 if idle else 0
-                if spins > MAX_IDLE_SPINS:
-                    raise StageFault("scheduler stalled: requests wait but none can be scheduled")
-                self._launch(act.plan)
-            elif kind is Await:
-                self._await(act.plan.step_id)
-            elif kind is Poll:
-                self._pump(0)
-                reply = act.plan.step_id in self.done
-            elif kind is Emit:
-                self._emit(act.outputs)
-            elif kind is Idle and not self._idle():
-                return
+        for _ in self.driver.run():
+            raise RuntimeError("the engine's backend never yields")
 
     # --- records ---------------------------------------------------------------------------------
     def _stage_ops(self) -> list[OpRecord]:
@@ -257,13 +224,10 @@ class EngineExecutor:
         return ops
 
     def result(self, fault: str | None = None) -> EngineResult:
-        for rec in self.records.values():
-            if rec.status == "pending":
-                rec.status = "unfinished"
-        for st in self.scheduler.requests.values():
-            self.records[st.req_id].preemptions = st.preemptions
+        self.driver.finish()
+        self.ledger.close()
         return EngineResult(
-            [self.records[r.req_id] for r in self.prep.requests], self._stage_ops() + self.core_ops, self.tokens,
+            self.ledger.records(), self._stage_ops() + self.core_ops, self.tokens,
             self.scheduler.num_preemptions, self.pool.peak_used, self.pool.num_used, self.now(), fault,
             {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched)},
         )

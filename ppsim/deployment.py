@@ -7,6 +7,7 @@ neither of them, nor SimPy.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +24,7 @@ from ppsim.models.shape import ModelShape, load_model
 from ppsim.policy.kv import BlockPool
 from ppsim.policy.pipelines import REPLICATED, PolicyKnobs
 from ppsim.policy.requests import Request
-from ppsim.workload import build_workload
+from ppsim.workload import Workload, as_workload, build_workload
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,11 @@ class Prepared:
     memory: tuple[StageMemory, ...]
     num_blocks: int
     cost: CostModel
-    requests: list[Request]
+    requests: Workload  # columns; ``iter`` yields Request objects one at a time
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.requests, Workload):  # a list of Request (tests, the engine's callers)
+            object.__setattr__(self, "requests", as_workload(self.requests))
 
     def knobs(self) -> PolicyKnobs:
         e = self.scenario.engine
@@ -113,17 +118,17 @@ def check_tensor_parallel(shape: ModelShape, tp: int) -> None:
                          f"evenly over {tp} GPUs; use a divisor or a multiple of {kv}")
 
 
-def check_prompt_budget(s: Scenario, requests: list[Request]) -> None:
+def check_prompt_budget(s: Scenario, requests: Workload) -> None:
     """Without chunked prefill a prompt must fit one step's token budget (vLLM refuses such a config)."""
-    if s.engine.enable_chunked_prefill or not requests:
+    if s.engine.enable_chunked_prefill or not len(requests):
         return
-    longest = max(r.prompt_len for r in requests)
+    longest = requests.max_prompt_len()
     if longest > s.engine.max_num_batched_tokens:
         raise PPSimError(f"engine.max_num_batched_tokens: {s.engine.max_num_batched_tokens} is below a "
                          f"{longest}-token prompt with chunked prefill disabled; raise it or enable chunked prefill")
 
 
-def prepare(s: Scenario, requests: list[Request] | None = None) -> Prepared:
+def prepare(s: Scenario, requests: Workload | Iterable[Request] | None = None) -> Prepared:
     shape = load_model(s.model).with_dtypes(
         None if s.weight_dtype == "auto" else s.weight_dtype,
         None if s.kv_cache_dtype == "auto" else s.kv_cache_dtype,
@@ -142,7 +147,7 @@ def prepare(s: Scenario, requests: list[Request] | None = None) -> Prepared:
         cost = RingReturnCost(cost, e.cpu.update_us, e.cpu.update_per_req_us, e.pp_async_batch_depth)
     elif e.policy == "trtllm-slots":  # the sample-state ring: one hop to rank 0, then forwarded inline (sync)
         cost = RingReturnCost(cost, 0.0, 0.0, depth=1)
-    reqs = requests if requests is not None else build_workload(s.workload, s.seed)
+    reqs = as_workload(requests) if requests is not None else build_workload(s.workload, s.seed)
     check_prompt_budget(s, reqs)
     return Prepared(s, shape, device, topo, mem, pipeline_blocks(list(mem)), cost, reqs)
 
@@ -171,8 +176,7 @@ def kv_figures(prep: Prepared, peak_used: int) -> dict[str, Any]:
 
 def _pipeline_kv(prep: Prepared, peak_used: int) -> dict[str, Any]:
     bs = prep.scenario.engine.block_size
-    reqs = prep.requests
-    mean_len = sum(r.prompt_len + r.output_len for r in reqs) / max(1, len(reqs))
+    mean_len = prep.requests.mean_total_len()
     cap = prep.num_blocks * bs
     return {
         "kv_num_blocks": prep.num_blocks,

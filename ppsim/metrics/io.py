@@ -6,10 +6,13 @@ import csv
 import io
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from ppsim.metrics.ledger import STATUSES, Ledger, RequestColumns
 from ppsim.metrics.records import OP_FIELDS, OpRecord, RequestRecord
 
 REQUEST_FIELDS = [
@@ -57,62 +60,125 @@ def _ms(v: float | None) -> str:
     return "" if v is None else f"{v * 1000:.6f}"
 
 
-def requests_csv(requests: Iterable[RequestRecord]) -> str:
+CHUNK_ROWS = 4096  # rows formatted per chunk: files are streamed, never held whole
+
+
+def _csv_chunks(header: list[str], rows: Iterable[Sequence[Any]]) -> Iterator[str]:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(REQUEST_FIELDS)
-    rows = []
-    for r in requests:
-        t = r.token_times
-        ttft = tpot = e2el = None
-        if t:
-            sent = r.sent_s if r.sent_s is not None else r.arrival_s
-            ttft, e2el = t[0] - sent, t[-1] - sent
-            tpot = (e2el - ttft) / (len(t) - 1) if len(t) > 1 else None
-        rows.append((r.req_id, r.status, r.arrival_s, r.sent_s, r.scheduled_s, t[0] if t else None, r.finish_s,
-                     r.input_tokens, len(t), _ms(ttft), _ms(tpot), _ms(e2el), r.preemptions))
-        if len(rows) >= 4096:
-            w.writerows(rows)
-            rows.clear()
-    w.writerows(rows)
-    return buf.getvalue()
+    w.writerow(header)
+    batch: list[Sequence[Any]] = []
+    for r in rows:
+        batch.append(r)
+        if len(batch) >= CHUNK_ROWS:
+            w.writerows(batch)
+            batch.clear()
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+    w.writerows(batch)
+    yield buf.getvalue()
+
+
+def _none(v: float) -> float | None:
+    return None if v != v else v
+
+
+def _request_rows(c: RequestColumns) -> Iterator[tuple]:
+    sent_eff = np.where(np.isnan(c.sent_s), c.arrival_s, c.sent_s)
+    for lo in range(0, len(c.req_id), CHUNK_ROWS):
+        sl = slice(lo, lo + CHUNK_ROWS)
+        ttft = (c.first_token_s[sl] - sent_eff[sl]).tolist()
+        e2el = (c.last_token_s[sl] - sent_eff[sl]).tolist()
+        cols = (c.req_id[sl].tolist(), c.status[sl].tolist(), c.arrival_s[sl].tolist(), c.sent_s[sl].tolist(),
+                c.scheduled_s[sl].tolist(), c.first_token_s[sl].tolist(), c.finish_s[sl].tolist(),
+                c.input_tokens[sl].tolist(), c.num_tokens[sl].tolist(), c.preemptions[sl].tolist())
+        for i, (rid, st, arr, sent, sch, first, fin, n_in, n, pre) in enumerate(zip(*cols, strict=True)):
+            if n:
+                a, b = ttft[i], e2el[i]
+                lat = (_ms(a), _ms((b - a) / (n - 1) if n > 1 else None), _ms(b))
+            else:
+                lat = ("", "", "")
+            yield (rid, STATUSES[st], arr, _none(sent), _none(sch), _none(first), _none(fin), n_in, n, *lat, pre)
+
+
+def _request_columns(requests: Sequence[RequestRecord] | RequestColumns | Ledger) -> RequestColumns:
+    if isinstance(requests, RequestColumns):
+        return requests
+    return requests.columns() if isinstance(requests, Ledger) else RequestColumns.from_records(list(requests))
+
+
+def requests_chunks(requests: Sequence[RequestRecord] | RequestColumns | Ledger) -> Iterator[str]:
+    return _csv_chunks(REQUEST_FIELDS, _request_rows(_request_columns(requests)))
+
+
+def requests_csv(requests: Sequence[RequestRecord] | RequestColumns | Ledger) -> str:
+    return "".join(requests_chunks(requests))
+
+
+def ops_chunks(ops: Iterable[OpRecord]) -> Iterator[str]:
+    return _csv_chunks(OP_FIELDS, ((o.track, o.kind, o.step_id, o.start_s, o.end_s, o.num_tokens, o.num_reqs,
+                                    o.num_prefill_tokens, o.num_decode_tokens, o.nbytes) for o in ops))
 
 
 def ops_csv(ops: Iterable[OpRecord]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(OP_FIELDS)
-    w.writerows((o.track, o.kind, o.step_id, o.start_s, o.end_s, o.num_tokens, o.num_reqs, o.num_prefill_tokens,
-                 o.num_decode_tokens, o.nbytes) for o in ops)
-    return buf.getvalue()
+    return "".join(ops_chunks(ops))
 
 
-def tokens_csv(requests: Iterable[RequestRecord]) -> str:
+def _token_rows(requests: Sequence[RequestRecord] | Ledger) -> Iterator[tuple]:
+    if isinstance(requests, Ledger):
+        if requests.times is None:
+            raise ValueError("tokens.csv needs the token times (keep_tokens)")
+        ids = requests.wl.req_id
+        for row, times in enumerate(requests.times):
+            rid = int(ids[row])
+            yield from ((rid, i, t) for i, t in enumerate(times, start=1))
+    else:
+        for r in requests:
+            yield from ((r.req_id, i, t) for i, t in enumerate(r.token_times, start=1))
+
+
+def tokens_chunks(requests: Sequence[RequestRecord] | Ledger) -> Iterator[str]:
     """Every output token's time: one row per (request, token index)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["request_id", "index", "time_s"])
-    for r in requests:
-        w.writerows((r.req_id, i, t) for i, t in enumerate(r.token_times, start=1))
-    return buf.getvalue()
+    return _csv_chunks(["request_id", "index", "time_s"], _token_rows(requests))
+
+
+def tokens_csv(requests: Sequence[RequestRecord] | Ledger) -> str:
+    return "".join(tokens_chunks(requests))
 
 
 DEFAULT_FILES = ("summary.json", "requests.csv", "config.json")
 DETAILED_FILES = ("tokens.csv", "stage_ops.csv", "trace.json")
 
 
-def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any], requests: list[RequestRecord],
-              ops: Iterable[OpRecord] | None = None, trace: dict[str, Any] | None = None) -> Path:
+def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any],
+              requests: Sequence[RequestRecord] | Ledger, ops: Iterable[OpRecord] | None = None,
+              trace: dict[str, Any] | None = None) -> Path:
     """The files of a run: ``summary.json``, ``requests.csv`` and ``config.json`` always; with ``ops``
     and ``trace`` (``--save-detailed``) also ``tokens.csv``, ``stage_ops.csv`` and ``trace.json``.
-    Every text is built before the first file is written."""
+    Each is streamed to a temporary name; only once all are written are they renamed into place,
+    so a failure leaves no file of this run behind (and none half-written)."""
     out = Path(out_dir)
-    files = {"config.json": config_json + "\n", "requests.csv": requests_csv(requests)}
+    files: dict[str, Iterable[str]] = {"config.json": [config_json + "\n"], "requests.csv": requests_chunks(requests)}
     if ops is not None and trace is not None:
-        files["tokens.csv"] = tokens_csv(requests)
-        files["stage_ops.csv"] = ops_csv(ops)
-        files["trace.json"] = json.dumps(trace, allow_nan=False)
-    files["summary.json"] = dumps(summary)
-    for name, text in files.items():
-        atomic_write(out / name, text)
+        files["tokens.csv"] = tokens_chunks(requests)
+        files["stage_ops.csv"] = ops_chunks(ops)
+        files["trace.json"] = [json.dumps(trace, allow_nan=False)]
+    files["summary.json"] = [dumps(summary)]
+    out.mkdir(parents=True, exist_ok=True)
+    tmps: list[tuple[Path, Path]] = []
+    try:
+        for name, chunks in files.items():
+            path = out / name
+            tmp = path.with_name(f".{name}.tmp{os.getpid()}")
+            tmps.append((tmp, path))
+            with open(tmp, "w") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+        for tmp, path in tmps:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
     return out

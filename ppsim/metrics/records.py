@@ -1,8 +1,7 @@
-"""Append-only records written by an executor (simulator or live engine). Times in seconds."""
+"""Records of a run (built by :class:`ppsim.metrics.ledger.Ledger` and the executors). Times in seconds."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -52,17 +51,3 @@ OP_FIELDS = [
     "num_decode_tokens",
     "nbytes",
 ]
-
-
-def record_token(rec: RequestRecord, index: int, finished: bool, now: float, abort_after: int | None,
-                 abort: Callable[[int], bool]) -> bool:
-    """Timestamp a request's ``index``-th output token; True if the request ended with it: it finished,
-    or the client cancels it having received ``abort_after`` tokens (``abort`` frees it in the core)."""
-    rec.token_times.append(now)
-    if finished:
-        rec.finish_s, rec.status = now, "finished"
-        return True
-    if abort_after is not None and index >= abort_after and abort(rec.req_id):
-        rec.finish_s, rec.status = now, "aborted"
-        return True
-    return False

@@ -9,18 +9,20 @@ from the first send to the last finish. Percentiles use numpy's linear interpola
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ppsim.metrics.ledger import ABORTED, FINISHED, REJECTED, UNFINISHED, Ledger, RequestColumns
 from ppsim.metrics.oplog import OpLog
 from ppsim.metrics.records import OpRecord, RequestRecord
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
-def _stats(name: str, values_s: list[float]) -> dict[str, float]:
-    a = np.asarray(values_s, dtype=float) * 1000.0 if values_s else np.zeros(1)
+def _stats(name: str, values_s: Sequence[float] | np.ndarray) -> dict[str, float]:
+    a = np.asarray(values_s, dtype=float) * 1000.0 if len(values_s) else np.zeros(1)
     return {
         f"mean_{name}_ms": float(np.mean(a)),
         f"median_{name}_ms": float(np.median(a)),
@@ -66,40 +68,58 @@ def busy_fractions(ops: list[OpRecord] | OpLog, num_stages: int) -> tuple[list[f
     return fr, 1.0 - sum(fr) / num_stages, window
 
 
+def _columns(requests: Sequence[RequestRecord] | RequestColumns | Ledger) -> RequestColumns:
+    if isinstance(requests, RequestColumns):
+        return requests
+    if isinstance(requests, Ledger):
+        return requests.columns()
+    return RequestColumns.from_records(list(requests))
+
+
 def summarize(
-    requests: list[RequestRecord],
+    requests: Sequence[RequestRecord] | RequestColumns | Ledger,
     ops: list[OpRecord] | OpLog,
     num_stages: int,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    done = [r for r in requests if r.status == "finished" and r.token_times]
-    lat = [request_latencies(r) for r in done]
-    sends = [r.sent_s for r in requests if r.sent_s is not None]
-    ends = [r.finish_s for r in done if r.finish_s is not None]
-    duration = (max(ends) - min(sends)) if ends and sends else 0.0
-    n_in = sum(r.input_tokens for r in done)
-    n_out = sum(len(r.token_times) for r in done)
+    """The summary of a run from its records (or their columns). Inter-token latencies are taken in
+    sorted order, so the figures do not depend on the order requests finished in."""
+    c = _columns(requests)
+    done = (c.status == FINISHED) & (c.num_tokens > 0)
+    sent = np.where(np.isnan(c.sent_s), c.arrival_s, c.sent_s)[done]
+    ttft = c.first_token_s[done] - sent
+    e2el = c.last_token_s[done] - sent
+    n = c.num_tokens[done]
+    multi = n > 1
+    tpot = (e2el[multi] - ttft[multi]) / (n[multi] - 1)
+    sends = c.sent_s[~np.isnan(c.sent_s)]
+    ends = c.finish_s[done]
+    ends = ends[~np.isnan(ends)]
+    duration = float(ends.max() - sends.min()) if len(ends) and len(sends) else 0.0
+    n_in = int(c.input_tokens[done].sum())
+    n_out = int(n.sum())
+    completed = int(done.sum())
     s: dict[str, Any] = {
-        "completed": len(done),
-        "failed": sum(r.status in ("rejected", "unfinished") for r in requests),
-        "aborted": sum(r.status == "aborted" for r in requests),
+        "completed": completed,
+        "failed": int(np.isin(c.status, (REJECTED, UNFINISHED)).sum()),
+        "aborted": int((c.status == ABORTED).sum()),
         "duration": duration,
         "total_input_tokens": n_in,
         "total_output_tokens": n_out,
-        "request_throughput": len(done) / duration if duration else 0.0,
+        "request_throughput": completed / duration if duration else 0.0,
         "output_throughput": n_out / duration if duration else 0.0,
         "total_token_throughput": (n_in + n_out) / duration if duration else 0.0,
     }
-    s.update(_stats("ttft", [x["ttft"] for x in lat]))
-    s.update(_stats("tpot", [x["tpot"] for x in lat if x["tpot"] is not None]))
-    s.update(_stats("itl", [g for x in lat for g in x["itl"]]))
-    s.update(_stats("e2el", [x["e2el"] for x in lat]))
+    s.update(_stats("ttft", ttft))
+    s.update(_stats("tpot", tpot))
+    s.update(_stats("itl", np.sort(c.itl_s)))
+    s.update(_stats("e2el", e2el))
     fr, bubble, window = busy_fractions(ops, num_stages)
     s["stage_busy_fraction"] = fr
     s["stage_bubble_fraction"] = [1.0 - f for f in fr]
     s["pipeline_bubble_fraction"] = bubble
     s["pipeline_window_s"] = window
-    s["num_preemptions"] = sum(r.preemptions for r in requests)
+    s["num_preemptions"] = int(c.preemptions.sum())
     if extra:
         s.update(extra)
     return s

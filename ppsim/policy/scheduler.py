@@ -182,8 +182,8 @@ class Scheduler:
         for it in plan.items:
             if not it.samples:
                 continue
-            st = reqs[it.req_id]
-            if st.epoch != it.epoch or st.status is not Status.RUNNING:
+            st = reqs.get(it.req_id)  # None: ended and forgotten by the executor while in flight
+            if st is None or st.epoch != it.epoch or st.status is not Status.RUNNING:
                 continue  # preempted or aborted while in flight: the token is dropped
             st.num_output += 1
             if st.placeholders:

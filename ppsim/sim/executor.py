@@ -1,4 +1,11 @@
-"""Runs an engine-core generator against the simulated pipeline and a simulated client."""
+"""The simulator's executor: SimPy time and simulated pipelines behind the shared driver.
+
+:mod:`ppsim.driver` runs the engine core, the client and the ledger; this module supplies what is
+simulated: the clock (SimPy), each pipeline (the closed-form :mod:`ppsim.sim.fast`, or the
+per-event :mod:`ppsim.sim.pipeline` as reference) and the engine core's CPU time from the cost
+model. ``no-pp`` runs one driver per data-parallel replica on one clock, behind a router
+(:mod:`ppsim.sim.replicas`).
+"""
 
 from __future__ import annotations
 
@@ -9,199 +16,213 @@ from typing import Any
 import simpy
 
 from ppsim.deployment import Prepared
+from ppsim.driver import Client, Driver
 from ppsim.errors import PPSimError
+from ppsim.metrics.ledger import Ledger
 from ppsim.metrics.oplog import OpLog
-from ppsim.metrics.records import RequestRecord, record_token
-from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
+from ppsim.metrics.records import RequestRecord
+from ppsim.policy.actions import Cpu
 from ppsim.policy.pipelines import REPLICATED, build_core, pipe_options
-from ppsim.policy.requests import Request
+from ppsim.policy.plan import StepPlan
 from ppsim.sim.fast import FastPipeline, needs_reference
 from ppsim.sim.pipeline import PipelineSim
 from ppsim.sim.progress import RunProgress
-
-MAX_IDLE_SPINS = 100_000  # consecutive empty micro-batches with nothing in flight = stalled
 
 
 @dataclass
 class SimResult:
     prepared: Prepared
-    requests: list[RequestRecord]
+    ledger: Ledger
     ops: OpLog
     num_preemptions: int
     peak_blocks_used: int
     events: int
     end_s: float
     pools: list[Any] = field(default_factory=list)  # every KV pool (one per replica), for checks
+    _records: list[RequestRecord] | None = field(default=None, repr=False)
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        """One record per request, in the workload's order (needs ``keep_tokens``)."""
+        if self._records is None:
+            self._records = self.ledger.records()
+        return self._records
 
 
-class Simulation:
-    def __init__(self, prep: Prepared, env: simpy.Environment | None = None,
-                 observer: Callable[[Any], None] | None = None, reference: bool = False,
-                 keep_ops: bool = True, progress: RunProgress | None = None) -> None:
-        self.prep = prep
-        self.env = env or simpy.Environment()
-        self.ops = OpLog(keep_ops)
-        self.pool = prep.block_pool()
-        knobs = prep.knobs()
-        self.core = build_core(knobs, self.pool)
-        self.scheduler = self.core.scheduler
-        self.observer = observer  # sees every action the core yields (tests check invariants on it)
+class SimBackend:
+    """One simulated pipeline and the engine core's CPU, on a shared SimPy clock."""
+
+    def __init__(self, env: simpy.Environment, prep: Prepared, ops: OpLog, reference: bool,
+                 async_tokens: bool) -> None:
+        self.env, self.ops, self.cost = env, ops, prep.cost
+        opts = pipe_options(prep.knobs())
         tp = prep.scenario.cluster.tensor_parallel_size
-        opts = pipe_options(knobs)
         # the per-event reference pipeline on request, or where the closed form does not hold
         pipeline = PipelineSim if reference or needs_reference(opts.broadcast_serialized) else FastPipeline
-        self.pipe = pipeline(self.env, prep.topology.stages, prep.cost,
-                                lambda n: prep.shape.seam_bytes(n, tp), self.ops,
-                                opts.token_path, opts.broadcast_serialized, opts.overlap_sends)
-        self.pipe.track_tokens = getattr(self.scheduler.limits, "async_placeholders", False)
+        self.pipe = pipeline(env, prep.topology.stages, prep.cost, lambda n: prep.shape.seam_bytes(n, tp), ops,
+                             opts.token_path, opts.broadcast_serialized, opts.overlap_sends)
+        self.pipe.track_tokens = async_tokens
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
-        self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len)
-                        for r in prep.requests}
-        self.requests = {r.req_id: r for r in prep.requests}
-        self.pending = len(prep.requests)
         self.wakeup: simpy.Event | None = None
-        self.finish_events: dict[int, simpy.Event] = {}
-        self.events = 0
-        self.progress = progress
+        self.abort: Callable[[int, float], None] = lambda _r, _t: None  # set to the driver's
 
-    # --- client ---------------------------------------------------------------------------------
-    def _submit(self, req: Request) -> None:
-        rec = self.records[req.req_id]
-        rec.sent_s = self.env.now
-        if not self.scheduler.add_request(req):
-            rec.status = "rejected"
-            self._ended(req.req_id)
-            return
-        if req.abort_after_s is not None:
-            self.env.timeout(req.abort_after_s).callbacks.append(lambda _e, r=req.req_id: self._abort(r))
+    @property
+    def in_flight(self) -> int:
+        return self.pipe.in_flight
+
+    def now(self) -> float:
+        return self.env.now
+
+    def launch(self, plan: StepPlan) -> None:
+        self.pipe.launch(plan)
+
+    def wait(self, plan: StepPlan) -> Generator[simpy.Event, Any, None]:
+        done = self.pipe.done
+        yield done[plan.step_id]
+        del done[plan.step_id]
+
+    def poll(self, plan: StepPlan) -> bool:
+        return self.pipe.done[plan.step_id].triggered
+
+    def cpu(self, act: Cpu, started_s: float) -> Generator[simpy.Event, Any, None]:
+        dt = self.cost.cpu_time(act.kind, act.n)
+        if act.relay and self.relay_time is not None:
+            dt += self.relay_time(act.relay)
+        if dt > 0:
+            env = self.env
+            start = env.now
+            yield env.timeout(dt)
+            self.ops.add("core", act.kind, -1, start, env.now, 0, act.n)
+
+    def idle(self) -> Generator[simpy.Event, Any, None]:
+        self.wakeup = self.env.event()
+        yield self.wakeup
+        self.wakeup = None
+
+    def wake(self) -> None:
         if self.wakeup is not None and not self.wakeup.triggered:
             self.wakeup.succeed()
 
-    def _abort(self, req_id: int) -> None:
-        """The client cancels: the request leaves the scheduler and its KV blocks are freed."""
-        if self.scheduler.abort(req_id):
-            rec = self.records[req_id]
-            rec.finish_s, rec.status = self.env.now, "aborted"
-            self._ended(req_id)
+    def abort_after(self, delay_s: float, req_id: int, sent_s: float) -> None:
+        env = self.env
+        env.timeout(delay_s).callbacks.append(lambda _e: self.abort(req_id, env.now))
 
-    def _all_done(self) -> bool:
-        return self.pending == 0
+    def stalled(self, message: str) -> None:
+        raise PPSimError(message)
 
-    def _ended(self, req_id: int) -> None:
-        self.pending -= 1
+
+class Simulation:
+    """One run: a client, a ledger and one driver per pipeline (several for ``no-pp`` replicas)."""
+
+    def __init__(self, prep: Prepared, env: simpy.Environment | None = None,
+                 observer: Callable[[Any], None] | None = None, reference: bool = False,
+                 keep_ops: bool = True, keep_tokens: bool = True, progress: RunProgress | None = None,
+                 replicas: list[Prepared] | None = None) -> None:
+        self.prep = prep
+        self.env = env or simpy.Environment()
+        self.ledger = Ledger(prep.requests, keep_tokens)
+        self.client = Client(prep.requests, prep.scenario.workload.max_concurrency)
+        self.progress = progress
+        self.slot: simpy.Event | None = None  # the closed-loop client waits on it for a free slot
+        self.drivers: list[Driver] = []
+        self.backends: list[SimBackend] = []
+        self.pools: list[Any] = []
+        self.route: Callable[[int, list[int]], int] = lambda _i, _loads: 0
+        for rp in replicas or [prep]:
+            ops = OpLog(keep_ops)
+            pool = rp.block_pool()
+            core = build_core(rp.knobs(), pool)
+            be = SimBackend(self.env, rp, ops, reference,
+                            bool(getattr(core.scheduler.limits, "async_placeholders", False)))
+            drv = Driver(core, self.ledger, self.client, be, observer)
+            be.abort = drv.abort
+            drv.on_ended.append(self._ended)
+            self.drivers.append(drv)
+            self.backends.append(be)
+            self.pools.append(pool)
+
+    # convenience views of the first (for pipelines, only) replica
+    @property
+    def pipe(self) -> Any:
+        return self.backends[0].pipe
+
+    @property
+    def scheduler(self) -> Any:
+        return self.drivers[0].scheduler
+
+    @property
+    def core(self) -> Any:
+        return self.drivers[0].core
+
+    @property
+    def pool(self) -> Any:
+        return self.pools[0]
+
+    @property
+    def ops(self) -> OpLog:
+        return self.backends[0].ops
+
+    def _ended(self, _req_id: int) -> None:
         if self.progress is not None:
             self.progress.ended(self.env.now)
-        ev = self.finish_events.pop(req_id, None)
-        if ev is not None:
-            ev.succeed()
-        if self.pending == 0 and self.wakeup is not None and not self.wakeup.triggered:
-            self.wakeup.succeed()
-
-    def _closed_loop_one(self, req: Request, sem: simpy.Resource) -> Generator[simpy.Event, Any, None]:
-        with sem.request() as slot:
-            yield slot
-            done = self.env.event()
-            self.finish_events[req.req_id] = done
-            self._submit(req)
-            if not done.triggered:
-                yield done
+        if self.slot is not None and not self.slot.triggered:
+            self.slot.succeed()
+        if self.client.all_done:
+            for be in self.backends:
+                be.wake()
 
     def _client(self) -> Generator[simpy.Event, Any, None]:
-        env = self.env
-        limit = self.prep.scenario.workload.max_concurrency
-        sem = simpy.Resource(env, capacity=limit) if limit else None
-        for req in sorted(self.prep.requests, key=lambda r: (r.arrival_s, r.req_id)):
-            if req.arrival_s > env.now:
-                yield env.timeout(req.arrival_s - env.now)
-            if sem is None:
-                self._submit(req)
-            else:
-                env.process(self._closed_loop_one(req, sem))
-
-    # --- engine core ----------------------------------------------------------------------------
-    def _emit(self, outputs: tuple) -> None:
-        now = self.env.now
-        for o in outputs:
-            limit = self.requests[o.req_id].abort_after_tokens
-            if record_token(self.records[o.req_id], o.index, o.finished, now, limit, self.scheduler.abort):
-                self._ended(o.req_id)
-
-    def _on_launch(self, plan: Any) -> None:
-        now = self.env.now
-        for it in plan.items:
-            rec = self.records[it.req_id]
-            if rec.scheduled_s is None:
-                rec.scheduled_s = now
-
-    def _core(self) -> Generator[simpy.Event, Any, None]:
-        env, cost, pipe = self.env, self.prep.cost, self.pipe
-        gen = self.core.run()
-        reply = None
-        spins = 0
-        while True:
-            act = gen.send(reply)
-            reply = None
-            self.events += 1
-            if self.observer is not None:
-                self.observer(act)
-            kind = type(act)
-            if kind is Cpu:
-                dt = cost.cpu_time(act.kind, act.n)
-                if act.relay and self.relay_time is not None:
-                    dt += self.relay_time(act.relay)
-                if dt > 0:
-                    start = env.now
-                    yield env.timeout(dt)
-                    self.ops.add("core", act.kind, -1, start, env.now, 0, act.n)
-            elif kind is Launch:
-                plan = act.plan
-                if plan.is_empty and pipe.in_flight == 0:
-                    spins += 1
-                    if spins > MAX_IDLE_SPINS:
-                        raise PPSimError("scheduler stalled: requests wait but none can be scheduled "
-                                         "(check max_num_batched_tokens and KV capacity)")
-                else:
-                    spins = 0
-                    self._on_launch(plan)
-                pipe.launch(plan)
-            elif kind is Await:
-                yield pipe.done[act.plan.step_id]
-                del pipe.done[act.plan.step_id]
-            elif kind is Poll:
-                reply = pipe.done[act.plan.step_id].triggered
-            elif kind is Emit:
-                self._emit(act.outputs)
-            elif kind is Idle:
-                if self._all_done():
-                    return
-                self.wakeup = env.event()
-                yield self.wakeup
-                self.wakeup = None
-                if self._all_done():
-                    return
+        env, client = self.env, self.client
+        while client.head is not None:
+            t = client.next_arrival_s()
+            if t is None:  # closed loop, every slot taken: wait for a request to end
+                self.slot = env.event()
+                yield self.slot
+                self.slot = None
+                continue
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            index = client.sent
+            row, req = client.take()
+            k = self.route(index, [d.routed for d in self.drivers])
+            if self.drivers[k].submit(row, req, env.now):
+                self.backends[k].wake()
 
     def run(self) -> SimResult:
-        self.env.process(self._client())
-        core = self.env.process(self._core())
-        self.env.run(until=core)
-        for rec in self.records.values():
-            if rec.status == "pending":
-                rec.status = "unfinished"
-        for st in self.scheduler.requests.values():
-            self.records[st.req_id].preemptions = st.preemptions
-        scheduled_events = next(self.env._eid)  # SimPy's event counter: events scheduled so far
-        return SimResult(self.prep, [self.records[r.req_id] for r in self.prep.requests], self.ops,
-                         self.scheduler.num_preemptions, self.pool.peak_used, scheduled_events, self.env.now,
-                         [self.pool])
+        env = self.env
+        env.process(self._client())
+        cores = [env.process(d.run()) for d in self.drivers]
+        env.run(until=cores[0] if len(cores) == 1 else simpy.AllOf(env, cores))
+        for d in self.drivers:
+            d.finish()
+        self.ledger.close()
+        single = len(self.drivers) == 1
+        events = next(env._eid) if single else sum(d.actions for d in self.drivers)  # SimPy's event counter
+        return SimResult(self.prep, self.ledger, self._ops(), sum(d.scheduler.num_preemptions for d in self.drivers),
+                         max(p.peak_used for p in self.pools), events, env.now, self.pools)
+
+    def _ops(self) -> OpLog:
+        if len(self.backends) == 1:
+            return self.backends[0].ops
+        ops = OpLog(self.backends[0].ops.keep)
+        for k, be in enumerate(self.backends):  # replica k's GPU group is reported as stage k
+            ops.merge(be.ops, {"stage0": f"stage{k}"}, f"r{k}.")
+        ops.records.sort(key=lambda o: (o.start_s, o.track))
+        return ops
 
 
 def simulate(prep: Prepared, observer: Callable[[Any], None] | None = None, reference: bool = False,
-             keep_ops: bool = True, progress: RunProgress | None = None) -> SimResult:
+             keep_ops: bool = True, keep_tokens: bool = True, progress: RunProgress | None = None) -> SimResult:
     """Run ``prep``. ``reference``: the per-event pipeline (:mod:`ppsim.sim.pipeline`) instead of the
-    closed-form one (:mod:`ppsim.sim.fast`); ``keep_ops``: keep every operation record (the summary
-    needs only running totals); ``progress``: told of every request that ends."""
+    closed-form one (:mod:`ppsim.sim.fast`); ``keep_ops`` / ``keep_tokens``: keep every operation
+    record / every token time (the summary needs neither); ``progress``: told of every request that ends."""
+    replicas = None
     if prep.scenario.engine.policy in REPLICATED:
-        from ppsim.sim.replicas import simulate_replicas
+        from ppsim.sim.replicas import replica_setup
 
-        return simulate_replicas(prep, observer, reference, keep_ops, progress)
-    return Simulation(prep, observer=observer, reference=reference, keep_ops=keep_ops, progress=progress).run()
+        replicas, route = replica_setup(prep)
+    sim = Simulation(prep, observer=observer, reference=reference, keep_ops=keep_ops, keep_tokens=keep_tokens,
+                     progress=progress, replicas=replicas)
+    if replicas is not None:
+        sim.route = route
+    return sim.run()
