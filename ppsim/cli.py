@@ -141,7 +141,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     s = scenario_from_args(args)
     window = None if args.trace_window_s is not None and math.isinf(args.trace_window_s) else args.trace_window_s
-    out = run_scenario(s, args.output_dir, save_detailed=args.save_detailed, trace_window_s=window,
+    out = run_scenario(s, args.output_dir, save_detailed=args.save_detailed, lean=True, trace_window_s=window,
                        progress=not args.quiet)
     print(format_summary(out.summary))
     files = DEFAULT_FILES + (DETAILED_FILES if args.save_detailed else ())

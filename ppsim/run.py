@@ -22,21 +22,27 @@ class RunOutput:
 
 
 def run_scenario(s: Scenario, out_dir: str | Path | None = None, *, save_detailed: bool = False,
-                 trace_window_s: float | None = TRACE_WINDOW_S, progress: bool = False) -> RunOutput:
-    """Simulate ``s``; write its files to ``out_dir`` if given. ``save_detailed`` keeps every operation
-    and writes ``tokens.csv``, ``stage_ops.csv`` and ``trace.json`` (the first ``trace_window_s``
-    seconds of simulated time; None: all); ``progress`` draws a bar on a terminal's stderr."""
+                 lean: bool = False, trace_window_s: float | None = TRACE_WINDOW_S,
+                 progress: bool = False) -> RunOutput:
+    """Simulate ``s``; write its files to ``out_dir`` if given.
+
+    ``save_detailed`` also writes ``tokens.csv``, ``stage_ops.csv`` and ``trace.json`` (the first
+    ``trace_window_s`` seconds of simulated time; None: all). ``lean`` keeps in memory only what the
+    files asked for need (the CLI's way: a long run then holds no per-token or per-operation
+    record); otherwise ``result`` has every record. ``progress`` draws a bar on a terminal's stderr.
+    """
     prep = prepare(s)
+    keep = save_detailed or not lean
     bar = RunProgress(len(prep.requests), enabled=progress)
     try:
-        res = simulate(prep, keep_ops=save_detailed, progress=bar)
+        res = simulate(prep, keep_ops=keep, keep_tokens=keep, progress=bar)
     finally:
         bar.close()
-    summary = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
+    summary = summarize(res.ledger, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
     if out_dir is not None:
         if save_detailed:
             trace = chrome_trace(res.ops, window_s=trace_window_s)
-            write_run(out_dir, scenario_json(s), summary, res.requests, res.ops, trace)
+            write_run(out_dir, scenario_json(s), summary, res.ledger, res.ops, trace)
         else:
-            write_run(out_dir, scenario_json(s), summary, res.requests)
+            write_run(out_dir, scenario_json(s), summary, res.ledger)
     return RunOutput(res, summary)

@@ -14,6 +14,7 @@ import pytest
 
 from ppsim.config import build_scenario
 from ppsim.deployment import kv_figures, prepare
+from ppsim.metrics.io import requests_csv
 from ppsim.metrics.summary import summarize
 from ppsim.policy.pipelines import BUILDERS
 from ppsim.policy.requests import Request
@@ -129,13 +130,17 @@ def test_the_comparison_can_fail() -> None:
         assert_same(ref, fast, rs, fs)
 
 
-def test_kept_and_unkept_operations_give_one_summary() -> None:
-    """The summary comes from running totals, whether or not the operation records are kept."""
-    engine, cluster, workload, reqs, _ = SCENARIOS["mixed-aborts"]
-    prep = prepare(build_scenario(None, {"model": "tiny", "engine": {"policy": "vllm-batch-queue", **engine}}),
-                   reqs())
-    kept, lean = simulate(prep), simulate(prep, keep_ops=False)
-    assert len(lean.ops) == 0 and len(kept.ops) > 0
-    assert summarize(kept.requests, kept.ops, 4) == summarize(lean.requests, lean.ops, 4)
-    a, b = summarize(kept.requests, kept.ops, 4), summarize(kept.requests, list(kept.ops), 4)
-    assert all(_close(a[k], b[k]) for k in a)
+@pytest.mark.parametrize("policy", ["vllm-batch-queue", "vllm-async", "no-pp"])
+def test_lean_records_give_the_same_summary_and_requests(policy: str) -> None:
+    """Running totals and ledger columns (nothing per token or operation kept) give the summary and
+    requests.csv of the full records, to the byte."""
+    engine, _, workload, reqs, blocks = SCENARIOS["tight-kv-preemption"]
+    prep = prepare(build_scenario(None, {"model": "tiny", "engine": {"policy": policy, **engine}}), reqs())
+    prep = replace(prep, num_blocks=blocks)
+    kept, lean = simulate(prep), simulate(prep, keep_ops=False, keep_tokens=False)
+    assert len(lean.ops) == 0 and len(kept.ops) > 0 and lean.ledger.times is None
+    assert lean.ledger.gaps == {}  # nothing per token left once the run is over
+    full = summarize(kept.requests, list(kept.ops), 4)
+    assert summarize(lean.ledger, lean.ops, 4) == full
+    assert requests_csv(lean.ledger) == requests_csv(kept.requests)
+    assert sum(full[k] for k in ("completed", "aborted", "failed")) == len(prep.requests)

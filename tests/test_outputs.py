@@ -16,16 +16,16 @@ SMALL = {"model": "tiny", "cluster": {"pipeline_parallel_size": 2},
 
 
 def test_default_outputs_are_summary_requests_config(tmp_path):
-    out = run_scenario(build_scenario(None, SMALL), tmp_path / "o")
+    out = run_scenario(build_scenario(None, SMALL), tmp_path / "o", lean=True)
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["config.json", "requests.csv", "summary.json"]
-    assert len(out.result.ops) == 0  # no operation record kept without --save-detailed
+    assert len(out.result.ops) == 0 and out.result.ledger.times is None  # lean: no per-op, per-token record
     rows = (tmp_path / "o" / "requests.csv").read_text().splitlines()
     assert len(rows) == 1 + 12
 
 
 def test_save_detailed_adds_tokens_ops_trace_with_the_same_summary(tmp_path):
     s = build_scenario(None, SMALL)
-    lean = run_scenario(s, tmp_path / "a")
+    lean = run_scenario(s, tmp_path / "a", lean=True)
     full = run_scenario(s, tmp_path / "b", save_detailed=True)
     names = sorted(p.name for p in (tmp_path / "b").iterdir())
     assert names == ["config.json", "requests.csv", "stage_ops.csv", "summary.json", "tokens.csv", "trace.json"]
