@@ -182,6 +182,9 @@ def cmd_bubble(args: argparse.Namespace) -> int:
     return 0
 
 
+DESCRIPTION = ("ppsim: simulate pipeline-parallel LLM serving (vLLM and SGLang flag names), run the same "
+               "policies on a real torch.distributed engine, calibrate, validate and sweep.")
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "simulate": (cmd_simulate, "simulate a serving scenario (default: Llama-3-70B, PP=4 H100, 8 req/s)"),
     "models": (cmd_models, "list model presets"),
@@ -190,12 +193,29 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 }
 
 
+def version() -> str:
+    """The installed distribution's version; the package's own when it is run from a source tree."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("ppsim")
+    except PackageNotFoundError:
+        from ppsim import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ppsim", description=__doc__)
-    sub = p.add_subparsers(dest="command")
+    p = argparse.ArgumentParser(prog="ppsim", description=DESCRIPTION,
+                                epilog="`ppsim COMMAND --help` lists a command's flags; "
+                                       "flags alone (or nothing) run `ppsim simulate`.")
+    p.add_argument("--version", action="version", version=f"ppsim {version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sim = sub.add_parser("simulate", help=COMMANDS["simulate"][1])
     add_scenario_flags(sim)
-    sim.add_argument("--output-dir", default="ppsim-results", help="where results go (default ppsim-results)")
+    sim.add_argument("--output-dir", default="ppsim-results", metavar="DIR",
+                     help="where results go (default ppsim-results)")
     sub.add_parser("models", help=COMMANDS["models"][1])
     sub.add_parser("hardware", help=COMMANDS["hardware"][1])
     b = sub.add_parser("bubble", help=COMMANDS["bubble"][1])
@@ -216,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["simulate", *argv]  # flags alone (or nothing) run `ppsim simulate`
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None) or COMMANDS[args.command][0]
