@@ -268,7 +268,7 @@ class EngineExecutor:
             self.records[st.req_id].preemptions = st.preemptions
         ops = self._stage_ops() + self.core_ops
         self.series.add_ops(sorted(ops, key=lambda o: o.start_s))  # stage times arrive only as messages
-        self.series.close(self.now())
+        self.series.close(max([o.end_s for o in ops] + [r.finish_s or 0.0 for r in self.records.values()]))
         return EngineResult(
             [self.records[r.req_id] for r in self.prep.requests], ops, self.tokens,
             self.scheduler.num_preemptions, self.pool.peak_used, self.pool.num_used, self.now(), fault,

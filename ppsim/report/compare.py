@@ -97,7 +97,7 @@ def draw_comparison(names: list[str], runs: list[RunFiles]) -> Any:
             vals = run.latencies_ms.get(key)
             if vals is not None and len(vals):
                 x, y = cdf_points(vals)
-                ax.plot(x, y, color=c, lw=1.4, label=f"{label} (median {np.median(np.asarray(vals)):.0f})")
+                ax.step(x, y, where="post", color=c, lw=1.4, label=f"{label} (median {np.median(np.asarray(vals)):.0f})")
         ax.set_title(f"{name} CDF", fontsize=10)
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("fraction of requests")

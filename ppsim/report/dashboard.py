@@ -170,7 +170,7 @@ def cdf_panel(ax: Any, values: Any, name: str) -> None:
         _empty(ax, title, "no finished requests with this latency")
         return
     x, y = cdf_points(values)
-    ax.plot(x, y, color="tab:blue", lw=1.3)
+    ax.step(x, y, where="post", color="tab:blue", lw=1.3)
     p50, p99 = np.percentile(np.asarray(values), [50, 99])
     for v, ls in ((p50, ":"), (p99, "--")):
         ax.axvline(v, color="0.4", ls=ls, lw=0.8)
