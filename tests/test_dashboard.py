@@ -142,6 +142,25 @@ def test_no_dashboard_still_writes_the_series_and_plot_draws_it(two_runs, capsys
     assert "dashboard written to" in capsys.readouterr().out
 
 
+def test_plot_rebuilds_the_busy_series_of_a_run_without_series_files(two_runs, tmp_path):
+    import shutil
+
+    from ppsim.report.runfiles import load_run
+
+    old = tmp_path / "old"
+    shutil.copytree(two_runs[1], old)
+    (old / "timeseries.csv").unlink()
+    (old / "timeline.csv").unlink()
+    run = load_run(old)
+    s = two_runs[0].summary
+    for k, frac in enumerate(s["stage_busy_fraction"]):
+        t0, t1 = run.series["t_start_s"], run.series["t_end_s"]
+        busy_s = sum(f * (b - a) for f, a, b in zip(run.series[f"stage{k}_busy"], t0, t1, strict=True))
+        assert busy_s / s["pipeline_window_s"] == pytest.approx(frac, rel=1e-6)
+    assert "kv_blocks_mean" not in run.series and run.timeline
+    assert main(["plot", str(old)]) == 0 and (old / "dashboard.png").stat().st_size > 20_000
+
+
 def test_compare_prints_ratios_to_the_first_run(two_runs, tmp_path, capsys):
     a, b = two_runs[1], two_runs[3]
     png = tmp_path / "cmp.png"

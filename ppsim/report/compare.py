@@ -63,7 +63,7 @@ def _fmt(v: Any) -> str:
 
 
 def compare_runs(paths: list[str]) -> tuple[list[str], list[RunFiles]]:
-    runs = [load_run(p) for p in expand(paths)]
+    runs = [load_run(p, series=False) for p in expand(paths)]
     return short_names([r.path for r in runs]), runs
 
 
@@ -97,7 +97,8 @@ def draw_comparison(names: list[str], runs: list[RunFiles]) -> Any:
             vals = run.latencies_ms.get(key)
             if vals is not None and len(vals):
                 x, y = cdf_points(vals)
-                ax.step(x, y, where="post", color=c, lw=1.4, label=f"{label} (median {np.median(np.asarray(vals)):.0f})")
+                median = np.median(np.asarray(vals))
+                ax.step(x, y, where="post", color=c, lw=1.4, label=f"{label} (median {median:.0f})")
         ax.set_title(f"{name} CDF", fontsize=10)
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("fraction of requests")

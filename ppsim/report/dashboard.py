@@ -20,7 +20,7 @@ from ppsim.report.runfiles import RunFiles, load_run, run_label
 
 CDF_POINTS = 400  # quantiles drawn per latency CDF
 SHOWN_BINS = 160  # at most this many time bins drawn: neighbouring bins are merged for display
-BUSY_BINS = 60  # busy fractions swing 0..1 at the scale of one step: fewer, wider bins read better
+BUSY_BINS = 48  # busy fractions swing 0..1 at the scale of one step: fewer, wider bins read better
 COLORS = {"compute": "tab:blue", "send": "tab:orange", "broadcast": "tab:purple"}
 CORE_COLOR = "0.55"
 
@@ -110,7 +110,8 @@ def busy_panel(ax: Any, run: RunFiles) -> None:
     means = run.summary.get("stage_busy_fraction") or []
     for i, (k, v) in enumerate(zip(stages, vals, strict=True)):
         label = f"stage {k[5:-5]}" + (f" (mean {means[i]:.2f})" if i < len(means) else "")
-        ax.plot(mids, v, color=cmap[i], lw=1.1, label=label)
+        ax.plot(mids, v, color=cmap[i], lw=0.9, alpha=0.8, label=label)
+    ax.plot(mids, np.mean(vals, axis=0), color="black", lw=1.8, label="all stages")
     ax.set_ylim(0, 1.05)
     ax.set_xlim(float(t0[0]), float(t1[-1]))
     ax.set_xlabel("time (s)")
@@ -131,7 +132,7 @@ def kv_panel(ax: Any, run: RunFiles) -> None:
     title = "KV blocks in use over time"
     ser = run.series
     if not ser or "kv_blocks_mean" not in ser:
-        _empty(ax, title, "no timeseries.csv in this run directory")
+        _empty(ax, title, "no KV series: the run directory has no timeseries.csv (re-run to record it)")
         return
     t0, t1 = np.asarray(ser["t_start_s"]), np.asarray(ser["t_end_s"])
     mean, peak = np.asarray(ser["kv_blocks_mean"]), np.asarray(ser["kv_blocks_max"])

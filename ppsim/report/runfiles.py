@@ -8,6 +8,7 @@ three columns of ``requests.csv``, ``timeseries.csv`` and ``timeline.csv``.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from array import array
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ppsim.errors import PPSimError
+from ppsim.metrics.series import WINDOW_AFTER, SeriesRecorder, series_csv
 
 LATENCIES = ("ttft", "tpot", "e2el")
 
@@ -79,14 +81,7 @@ def read_series(run: Path) -> dict[str, list[float]] | None:
     path = run / "timeseries.csv"
     if not path.is_file():
         return None
-    with path.open(newline="") as f:
-        rows = csv.reader(f)
-        head = next(rows, [])
-        cols: list[list[float]] = [[] for _ in head]
-        for row in rows:
-            for c, v in zip(cols, row, strict=True):
-                c.append(float(v))
-    return dict(zip(head, cols, strict=True))
+    return _parse(path.read_text())
 
 
 def read_timeline(run: Path) -> tuple[tuple[float, float] | None, list[tuple[str, str, float, float]]]:
@@ -105,7 +100,35 @@ def read_timeline(run: Path) -> tuple[tuple[float, float] | None, list[tuple[str
     return window, ops
 
 
-def load_run(path: str | Path, latencies: bool = True) -> RunFiles:
+def series_from_ops(run: Path, num_stages: int) -> SeriesRecorder | None:
+    """A run written without ``timeseries.csv`` (older versions) but with ``stage_ops.csv``: its busy
+    series and timeline window rebuilt from the ops (no KV series: ops do not hold it)."""
+    path = run / "stage_ops.csv"
+    if not path.is_file() or num_stages < 1:
+        return None
+    with path.open(newline="") as f:
+        ops = [(r["track"], r["kind"], float(r["start_s"]), float(r["end_s"])) for r in csv.DictReader(f)]
+    ops.sort(key=lambda o: o[2])
+    last = max((o[3] for o in ops), default=0.0)
+    rec = SeriesRecorder(num_stages, window_start_s=WINDOW_AFTER * last, window_steps=max(8, 4 * num_stages))
+    for op in ops:
+        rec.add_op(*op)
+    rec.close(last)
+    return rec
+
+
+def _parse(text: str) -> dict[str, list[float]]:
+    rows = csv.reader(io.StringIO(text))
+    head = next(rows)
+    cols: list[list[float]] = [[] for _ in head]
+    for row in rows:
+        for c, v in zip(cols, row, strict=True):
+            c.append(float(v))
+    return dict(zip(head, cols, strict=True))
+
+
+def load_run(path: str | Path, latencies: bool = True, series: bool = True) -> RunFiles:
+    """The files of one run; ``latencies``/``series`` False skip requests.csv / the series files."""
     run = Path(path)
     if not (run / "summary.json").is_file():
         run_dirs(run)  # raises with the message for a missing or non-run directory
@@ -116,9 +139,18 @@ def load_run(path: str | Path, latencies: bool = True) -> RunFiles:
             config = json.loads((run / "config.json").read_text())
         except ValueError:
             config = {}
-    window, ops = read_timeline(run)
-    return RunFiles(run, read_summary(run), config, "engine" if (run / "engine.json").is_file() else "simulate",
-                    read_latencies(run) if latencies else {}, read_series(run), window, ops)
+    summary = read_summary(run)
+    window, ops, cols = None, [], None
+    if series:
+        window, ops = read_timeline(run)
+        cols = read_series(run)
+        rec = None if cols is not None else series_from_ops(run, len(summary.get("stage_busy_fraction") or []))
+        if rec is not None:
+            cols = {k: v for k, v in _parse(series_csv(rec)).items() if not k.startswith("kv_")}
+            start, end, ops = rec.timeline()
+            window = (start, end)
+    return RunFiles(run, summary, config, "engine" if (run / "engine.json").is_file() else "simulate",
+                    read_latencies(run) if latencies else {}, cols, window, ops)
 
 
 def run_label(run: RunFiles) -> str:
