@@ -29,7 +29,9 @@ WINDOW_AFTER = 0.1  # the timeline window opens at this fraction of the last arr
 
 
 def _ns(t_s: float) -> int:
-    return max(0, round(t_s * NS_PER_S))
+    """Seconds -> integer nanoseconds (nearest; times before 0 count as 0)."""
+    t = int(t_s * 1e9 + 0.5)
+    return t if t > 0 else 0
 
 
 class SeriesRecorder:
@@ -48,6 +50,7 @@ class SeriesRecorder:
         self.kv_area = [0] * max_bins  # block-ns per bin
         self.kv_max = [0] * max_bins  # most blocks in use at any time in the bin
         self.end_ns = 0  # latest time seen
+        self._limit_ns = max_bins * first_width_ns  # the bins cover [0, limit)
         self.kv_t_ns = 0  # time of the last KV change
         self.kv_used = 0  # blocks in use since then
         self._stage = {f"stage{i}": i for i in range(num_stages)}
@@ -70,7 +73,7 @@ class SeriesRecorder:
         """Merge bins pairwise (doubling their width) until ``t_ns`` falls inside the last bin."""
         if t_ns > self.end_ns:
             self.end_ns = t_ns
-        while t_ns > self.max_bins * self.width_ns:
+        while t_ns > self._limit_ns:
             half = self.max_bins // 2
             pad = [0] * half
             for b in self.busy_ns:
@@ -79,6 +82,7 @@ class SeriesRecorder:
             a[:] = [a[2 * i] + a[2 * i + 1] for i in range(half)] + pad
             m[:] = [max(m[2 * i], m[2 * i + 1]) for i in range(half)] + pad
             self.width_ns *= 2
+            self._limit_ns *= 2
 
     def _spread(self, bins: list[int], a: int, b: int, weight: int = 1) -> None:
         """Add ``weight`` x the overlap of [a, b) ns with each bin."""
@@ -94,21 +98,28 @@ class SeriesRecorder:
         bins[j] += (b - j * w) * weight
 
     def add_busy(self, stage: int, start_s: float, end_s: float) -> None:
-        a, b = _ns(start_s), _ns(end_s)
+        a, b = int(start_s * 1e9 + 0.5), int(end_s * 1e9 + 0.5)  # _ns, inlined: called for every compute
+        if a < 0:
+            a = 0
         if b <= a:
             return
-        self._cover(b)
-        self._spread(self.busy_ns[stage], a, b)
+        if b > self.end_ns:
+            self._cover(b)
+        w = self.width_ns
+        if a // w == (b - 1) // w:  # the common case: inside one bin
+            self.busy_ns[stage][a // w] += b - a
+        else:
+            self._spread(self.busy_ns[stage], a, b)
 
     def add_op(self, track: str, kind: str, start_s: float, end_s: float) -> None:
-        """One operation: a stage's compute counts as busy time; every kind may enter the window."""
-        if kind == "compute":
-            stage = self._stage.get(track)
-            if stage is not None:
-                self.add_busy(stage, start_s, end_s)
-        else:
+        """One operation: a stage's compute counts as busy time; every kind may enter the window.
+        Called once per operation of the run, so it is kept to a few comparisons."""
+        if kind == "compute" and track in self._stage:
+            self.add_busy(self._stage[track], start_s, end_s)
+        elif end_s * 1e9 > self.end_ns:
             self._cover(_ns(end_s))
-        self._window(track, kind, start_s, end_s)
+        if end_s > self._wa_s and start_s < self._wb_s:
+            self._window(track, kind, start_s, end_s)
 
     def add_ops(self, ops: Iterable[Any]) -> None:
         """Every record with ``track, kind, start_s, end_s`` fields (e.g. ``OpRecord``), in start order."""
