@@ -46,12 +46,10 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
 
 
 def _figure(figsize: tuple[float, float]) -> Any:
-    import matplotlib
+    """A figure outside pyplot: no global backend switch, nothing left open (PNG through Agg)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.figure(figsize=figsize)
+    return Figure(figsize=figsize)
 
 
 def draw_dashboard(run: RunFiles) -> Any:
