@@ -217,3 +217,18 @@ def test_engine_run_writes_a_dashboard_from_its_stage_times(tmp_path):
     assert 0 < max(int(r["kv_blocks_max"]) for r in rows) <= run.summary["kv_peak_blocks_used"]
     _, *ops = _rows(tmp_path / "timeline.csv")
     assert {o["track"] for o in ops} >= {"stage0", "stage1", "link0->1"}
+
+
+def test_a_validate_directory_stands_for_its_runs(two_runs, tmp_path, capsys):
+    import shutil
+
+    val = tmp_path / "val"
+    shutil.copytree(two_runs[1], val / "engine-0")
+    shutil.copytree(two_runs[3], val / "sim")
+    (val / "validation.json").write_text("{}")
+    assert main(["compare", str(val), "--output-dir", str(tmp_path / "cmp")]) == 0
+    head = capsys.readouterr().out.splitlines()[1].split()
+    assert head == ["metric", "engine-0", "sim", "ratio"]
+    assert (tmp_path / "cmp" / "compare.png").is_file()
+    assert main(["plot", str(val)]) == 0
+    assert capsys.readouterr().out.count("dashboard written to") == 2
