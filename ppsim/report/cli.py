@@ -21,6 +21,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from ppsim.report.dashboard import plot_run
 
     runs = expand(args.run_dirs)
+    if args.output and Path(args.output).suffix.lower() != ".png":
+        raise PPSimError(f"--output: {args.output} is not a .png path; name the file FILE.png")
     if args.output and len(runs) > 1:
         raise PPSimError(f"--output: {len(runs)} runs given; drop --output to write RUN_DIR/dashboard.png each")
     for run in runs:
