@@ -28,6 +28,7 @@ from typing import Any
 from engine.launcher import StageFault, StageGroup
 from engine.transport import SampledMsg, StageTimes, StepItem, StepMsg
 from ppsim.metrics.records import OpRecord, RequestRecord, record_token
+from ppsim.metrics.series import SeriesRecorder
 from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
 from ppsim.policy.pipelines import build_core
 from ppsim.policy.plan import StepPlan
@@ -49,6 +50,7 @@ class EngineResult:
     end_s: float
     fault: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    series: SeriesRecorder | None = None  # down-sampled busy/KV series and the timeline window
 
 
 class EngineExecutor:
@@ -81,6 +83,7 @@ class EngineExecutor:
         self.forward_sampled = bool(getattr(self.scheduler.limits, "async_placeholders", False))
         self.sampled_by: dict[tuple[int, int, int], int] = {}
         self.num_holes = 0  # input tokens the first stage filled from forwarded samples
+        self.series = SeriesRecorder.for_run(self.num_stages, (r.arrival_s for r in prep.requests))
         self.t0 = time.perf_counter()
 
     def now(self) -> float:
@@ -216,6 +219,7 @@ class EngineExecutor:
             t_send = self.now()
             act = gen.send(reply)
             reply = None
+            self.series.sample_kv(self.now(), self.pool.num_used)
             kind = type(act)
             if kind is Cpu:
                 self.core_ops.append(OpRecord("core", act.kind, -1, t_send, self.now(), 0, act.n))
@@ -262,8 +266,11 @@ class EngineExecutor:
                 rec.status = "unfinished"
         for st in self.scheduler.requests.values():
             self.records[st.req_id].preemptions = st.preemptions
+        ops = self._stage_ops() + self.core_ops
+        self.series.add_ops(sorted(ops, key=lambda o: o.start_s))  # stage times arrive only as messages
+        self.series.close(max([o.end_s for o in ops] + [r.finish_s or 0.0 for r in self.records.values()]))
         return EngineResult(
-            [self.records[r.req_id] for r in self.prep.requests], self._stage_ops() + self.core_ops, self.tokens,
+            [self.records[r.req_id] for r in self.prep.requests], ops, self.tokens,
             self.scheduler.num_preemptions, self.pool.peak_used, self.pool.num_used, self.now(), fault,
-            {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched)},
+            {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched)}, self.series,
         )

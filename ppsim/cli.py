@@ -130,9 +130,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ppsim.run import run_scenario
 
     s = scenario_from_args(args)
-    out = run_scenario(s, args.output_dir)
+    out = run_scenario(s, args.output_dir, dashboard=not args.no_dashboard)
     print(format_summary(out.summary))
-    files = "summary.json, requests.csv, tokens.csv, stage_ops.csv, trace.json, config.json"
+    files = "summary.json, requests.csv, tokens.csv, stage_ops.csv, trace.json, config.json, timeseries.csv, " \
+            f"timeline.csv{'' if args.no_dashboard else ', dashboard.png'}"
     print(f"results written to {args.output_dir}/ ({files})")
     return 0
 
@@ -216,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_scenario_flags(sim)
     sim.add_argument("--output-dir", default="ppsim-results", metavar="DIR",
                      help="where results go (default ppsim-results)")
+    sim.add_argument("--no-dashboard", action="store_true", help="skip dashboard.png (`ppsim plot` draws it later)")
     sub.add_parser("models", help=COMMANDS["models"][1])
     sub.add_parser("hardware", help=COMMANDS["hardware"][1])
     b = sub.add_parser("bubble", help=COMMANDS["bubble"][1])
@@ -224,11 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     from calibration.cli import add_calibrate_parser, add_import_vidur_parser
     from engine.cli import add_engine_parser
     from ppsim.chunks import add_chunk_parsers
+    from ppsim.report.cli import add_compare_parser, add_plot_parser
     from ppsim.sweep.runner import add_sweep_parser
     from ppsim.validate.cli import add_validate_parser
 
     for add in (add_sweep_parser, add_calibrate_parser, add_import_vidur_parser, add_chunk_parsers,
-                add_engine_parser, add_validate_parser):
+                add_engine_parser, add_validate_parser, add_plot_parser, add_compare_parser):
         add(sub)
     return p
 

@@ -11,6 +11,7 @@ from ppsim.metrics.io import write_run
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
 from ppsim.policy.pipelines import REPLICATED
+from ppsim.report.dashboard import write_dashboard
 from ppsim.sim.build import Prepared, prepare
 from ppsim.sim.executor import SimResult, simulate
 
@@ -47,10 +48,11 @@ def _pipeline_kv(prep: Prepared, peak_used: int) -> dict[str, Any]:
     }
 
 
-def run_scenario(s: Scenario, out_dir: str | Path | None = None) -> RunOutput:
+def run_scenario(s: Scenario, out_dir: str | Path | None = None, dashboard: bool = True) -> RunOutput:
     prep = prepare(s)
     res = simulate(prep)
     summary = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
     if out_dir is not None:
         write_run(out_dir, scenario_json(s), summary, res.requests, res.ops, chrome_trace(res.ops))
+        write_dashboard(out_dir, res.series, dashboard)
     return RunOutput(res, summary)

@@ -10,6 +10,7 @@ import simpy
 
 from ppsim.errors import PPSimError
 from ppsim.metrics.records import OpRecord, RequestRecord, record_token
+from ppsim.metrics.series import SeriesRecorder
 from ppsim.policy.actions import Await, Cpu, Emit, Idle, Launch, Poll
 from ppsim.policy.pipelines import REPLICATED, build_core, pipe_options
 from ppsim.policy.requests import Request
@@ -29,6 +30,7 @@ class SimResult:
     events: int
     end_s: float
     pools: list[Any] = field(default_factory=list)  # every KV pool (one per replica), for checks
+    series: SeriesRecorder | None = None  # down-sampled busy/KV series and the timeline window
 
 
 class Simulation:
@@ -48,6 +50,8 @@ class Simulation:
                                 lambda n: prep.shape.seam_bytes(n, tp), self.ops,
                                 opts.token_path, opts.broadcast_serialized, opts.overlap_sends)
         self.pipe.track_tokens = getattr(self.scheduler.limits, "async_placeholders", False)
+        self.series = self.pipe.series = SeriesRecorder.for_run(len(prep.topology.stages),
+                                                                (r.arrival_s for r in prep.requests))
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
         self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len)
                         for r in prep.requests}
@@ -133,6 +137,7 @@ class Simulation:
             act = gen.send(reply)
             reply = None
             self.events += 1
+            self.series.sample_kv(env.now, self.pool.num_used)
             if self.observer is not None:
                 self.observer(act)
             kind = type(act)
@@ -144,6 +149,7 @@ class Simulation:
                     start = env.now
                     yield env.timeout(dt)
                     self.ops.append(OpRecord("core", act.kind, -1, start, env.now, 0, act.n))
+                    self.series.add_op("core", act.kind, start, env.now)
             elif kind is Launch:
                 plan = act.plan
                 if plan.is_empty and pipe.in_flight == 0:
@@ -181,9 +187,10 @@ class Simulation:
         for st in self.scheduler.requests.values():
             self.records[st.req_id].preemptions = st.preemptions
         scheduled_events = next(self.env._eid)  # SimPy's event counter: events scheduled so far
+        self.series.close(self.env.now)
         return SimResult(self.prep, [self.records[r.req_id] for r in self.prep.requests], self.ops,
                          self.scheduler.num_preemptions, self.pool.peak_used, scheduled_events, self.env.now,
-                         [self.pool])
+                         [self.pool], self.series)
 
 
 def simulate(prep: Prepared, observer: Callable[[Any], None] | None = None) -> SimResult:

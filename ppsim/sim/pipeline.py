@@ -23,6 +23,7 @@ import simpy
 
 from ppsim.cost.base import CostModel, StageSpec
 from ppsim.metrics.records import OpRecord
+from ppsim.metrics.series import SeriesRecorder
 from ppsim.policy.plan import StepPlan
 from ppsim.policy.returnpath import sample_state_bytes
 
@@ -50,6 +51,7 @@ class PipelineSim:
         self.token_ready: dict[int, simpy.Event] = {}  # step -> its sampled tokens are at the first stage
         self.track_tokens = False  # set by the executor when the policy schedules ahead of its tokens
         self.send_free = [0.0] * len(stages)  # when each stage's previous send (or broadcast) completes
+        self.series = SeriesRecorder(len(stages))  # the executor passes its own (busy bins, timeline window)
         for st in stages:
             env.process(self._stage(st))
 
@@ -73,6 +75,7 @@ class PipelineSim:
                 dt = end - env.now
             self.ops.append(OpRecord("broadcast", "broadcast", plan.step_id, env.now, env.now + dt, 0,
                                      plan.num_reqs))
+            self.series.add_op("broadcast", "broadcast", env.now, env.now + dt)
         else:
             dt = 2 * self.cost.return_time(plan.num_reqs)  # to the engine core and back to stage 0
         env.timeout(dt).callbacks.append(lambda _e: ready.succeed())
@@ -118,12 +121,14 @@ class PipelineSim:
                 OpRecord(track, "compute", plan.step_id, start, env.now, plan.num_tokens, plan.num_reqs,
                          plan.num_prefill_tokens, plan.num_decode_tokens)
             )
+            self.series.add_op(track, "compute", start, env.now)
             if nxt is not None:
                 nbytes = self.seam_bytes(plan.num_tokens)
                 begin = max(env.now, free[i])  # the link carries one send at a time
                 free[i] = begin + cost.link_time(nbytes)
                 ops.append(OpRecord(link_track, "send", plan.step_id, begin, free[i], plan.num_tokens,
                                     plan.num_reqs, nbytes=nbytes))
+                self.series.add_op(link_track, "send", begin, free[i])
                 env.timeout(free[i] - env.now).callbacks.append(lambda _e, p=plan, box=nxt: box.put(p))
             else:
                 if self.track_tokens and plan.num_samples:

@@ -16,6 +16,7 @@ import simpy
 
 from ppsim.errors import PPSimError
 from ppsim.metrics.records import OpRecord
+from ppsim.metrics.series import SeriesRecorder
 from ppsim.policy.nopp import route
 from ppsim.sim.build import Prepared, prepare
 from ppsim.sim.executor import SimResult, Simulation
@@ -125,6 +126,8 @@ def _merge(prep: Prepared, reps: list[_Replica], owner: dict[int, int], end_s: f
             ops.append(replace(o, track=f"stage{k}") if o.track == "stage0" else
                        replace(o, track=f"r{k}.{o.track}"))
     ops.sort(key=lambda o: (o.start_s, o.track))
+    for rep in reps:
+        rep.series.close(end_s)
     return SimResult(prep, records, ops, sum(r.scheduler.num_preemptions for r in reps),
                      max(r.pool.peak_used for r in reps), sum(r.events for r in reps), end_s,
-                     [r.pool for r in reps])
+                     [r.pool for r in reps], SeriesRecorder.combine([r.series for r in reps]))

@@ -20,6 +20,7 @@ from ppsim.errors import PPSimError
 from ppsim.metrics.io import write_run
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
+from ppsim.report.dashboard import write_dashboard
 from ppsim.run import kv_figures
 from ppsim.sim.build import prepare
 from ppsim.sim.executor import simulate
@@ -54,6 +55,7 @@ def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options:
     log("validate: simulating the same workload")
     res, sim_summary = simulate_like_engine(s, blocks)
     write_run(out / "sim", scenario_json(s), sim_summary, res.requests, res.ops, chrome_trace(res.ops))
+    write_dashboard(out / "sim", res.series)
     rows = compare_summaries([r.summary for r in runs], sim_summary)
     per_req = per_request_errors(runs[0].requests, res.requests)
     payload = {
