@@ -40,7 +40,7 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
-def check_output_dir(out: str | Path, flag: str = "--output") -> None:
+def check_output_dir(out: str | Path, flag: str = "--output-dir") -> None:
     """Raise unless ``out`` is, or can be created as, a writable directory (checked before any work)."""
     d = Path(out)
     if d.exists() and not d.is_dir():

@@ -4,10 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
-DEFAULT_VIDUR_ROOT = "/work/shared/data/vidur-profiling"
+from ppsim.errors import PPSimError
+
+VIDUR_ROOT_ENV = "PPSIM_VIDUR_ROOT"
+VIDUR_SOURCE = "the data/profiling directory of a Vidur checkout (git clone https://github.com/microsoft/vidur)"
+
+
+def add_output_dir_flag(p: argparse.ArgumentParser, what: str) -> None:
+    """``--output-dir`` as every ppsim command names it; ``--output`` kept as an alias."""
+    p.add_argument("--output-dir", "--output", dest="output", required=True, metavar="DIR", help=what)
+
+
+def resolve_vidur_root(root: str | None) -> str:
+    """``--root``, else ``$PPSIM_VIDUR_ROOT``; refuse with where the data comes from when neither is set."""
+    root = root or os.environ.get(VIDUR_ROOT_ENV) or None
+    if root is None:
+        raise PPSimError(f"--root: not given; pass --root DIR or set {VIDUR_ROOT_ENV}=DIR, DIR being {VIDUR_SOURCE}")
+    return root
 
 
 def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,19 +37,19 @@ def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clock", default="auto", choices=["auto", "wall", "thread"],
                    help="CPU timing clock; auto = thread CPU time with one torch thread (robust on a shared host)")
     p.add_argument("--no-link", action="store_true", help="skip the two-process link profiler")
-    p.add_argument("--output", required=True, help="artifact directory to write")
+    add_output_dir_flag(p, "profile directory to write (alias --output)")
     p.set_defaults(handler=cmd_calibrate)
 
 
 def add_import_vidur_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("import-vidur", help="convert Vidur GPU operator profiles (CSV) into a ppsim profile")
-    p.add_argument("--root", default=DEFAULT_VIDUR_ROOT, help=f"Vidur profiling dir (default {DEFAULT_VIDUR_ROOT})")
+    p.add_argument("--root", help=f"Vidur's profiling data: {VIDUR_SOURCE}; default ${VIDUR_ROOT_ENV}")
     p.add_argument("--device", default="h100", help="a100 | h100 | a40 (a folder under ROOT/compute)")
     p.add_argument("--model", required=True, help="ppsim preset (llama-2-7b, llama-2-70b, llama-3-8b, llama-3-70b)")
     p.add_argument("--vidur-model", help="model folder under compute/DEVICE, e.g. meta-llama/Llama-2-7b-hf")
     p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1, dest="tp")
     p.add_argument("--network", default="pairwise_nvlink", help="pairwise_nvlink | dgx (network/DEVICE_NETWORK)")
-    p.add_argument("--output", required=True)
+    add_output_dir_flag(p, "profile directory to write (alias --output)")
     p.set_defaults(handler=cmd_import_vidur)
 
 
@@ -50,7 +67,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_import_vidur(args: argparse.Namespace) -> int:
     from calibration.vidur_import import import_vidur
 
-    meta, fits = import_vidur(args.root, args.device, args.model, args.output, tp=args.tp,
+    meta, fits = import_vidur(resolve_vidur_root(args.root), args.device, args.model, args.output, tp=args.tp,
                               vidur_model=args.vidur_model, network=args.network)
     for op, f in sorted(fits.items()):
         src = f.get("source", "")

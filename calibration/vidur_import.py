@@ -189,6 +189,9 @@ def import_vidur(root: str, device: str, model: str, out: str, tp: int = 1, vidu
                  network: str = "pairwise_nvlink") -> tuple[dict[str, Any], dict[str, Any]]:
     """Write a ppsim profile for ``model`` on ``device`` at ``tp`` from Vidur's CSVs; returns (meta, fits)."""
     base = Path(root)
+    if not (base / "compute").is_dir():
+        raise PPSimError(f"--root: {base} has no compute/ folder; point it at Vidur's profiling data, "
+                         "the data/profiling directory of a Vidur checkout (github.com/microsoft/vidur)")
     check_network(base, network)
     check_output_dir(out)
     shape = load_model(model)

@@ -26,6 +26,7 @@ def add_engine_parser(sub: argparse._SubParsersAction) -> None:
     a("--checkpoint", default=None, help="HF-layout safetensors directory (default: random weights from --seed)")
     a("--inject-fault", default=None, help="test the fault path: kill:STAGE:STEP or stall:STAGE:STEP")
     a("--output-dir", default="ppsim-engine-results", help="where results go (default ppsim-engine-results)")
+    a("--no-dashboard", action="store_true", help="skip dashboard.png (`ppsim plot` draws it later)")
     p.set_defaults(handler=cmd_engine)
 
 
@@ -37,7 +38,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
     s = scenario_from_args(args)
     opts = engine_options(args)
     try:
-        run = run_engine(s, args.output_dir, opts, log=lambda m: print(m, flush=True))
+        run = run_engine(s, args.output_dir, opts, log=lambda m: print(m, flush=True),
+                         dashboard=not args.no_dashboard)
     except EngineFault as err:
         print(f"error: {err}", file=sys.stderr)
         print(f"partial results written to {args.output_dir}/", file=sys.stderr)
@@ -48,7 +50,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
         raise
     print(format_summary(run.summary, "Engine Benchmark Result"))
     print(f"results written to {args.output_dir}/ (summary.json, requests.csv, tokens.csv, stage_ops.csv, "
-          "trace.json, config.json, engine.json, tokens.json)")
+          "trace.json, config.json, engine.json, tokens.json, timeseries.csv, timeline.csv"
+          f"{'' if args.no_dashboard else ', dashboard.png'})")
     return 0
 
 

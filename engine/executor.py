@@ -32,6 +32,7 @@ from ppsim.deployment import Prepared
 from ppsim.driver import Client, Driver
 from ppsim.metrics.ledger import Ledger
 from ppsim.metrics.records import OpRecord, RequestRecord
+from ppsim.metrics.series import SeriesRecorder
 from ppsim.policy.actions import Cpu
 from ppsim.policy.pipelines import build_core
 from ppsim.policy.plan import StepPlan
@@ -51,6 +52,7 @@ class EngineResult:
     end_s: float
     fault: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    series: SeriesRecorder | None = None  # down-sampled busy/KV series and the timeline window
 
 
 class EngineExecutor:
@@ -83,6 +85,9 @@ class EngineExecutor:
         self.forward_sampled = bool(getattr(self.scheduler.limits, "async_placeholders", False))
         self.sampled_by: dict[tuple[int, int, int], int] = {}
         self.num_holes = 0  # input tokens the first stage filled from forwarded samples
+        last = (float(prep.requests.arrival_s.max()),) if len(prep.requests) else ()
+        self.series = SeriesRecorder.for_run(self.num_stages, last)
+        self.driver.after_action = lambda: self.series.sample_kv(self.now(), self.pool.num_used)
         self.t0 = time.perf_counter()
 
     def now(self) -> float:
@@ -226,8 +231,12 @@ class EngineExecutor:
     def result(self, fault: str | None = None) -> EngineResult:
         self.driver.finish()
         self.ledger.close()
+        ops = self._stage_ops() + self.core_ops
+        self.series.add_ops(sorted(ops, key=lambda o: o.start_s))  # stage times arrive only as messages
+        ends = [o.end_s for o in ops] + [f for f in self.ledger.finish if f == f]
+        self.series.close(max(ends, default=0.0))
         return EngineResult(
-            self.ledger.records(), self._stage_ops() + self.core_ops, self.tokens,
+            self.ledger.records(), ops, self.tokens,
             self.scheduler.num_preemptions, self.pool.peak_used, self.pool.num_used, self.now(), fault,
-            {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched)},
+            {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched)}, self.series,
         )

@@ -41,6 +41,7 @@ from ppsim.metrics.trace import chrome_trace
 from ppsim.models.shape import ModelShape
 from ppsim.policy.pipelines import REPLICATED
 from ppsim.policy.requests import Request
+from ppsim.report.dashboard import write_dashboard
 
 
 class EngineOptions(BaseModel):
@@ -182,7 +183,8 @@ def _fault_plan(opts: EngineOptions, cfgs: list[StageConfig]) -> list[StageConfi
 
 
 def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOptions | None = None,
-               requests: list[Request] | None = None, log: Callable[[str], None] | None = None) -> EngineRun:
+               requests: list[Request] | None = None, log: Callable[[str], None] | None = None,
+               dashboard: bool = True) -> EngineRun:
     """Run ``s`` on real stage processes; write the simulator's files to ``out_dir`` (also on a fault).
 
     Raises :class:`EngineFault` (a ``PPSimError``) when a stage dies, fails or stalls; its
@@ -214,19 +216,20 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
             group.stop(ex.on_message, timeout)
         except KeyboardInterrupt as err:  # Ctrl-C: keep what ran so far, as on a fault; exit code stays 130
             if out_dir is not None:
-                _finish(prep, ex.result("interrupted"), info, out_dir)
+                _finish(prep, ex.result("interrupted"), info, out_dir, dashboard)
                 err.partial_results = str(out_dir)  # type: ignore[attr-defined]
             raise
         except StageFault as err:
             res = ex.result(str(err).splitlines()[0])
-            run = _finish(prep, res, info, out_dir)
+            run = _finish(prep, res, info, out_dir, dashboard)
             lost = [r.req_id for r in res.requests if r.status == "unfinished"]
             raise EngineFault(f"{res.fault}; {len(lost)} requests unfinished: {lost[:20]}"
                               f"{' ...' if len(lost) > 20 else ''}", run.result) from None
-    return _finish(prep, ex.result(), info, out_dir)
+    return _finish(prep, ex.result(), info, out_dir, dashboard)
 
 
-def _finish(prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path | None) -> EngineRun:
+def _finish(prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path | None,
+            dashboard: bool = True) -> EngineRun:
     num_stages = len(prep.topology.stages)
     summary = summarize(res.requests, res.ops, num_stages, kv_figures(prep, res.peak_blocks_used))
     info = {**info, **res.extra, "fault": res.fault, "wall_s": res.end_s,
@@ -236,4 +239,5 @@ def _finish(prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path |
                   chrome_trace(res.ops, "ppsim engine"))
         atomic_write(Path(out_dir) / "engine.json", dumps(info))
         atomic_write(Path(out_dir) / "tokens.json", dumps({str(k): v for k, v in res.tokens.items()}))
+        write_dashboard(out_dir, res.series, dashboard)
     return EngineRun(res, summary, info)

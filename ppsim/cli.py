@@ -135,16 +135,18 @@ def scenario_from_args(args: argparse.Namespace):  # noqa: ANN201
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from ppsim.metrics.io import DEFAULT_FILES, DETAILED_FILES
+    from ppsim.metrics.io import DASHBOARD_FILES, DEFAULT_FILES, DETAILED_FILES
     from ppsim.metrics.summary import format_summary
     from ppsim.run import run_scenario
 
     s = scenario_from_args(args)
     window = None if args.trace_window_s is not None and math.isinf(args.trace_window_s) else args.trace_window_s
     out = run_scenario(s, args.output_dir, save_detailed=args.save_detailed, lean=True, trace_window_s=window,
-                       progress=not args.quiet)
+                       progress=not args.quiet, dashboard=not args.no_dashboard)
     print(format_summary(out.summary))
-    files = DEFAULT_FILES + (DETAILED_FILES if args.save_detailed else ())
+    files = DEFAULT_FILES + (DETAILED_FILES if args.save_detailed else ()) + DASHBOARD_FILES
+    if args.no_dashboard:
+        files = files[:-1]
     print(f"results written to {args.output_dir}/ ({', '.join(files)})")
     return 0
 
@@ -194,6 +196,9 @@ def cmd_bubble(args: argparse.Namespace) -> int:
     return 0
 
 
+DESCRIPTION = ("ppsim: simulate pipeline-parallel LLM serving (vLLM and SGLang flag names), run the same "
+               "policies on a real torch.distributed engine, calibrate, validate and sweep.")
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "simulate": (cmd_simulate, "simulate a serving scenario (default: Llama-3-70B, PP=4 H100, 8 req/s)"),
     "models": (cmd_models, "list model presets"),
@@ -202,12 +207,30 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 }
 
 
+def version() -> str:
+    """The installed distribution's version; the package's own when it is run from a source tree."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("ppsim")
+    except PackageNotFoundError:
+        from ppsim import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ppsim", description=__doc__)
-    sub = p.add_subparsers(dest="command")
+    p = argparse.ArgumentParser(prog="ppsim", description=DESCRIPTION,
+                                epilog="`ppsim COMMAND --help` lists a command's flags; "
+                                       "flags alone (or nothing) run `ppsim simulate`.")
+    p.add_argument("--version", action="version", version=f"ppsim {version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sim = sub.add_parser("simulate", help=COMMANDS["simulate"][1])
     add_scenario_flags(sim)
-    sim.add_argument("--output-dir", default="ppsim-results", help="where results go (default ppsim-results)")
+    sim.add_argument("--output-dir", default="ppsim-results", metavar="DIR",
+                     help="where results go (default ppsim-results)")
+    sim.add_argument("--no-dashboard", action="store_true", help="skip dashboard.png (`ppsim plot` draws it later)")
     sim.add_argument("--save-detailed", action="store_true",
                      help="also write tokens.csv, stage_ops.csv and trace.json (every token and operation)")
     sim.add_argument("--trace-window-s", type=_window_s, default=TRACE_WINDOW_S,
@@ -221,11 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
     from calibration.cli import add_calibrate_parser, add_import_vidur_parser
     from engine.cli import add_engine_parser
     from ppsim.chunks import add_chunk_parsers
+    from ppsim.report.cli import add_compare_parser, add_plot_parser
     from ppsim.sweep.runner import add_sweep_parser
     from ppsim.validate.cli import add_validate_parser
 
     for add in (add_sweep_parser, add_calibrate_parser, add_import_vidur_parser, add_chunk_parsers,
-                add_engine_parser, add_validate_parser):
+                add_engine_parser, add_validate_parser, add_plot_parser, add_compare_parser):
         add(sub)
     return p
 
@@ -233,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["simulate", *argv]  # flags alone (or nothing) run `ppsim simulate`
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None) or COMMANDS[args.command][0]

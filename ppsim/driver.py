@@ -92,6 +92,7 @@ class Driver:
         self.on_ended: list[Callable[[int], None]] = []  # executor hooks: a request ended
         self.on_output: Callable[[TokenOutput], None] | None = None  # executor hook, before the record
         self.before_action: Callable[[], None] | None = None  # executor hook (the engine pumps its client)
+        self.after_action: Callable[[], None] | None = None  # executor hook (KV series sampling)
 
     # --- client side -----------------------------------------------------------------------------
     def submit(self, row: int, req: Request, now: float) -> bool:
@@ -155,7 +156,8 @@ class Driver:
 
     def run(self) -> Generator[Any, Any, None]:
         """Drive the core until every request of the client has ended."""
-        be, client, observer, before = self.backend, self.client, self.observer, self.before_action
+        be, client, observer = self.backend, self.client, self.observer
+        before, after = self.before_action, self.after_action
         gen = self.core.run()
         reply: Any = None
         spins = 0
@@ -166,6 +168,8 @@ class Driver:
             act = gen.send(reply)
             reply = None
             self.actions += 1
+            if after is not None:
+                after()
             if observer is not None:
                 observer(act)
             kind = type(act)

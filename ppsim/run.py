@@ -11,6 +11,7 @@ from ppsim.deployment import kv_figures, prepare
 from ppsim.metrics.io import write_run
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import TRACE_WINDOW_S, chrome_trace
+from ppsim.report.dashboard import write_dashboard
 from ppsim.sim.executor import SimResult, simulate
 from ppsim.sim.progress import RunProgress
 
@@ -23,13 +24,15 @@ class RunOutput:
 
 def run_scenario(s: Scenario, out_dir: str | Path | None = None, *, save_detailed: bool = False,
                  lean: bool = False, trace_window_s: float | None = TRACE_WINDOW_S,
-                 progress: bool = False) -> RunOutput:
+                 progress: bool = False, dashboard: bool = True) -> RunOutput:
     """Simulate ``s``; write its files to ``out_dir`` if given.
 
     ``save_detailed`` also writes ``tokens.csv``, ``stage_ops.csv`` and ``trace.json`` (the first
     ``trace_window_s`` seconds of simulated time; None: all). ``lean`` keeps in memory only what the
     files asked for need (the CLI's way: a long run then holds no per-token or per-operation
     record); otherwise ``result`` has every record. ``progress`` draws a bar on a terminal's stderr.
+    The dashboard's ``timeseries.csv`` and ``timeline.csv`` are always written (bounded in size),
+    ``dashboard.png`` with ``dashboard``.
     """
     prep = prepare(s)
     keep = save_detailed or not lean
@@ -45,4 +48,5 @@ def run_scenario(s: Scenario, out_dir: str | Path | None = None, *, save_detaile
             write_run(out_dir, scenario_json(s), summary, res.ledger, res.ops, trace)
         else:
             write_run(out_dir, scenario_json(s), summary, res.ledger)
+        write_dashboard(out_dir, res.series, dashboard)
     return RunOutput(res, summary)

@@ -65,9 +65,9 @@ def test_calibrate_checks_threads_and_output_before_profiling(tmp_path, capsys):
         assert "\n" not in str(e.value)
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(PPSimError, match="--output: .*file exists and is not a directory"):
+    with pytest.raises(PPSimError, match="--output-dir: .*file exists and is not a directory"):
         calibrate("tiny", "cpu", str(f), quick=True, link=False, log=logged.append)
-    with pytest.raises(PPSimError, match="--output: cannot create .*file is a file, not a directory"):
+    with pytest.raises(PPSimError, match="--output-dir: cannot create .*file is a file, not a directory"):
         calibrate("tiny", "cpu", str(f / "sub" / "p"), quick=True, link=False, log=logged.append)
     assert logged == [] and not (tmp_path / "p").exists()  # refused before any profiling
     for argv in (["--threads", "-1"], ["--threads", "0"], ["--output", str(f)]):

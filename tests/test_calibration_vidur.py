@@ -15,9 +15,10 @@ from ppsim.errors import PPSimError
 from ppsim.hardware.presets import resolve_link
 from ppsim.models.shape import load_model
 from ppsim.policy.plan import PlanItem, make_plan
+from tests.vidur_data import PRESENT, SKIP_REASON, VIDUR_ROOT
 
-ROOT = Path("/work/shared/data/vidur-profiling")
-pytestmark = pytest.mark.skipif(not ROOT.is_dir(), reason="Vidur profiling data not present")
+ROOT = VIDUR_ROOT
+pytestmark = pytest.mark.skipif(not PRESENT, reason=SKIP_REASON)
 
 
 def _medians(path: Path, col: str, key: str, **where: int) -> dict[float, list[float]]:
@@ -96,7 +97,8 @@ def test_unknown_network_is_rejected(tmp_path, capsys):
 
     with pytest.raises(PPSimError, match=r"--network: unknown network 'nvswitch'.*available: dgx, pairwise_nvlink"):
         import_vidur(str(ROOT), "h100", "llama-2-7b", str(tmp_path / "a"), network="nvswitch")
-    rc = main(["import-vidur", "--model", "llama-2-7b", "--network", "nvswitch", "--output", str(tmp_path / "b")])
+    rc = main(["import-vidur", "--root", str(ROOT), "--model", "llama-2-7b", "--network", "nvswitch",
+               "--output-dir", str(tmp_path / "b")])
     err = capsys.readouterr().err
     assert rc == 2 and "available: dgx, pairwise_nvlink" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

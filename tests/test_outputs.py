@@ -15,9 +15,12 @@ SMALL = {"model": "tiny", "cluster": {"pipeline_parallel_size": 2},
          "workload": {"num_prompts": 12, "random_input_len": 40, "random_output_len": 5, "request_rate": 200.0}}
 
 
+BOUNDED = ["config.json", "requests.csv", "summary.json", "timeline.csv", "timeseries.csv"]
+
+
 def test_default_outputs_are_summary_requests_config(tmp_path):
-    out = run_scenario(build_scenario(None, SMALL), tmp_path / "o", lean=True)
-    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["config.json", "requests.csv", "summary.json"]
+    out = run_scenario(build_scenario(None, SMALL), tmp_path / "o", lean=True, dashboard=False)
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == BOUNDED
     assert len(out.result.ops) == 0 and out.result.ledger.times is None  # lean: no per-op, per-token record
     rows = (tmp_path / "o" / "requests.csv").read_text().splitlines()
     assert len(rows) == 1 + 12
@@ -25,12 +28,13 @@ def test_default_outputs_are_summary_requests_config(tmp_path):
 
 def test_save_detailed_adds_tokens_ops_trace_with_the_same_summary(tmp_path):
     s = build_scenario(None, SMALL)
-    lean = run_scenario(s, tmp_path / "a", lean=True)
-    full = run_scenario(s, tmp_path / "b", save_detailed=True)
+    lean = run_scenario(s, tmp_path / "a", lean=True, dashboard=False)
+    full = run_scenario(s, tmp_path / "b", save_detailed=True, dashboard=False)
     names = sorted(p.name for p in (tmp_path / "b").iterdir())
-    assert names == ["config.json", "requests.csv", "stage_ops.csv", "summary.json", "tokens.csv", "trace.json"]
+    assert names == sorted([*BOUNDED, "stage_ops.csv", "tokens.csv", "trace.json"])
     assert (tmp_path / "a" / "summary.json").read_bytes() == (tmp_path / "b" / "summary.json").read_bytes()
-    assert (tmp_path / "a" / "requests.csv").read_bytes() == (tmp_path / "b" / "requests.csv").read_bytes()
+    for name in ("requests.csv", "timeseries.csv", "timeline.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     ops = (tmp_path / "b" / "stage_ops.csv").read_text().splitlines()
     assert ops[0].startswith("track,kind,step_id") and len(ops) == 1 + len(full.result.ops)
     tokens = (tmp_path / "b" / "tokens.csv").read_text().splitlines()
@@ -47,7 +51,7 @@ def test_trace_window_keeps_the_first_seconds():
 def test_cli_trace_window_flag(tmp_path, ppsim_cli):
     r = ppsim_cli("simulate", "--model", "tiny", "-pp", "2", "--num-prompts", "30", "--request-rate", "20",
                   "--random-input-len", "40", "--random-output-len", "4", "--save-detailed",
-                  "--trace-window-s", "0.2", "--output-dir", str(tmp_path / "o"))
+                  "--trace-window-s", "0.2", "--no-dashboard", "--output-dir", str(tmp_path / "o"))
     assert r.returncode == 0, r.stderr
     assert "trace.json" in r.stdout and r.stderr == ""  # no bar: stderr is not a terminal
     ev = [e for e in json.loads((tmp_path / "o" / "trace.json").read_text())["traceEvents"] if e["ph"] == "X"]

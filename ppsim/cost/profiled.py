@@ -152,7 +152,7 @@ def read_profile(profile_dir: str | Path) -> Profile:
     """Read and check an artifact's schema version and operator set (not its model shape)."""
     d = Path(profile_dir)
     if not d.is_dir():
-        raise PPSimError(f"--profile: {d} is not a directory; run `ppsim calibrate --output {d}` first")
+        raise PPSimError(f"--profile: {d} is not a directory; run `ppsim calibrate --output-dir {d}` first")
     meta = _read_json(d / "meta.json")
     ver = meta.get("schema_version")
     if ver != SCHEMA_VERSION:

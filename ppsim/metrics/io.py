@@ -149,6 +149,7 @@ def tokens_csv(requests: Sequence[RequestRecord] | Ledger) -> str:
 
 DEFAULT_FILES = ("summary.json", "requests.csv", "config.json")
 DETAILED_FILES = ("tokens.csv", "stage_ops.csv", "trace.json")
+DASHBOARD_FILES = ("timeseries.csv", "timeline.csv", "dashboard.png")  # ppsim.report.dashboard (png last)
 
 
 def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any],

@@ -1,8 +1,9 @@
 """Where an executor's stage, link and core operations go: running totals always, records on request.
 
 The summary needs only each stage's busy time and the window from the first compute to the last;
-those are kept as running totals. The operations themselves (``stage_ops.csv``, the Perfetto
-trace, validation, tests) are kept only with ``keep=True``, so a long run holds nothing per event.
+those are kept as running totals, and the dashboard's down-sampled series (bounded) is fed here.
+The operations themselves (``stage_ops.csv``, the Perfetto trace, validation, tests) are kept only
+with ``keep=True``, so a long run holds nothing per event.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ import math
 from collections.abc import Iterator
 
 from ppsim.metrics.records import OpRecord
+from ppsim.metrics.series import SeriesRecorder
 
 
 class OpLog:
     """Iterable over the kept :class:`OpRecord` s; ``busy``/``t0``/``t1`` over every compute."""
 
-    __slots__ = ("keep", "records", "busy", "t0", "t1")
+    __slots__ = ("keep", "records", "busy", "t0", "t1", "series")
 
-    def __init__(self, keep: bool = True) -> None:
+    def __init__(self, keep: bool = True, series: SeriesRecorder | None = None) -> None:
         self.keep = keep
+        self.series = series  # the dashboard's down-sampled series, fed every operation
         self.records: list[OpRecord] = []
         self.busy: dict[str, float] = {}  # compute track -> seconds busy
         self.t0 = math.inf  # first compute start
@@ -33,6 +36,8 @@ class OpLog:
                 self.t0 = start_s
             if end_s > self.t1:
                 self.t1 = end_s
+        if self.series is not None:
+            self.series.add_op(track, kind, start_s, end_s)
         if self.keep:
             self.records.append(OpRecord(track, kind, step_id, start_s, end_s, num_tokens, num_reqs,
                                          num_prefill_tokens, num_decode_tokens, nbytes))

@@ -21,6 +21,7 @@ from ppsim.errors import PPSimError
 from ppsim.metrics.ledger import Ledger
 from ppsim.metrics.oplog import OpLog
 from ppsim.metrics.records import RequestRecord
+from ppsim.metrics.series import SeriesRecorder
 from ppsim.policy.actions import Cpu
 from ppsim.policy.pipelines import REPLICATED, build_core, pipe_options
 from ppsim.policy.plan import StepPlan
@@ -39,6 +40,7 @@ class SimResult:
     events: int
     end_s: float
     pools: list[Any] = field(default_factory=list)  # every KV pool (one per replica), for checks
+    series: SeriesRecorder | None = None  # down-sampled busy/KV series and the timeline window
     _records: list[RequestRecord] | None = field(default=None, repr=False)
 
     @property
@@ -128,8 +130,10 @@ class Simulation:
         self.backends: list[SimBackend] = []
         self.pools: list[Any] = []
         self.route: Callable[[int, list[int]], int] = lambda _i, _loads: 0
+        arrivals = (float(prep.requests.arrival_s.max()),) if len(prep.requests) else ()  # the last one
         for rp in replicas or [prep]:
-            ops = OpLog(keep_ops)
+            series = SeriesRecorder.for_run(len(rp.topology.stages), arrivals)
+            ops = OpLog(keep_ops, series)
             pool = rp.block_pool()
             core = build_core(rp.knobs(), pool)
             be = SimBackend(self.env, rp, ops, reference,
@@ -137,6 +141,7 @@ class Simulation:
             drv = Driver(core, self.ledger, self.client, be, observer)
             be.abort = drv.abort
             drv.on_ended.append(self._ended)
+            drv.after_action = lambda s=series, p=pool, e=self.env: s.sample_kv(e.now, p.num_used)
             self.drivers.append(drv)
             self.backends.append(be)
             self.pools.append(pool)
@@ -198,13 +203,17 @@ class Simulation:
         self.ledger.close()
         single = len(self.drivers) == 1
         events = next(env._eid) if single else sum(d.actions for d in self.drivers)  # SimPy's event counter
+        parts = [be.ops.series for be in self.backends]
+        for part in parts:
+            part.close(env.now)
+        series = parts[0] if single else SeriesRecorder.combine(parts)
         return SimResult(self.prep, self.ledger, self._ops(), sum(d.scheduler.num_preemptions for d in self.drivers),
-                         max(p.peak_used for p in self.pools), events, env.now, self.pools)
+                         max(p.peak_used for p in self.pools), events, env.now, self.pools, series)
 
     def _ops(self) -> OpLog:
         if len(self.backends) == 1:
             return self.backends[0].ops
-        ops = OpLog(self.backends[0].ops.keep)
+        ops = OpLog(self.backends[0].ops.keep)  # the combined series is built from the replicas' own
         for k, be in enumerate(self.backends):  # replica k's GPU group is reported as stage k
             ops.merge(be.ops, {"stage0": f"stage{k}"}, f"r{k}.")
         ops.records.sort(key=lambda o: (o.start_s, o.track))

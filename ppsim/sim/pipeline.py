@@ -1,4 +1,10 @@
-"""Stage and link processes: a micro-batch flows stage 0 -> ... -> last, then back to the core.
+"""The per-event reference pipeline: a micro-batch flows stage 0 -> ... -> last, then back to the core.
+
+One SimPy process per stage, one event per compute, send and message. The simulator runs the
+closed form of the same model (:mod:`ppsim.sim.fast`); this one is its reference (the equivalence
+tests, ``simulate(..., reference=True)``), the pipeline of the bubble check, and the one a
+serialized broadcast runs on.
+
 
 A stage takes micro-batches in order. With vLLM's worker it waits for its previous send to finish
 before computing the next one (``_pp_send_work`` is waited at the start of ``execute_model``), so a

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from ppsim.errors import PPSimError
 from ppsim.sweep.evaluate import Task, error_result, evaluate
 
 POLL_S = 0.5
+CONNECT_TIMEOUT_S = 10.0
 
 
 def default_workers() -> int:
@@ -82,10 +84,10 @@ def run_ray(tasks: list[Task], address: str | None, workers: int | None) -> Iter
     started = False
     if not ray.is_initialized():
         if address:
-            ray.init(address=address, log_to_driver=False)
+            _connect_ray(ray, address)
         else:
             ray.init(num_cpus=workers or default_workers(), include_dashboard=False, log_to_driver=False)
-            started = True
+        started = True  # ours to shut down (for a cluster: disconnect, the cluster stays up)
     refs: dict[Any, Task] = {}
     try:
         remote = ray.remote(num_cpus=1, max_retries=1)(evaluate)
@@ -109,6 +111,32 @@ def run_ray(tasks: list[Task], address: str | None, workers: int | None) -> Iter
     finally:
         if started:
             ray.shutdown()
+
+
+def _connect_ray(ray: Any, address: str) -> None:
+    """Join the cluster at ``address``; a failure is one line saying what to check, not a traceback.
+
+    ``ray.init`` waits minutes for a GCS that is not there, so a HOST:PORT address is first probed
+    with a plain TCP connection bounded by ``CONNECT_TIMEOUT_S``.
+    """
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit() and "://" not in address:
+        try:
+            socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        except OSError as err:
+            raise PPSimError(
+                f"--ray-address: nothing answers at {address} ({err.strerror or err}); start the head there with "
+                f"`ray start --head --port {port}`, or fix the address"
+            ) from None
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except Exception as err:  # noqa: BLE001 - ConnectionError, AuthenticationError, RuntimeError, ...
+        last = (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
+        raise PPSimError(
+            f"--ray-address: cannot join the Ray cluster at {address} ({last}); start it with "
+            "`ray start --head --port PORT` on the head node, and if the cluster uses token authentication "
+            "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or ~/.ray/auth_token) here as on the cluster"
+        ) from None
 
 
 def check_executor_flags(executor: str, workers: int | None, ray_address: str | None) -> None:

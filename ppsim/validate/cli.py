@@ -41,5 +41,5 @@ def cmd_validate(args: argparse.Namespace) -> int:
     payload = validate(s, args.output_dir, args.repeats, opts)
     print(format_report(payload))
     print(f"results written to {args.output_dir}/ (validation.json, latency_cdf.png, trace_combined.json, "
-          "engine-*/, sim/)")
+          "engine-*/, sim/; each run with its dashboard.png)")
     return 0

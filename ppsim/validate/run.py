@@ -21,6 +21,7 @@ from ppsim.errors import PPSimError
 from ppsim.metrics.io import write_run
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
+from ppsim.report.dashboard import write_dashboard
 from ppsim.sim.executor import simulate
 from ppsim.validate.compare import compare_summaries, per_request_errors, verdict
 from ppsim.validate.report import format_table, write_validation
@@ -53,6 +54,7 @@ def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options:
     log("validate: simulating the same workload")
     res, sim_summary = simulate_like_engine(s, blocks)
     write_run(out / "sim", scenario_json(s), sim_summary, res.requests, res.ops, chrome_trace(res.ops))
+    write_dashboard(out / "sim", res.series)
     rows = compare_summaries([r.summary for r in runs], sim_summary)
     per_req = per_request_errors(runs[0].requests, res.requests)
     payload = {

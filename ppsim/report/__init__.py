@@ -1,0 +1,1 @@
+"""Pictures of runs: the per-run dashboard and the comparison of runs."""

@@ -1,0 +1,52 @@
+"""``ppsim plot`` (redraw a run's dashboard) and ``ppsim compare`` (runs side by side)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ppsim.errors import PPSimError
+
+
+def add_plot_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plot", help="redraw a run's dashboard.png from the files of its directory")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="directory written by simulate, engine or validate (every run of a validate directory)")
+    p.add_argument("--output", default=None, help="PNG path (default RUN_DIR/dashboard.png; one RUN_DIR only)")
+    p.set_defaults(handler=cmd_plot)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from ppsim.report.compare import expand
+    from ppsim.report.dashboard import plot_run
+
+    runs = expand(args.run_dirs)
+    if args.output and Path(args.output).suffix.lower() != ".png":
+        raise PPSimError(f"--output: {args.output} is not a .png path; name the file FILE.png")
+    if args.output and len(runs) > 1:
+        raise PPSimError(f"--output: {len(runs)} runs given; drop --output to write RUN_DIR/dashboard.png each")
+    for run in runs:
+        print(f"dashboard written to {plot_run(run, args.output)}")
+    return 0
+
+
+def add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="vllm bench serve metrics of runs side by side, latency CDFs and "
+                                       "throughput in one PNG")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="run directories (simulate, engine, validate); ratios are to the first")
+    p.add_argument("--output", default=None, help="PNG path (default OUTPUT_DIR/compare.png)")
+    p.add_argument("--output-dir", default="ppsim-compare", help="where compare.png goes (default ppsim-compare)")
+    p.set_defaults(handler=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ppsim.report.compare import compare_runs, format_comparison, write_comparison
+
+    names, runs = compare_runs(args.run_dirs)
+    path = Path(args.output) if args.output else Path(args.output_dir) / "compare.png"
+    if path.suffix.lower() != ".png":
+        raise PPSimError(f"--output: {path} is not a .png path; name the file FILE.png")
+    print(format_comparison(names, runs))
+    print(f"plot written to {write_comparison(names, runs, path)}")
+    return 0
