@@ -148,11 +148,13 @@ class Driver:
                 self._ended(o.req_id)
 
     def _launched(self, plan: StepPlan) -> None:
+        """Requests in their first micro-batch are scheduled now (one cancelled after the schedule,
+        before the launch, still counts: it was in the launched micro-batch)."""
         now = self.backend.now()
-        live, on_launch = self.live, self.ledger.on_launch
+        row_of, on_launch = self.ledger.wl.row_of, self.ledger.on_launch
         for it in plan.items:
             if it.start == 0:  # a request's first micro-batch starts at position 0
-                on_launch(live[it.req_id][0], now)
+                on_launch(row_of(it.req_id), now)
 
     def run(self) -> Generator[Any, Any, None]:
         """Drive the core until every request of the client has ended."""

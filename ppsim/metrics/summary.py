@@ -31,6 +31,32 @@ def _stats(name: str, values_s: Sequence[float] | np.ndarray) -> dict[str, float
     }
 
 
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's linear interpolation (``numpy.lib.function_base._lerp``)."""
+    d = b - a
+    return b - d * (1 - t) if t >= 0.5 else a + d * t
+
+
+def sorted_stats(name: str, x: np.ndarray, chunk: int = 1 << 20) -> dict[str, float]:
+    """``_stats`` of an already sorted array of seconds, with no copy of it: order statistics read
+    off the sorted values (numpy's median and linear percentile), the variance summed in chunks."""
+    n = len(x)
+    if not n:
+        return _stats(name, [])
+    mean = float(np.mean(x))
+    sq = sum(float(np.sum(np.square(x[i:i + chunk] - mean))) for i in range(0, n, chunk))
+    median = float(x[n // 2]) if n % 2 else (float(x[n // 2 - 1]) + float(x[n // 2])) / 2
+    k = (n - 1) * 0.99
+    lo = int(k)
+    p99 = _lerp(float(x[lo]), float(x[min(lo + 1, n - 1)]), k - lo)
+    return {
+        f"mean_{name}_ms": mean * 1000.0,
+        f"median_{name}_ms": median * 1000.0,
+        f"std_{name}_ms": (sq / n) ** 0.5 * 1000.0,
+        f"p99_{name}_ms": p99 * 1000.0,
+    }
+
+
 def request_latencies(r: RequestRecord) -> dict[str, Any]:
     sent = r.sent_s if r.sent_s is not None else r.arrival_s
     t = r.token_times
@@ -83,7 +109,7 @@ def summarize(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary of a run from its records (or their columns). Inter-token latencies are taken in
-    sorted order, so the figures do not depend on the order requests finished in."""
+    sorted order (sorted in place), so the figures do not depend on the order requests finished in."""
     c = _columns(requests)
     done = (c.status == FINISHED) & (c.num_tokens > 0)
     sent = np.where(np.isnan(c.sent_s), c.arrival_s, c.sent_s)[done]
@@ -112,7 +138,9 @@ def summarize(
     }
     s.update(_stats("ttft", ttft))
     s.update(_stats("tpot", tpot))
-    s.update(_stats("itl", np.sort(c.itl_s)))
+    itl = c.itl_s if c.itl_s.flags.writeable else c.itl_s.copy()
+    itl.sort()  # in place: the gaps of a long run are its largest array
+    s.update(sorted_stats("itl", itl))
     s.update(_stats("e2el", e2el))
     fr, bubble, window = busy_fractions(ops, num_stages)
     s["stage_busy_fraction"] = fr

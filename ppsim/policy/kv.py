@@ -42,8 +42,10 @@ class BlockPool:
 
     def allocate(self, req_id: int, num_tokens: int) -> bool:
         """Grow ``req_id``'s table to hold ``num_tokens`` tokens; False (nothing taken) if short."""
-        table = self._tables.setdefault(req_id, [])
-        need = self.blocks_for(num_tokens) - len(table)
+        table = self._tables.get(req_id)
+        if table is None:
+            table = self._tables[req_id] = []
+        need = -(-num_tokens // self.block_size) - len(table)  # blocks_for, inlined: called per request per step
         if need <= 0:
             return True
         if need > len(self._free):

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class PlanItem:
+class PlanItem(NamedTuple):
     """One request's share of a step: ``num_tokens`` tokens starting at position ``start``.
 
     ``start`` is also the context already in the KV cache (the prefix). ``samples`` is true when the
     step computes the request's last known token, so the last stage samples a new one. ``epoch``
-    counts preemptions: an output whose epoch is stale is dropped.
+    counts preemptions: an output whose epoch is stale is dropped. (A named tuple: immutable, and
+    built once per request per step, several times faster than a frozen dataclass.)
     """
 
     req_id: int

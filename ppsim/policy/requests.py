@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +66,7 @@ class ReqState:
         return self.status in (Status.FINISHED, Status.ABORTED, Status.REJECTED)
 
 
-@dataclass(frozen=True, slots=True)
-class TokenOutput:
+class TokenOutput(NamedTuple):
     """A sampled token reaching the engine core: the request's ``index``-th output (1-based)."""
 
     req_id: int

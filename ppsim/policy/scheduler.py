@@ -81,8 +81,9 @@ class Scheduler:
     # --- scheduling ---------------------------------------------------------------------------
     def _item(self, st: ReqState, n: int) -> PlanItem:
         start = st.num_computed
-        samples = start + n == st.num_tokens + st.placeholders
-        item = PlanItem(st.req.req_id, start, n, n > 1 or start < st.req.prompt_len, samples, st.epoch)
+        req = st.req
+        samples = start + n == req.prompt_len + st.num_output + st.placeholders  # num_tokens, inlined
+        item = PlanItem(req.req_id, start, n, n > 1 or start < req.prompt_len, samples, st.epoch)
         st.num_computed = start + n
         if samples:
             # vLLM AsyncScheduler._update_after_schedule skips prefill chunks that do not sample
@@ -113,20 +114,23 @@ class Scheduler:
         running = self.running
         i = 0
         cap = lim.max_batch_reqs
+        step, kv = self.step, self.kv
         while i < len(running) and budget > 0 and (cap is None or len(items) < cap):
             st = running[i]
-            n = st.num_tokens + st.placeholders - st.num_computed
-            if st.placeholders and st.num_output + st.placeholders >= st.req.output_len:
+            req = st.req
+            n = req.prompt_len + st.num_output + st.placeholders - st.num_computed  # num_tokens, inlined
+            if st.placeholders and st.num_output + st.placeholders >= req.output_len:
                 n = 0  # async: the last token is already scheduled (vLLM skips the extra step)
-            if n <= 0 or st.next_eligible_step > self.step:
+            if n <= 0 or st.next_eligible_step > step:
                 i += 1
                 continue
-            is_decode = n == 1 and st.num_computed >= st.req.prompt_len
+            is_decode = n == 1 and st.num_computed >= req.prompt_len
             if is_decode and lim.decode_cap is not None and decodes >= lim.decode_cap:
                 i += 1
                 continue
-            n = min(n, budget)
-            while not self.kv.allocate(st.req.req_id, st.num_computed + n):
+            if n > budget:
+                n = budget
+            while not kv.allocate(req.req_id, st.num_computed + n):
                 victim = running.pop()
                 self._preempt(victim)
                 preempted = True
