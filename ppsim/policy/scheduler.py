@@ -108,38 +108,51 @@ class Scheduler:
         self.waiting.appendleft(st)
 
     def _schedule_running(self, items: list[PlanItem], budget: int) -> tuple[int, bool]:
+        """Running requests in order, each ``min(num_new_tokens, budget)`` tokens (``_item`` inlined:
+        this loop runs once per running request per step)."""
         lim = self.limits
         preempted = False
         decodes = 0
         running = self.running
         i = 0
-        cap = lim.max_batch_reqs
-        step, kv = self.step, self.kv
+        cap, decode_cap = lim.max_batch_reqs, lim.decode_cap
+        spacing, placeholders_on = lim.decode_spacing, lim.async_placeholders
+        step, allocate, append = self.step, self.kv.allocate, items.append
         while i < len(running) and budget > 0 and (cap is None or len(items) < cap):
             st = running[i]
+            i += 1  # preemption pops from the end only, so the next request stays at index i
             req = st.req
-            n = req.prompt_len + st.num_output + st.placeholders - st.num_computed  # num_tokens, inlined
-            if st.placeholders and st.num_output + st.placeholders >= req.output_len:
-                n = 0  # async: the last token is already scheduled (vLLM skips the extra step)
+            prompt, num_out, ph, start = req.prompt_len, st.num_output, st.placeholders, st.num_computed
+            total = prompt + num_out + ph  # num_tokens + placeholders
+            n = total - start
+            if ph and num_out + ph >= req.output_len:
+                continue  # async: the last token is already scheduled (vLLM skips the extra step)
             if n <= 0 or st.next_eligible_step > step:
-                i += 1
                 continue
-            is_decode = n == 1 and st.num_computed >= req.prompt_len
-            if is_decode and lim.decode_cap is not None and decodes >= lim.decode_cap:
-                i += 1
+            is_decode = n == 1 and start >= prompt
+            if is_decode and decode_cap is not None and decodes >= decode_cap:
                 continue
             if n > budget:
                 n = budget
-            while not kv.allocate(req.req_id, st.num_computed + n):
+            while not allocate(req.req_id, start + n):
                 victim = running.pop()
                 self._preempt(victim)
                 preempted = True
                 if victim is st:
                     return budget, preempted
-            items.append(self._item(st, n))
+            samples = start + n == total
+            append(PlanItem(req.req_id, start, n, n > 1 or start < prompt, samples, st.epoch))
+            st.num_computed = start + n
+            if samples:  # as _item
+                if spacing:
+                    st.next_eligible_step = step + spacing
+                if placeholders_on:
+                    if ph:
+                        self._deps.add(st.last_sample_step)
+                    st.placeholders = ph + 1
+                st.last_sample_step = step
             decodes += is_decode
             budget -= n
-            i += 1
         return budget, preempted
 
     def _schedule_waiting(self, items: list[PlanItem], budget: int) -> None:
