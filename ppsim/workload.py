@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import math
+from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -144,7 +145,7 @@ def read_trace(path: str) -> Workload:
     """CSV with a header ``arrival_s,input_tokens,output_tokens``, optionally ``abort_after_tokens``
     (the client cancels after that many output tokens) and ``abort_after_s`` (after that long).
     Parsed row by row into columns; sorted by arrival (ties by row)."""
-    cols: tuple[list, ...] = ([], [], [], [], [])
+    cols = (array("d"), array("q"), array("q"), array("q"), array("d"))  # 8 bytes a value, as parsed
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f)
@@ -159,12 +160,13 @@ def read_trace(path: str) -> Workload:
         raise PPSimError(f"workload.trace: cannot read {path}: {err.strerror}") from None
     if not cols[0]:
         raise PPSimError(f"workload.trace: {path} needs a header with columns {', '.join(TRACE_COLUMNS)}")
-    t, n_in, n_out, ab_n, ab_s = (np.asarray(c) for c in cols)
+    t, n_in, n_out, ab_n, ab_s = (np.frombuffer(c, dtype=np.float64 if c.typecode == "d" else np.int64)
+                                  for c in cols)
     order = np.lexsort((np.arange(len(t)), t))
-    return Workload(order, t[order], n_in[order], n_out[order], ab_n[order], ab_s[order].astype(np.float64))
+    return Workload(order, t[order], n_in[order], n_out[order], ab_n[order], ab_s[order])
 
 
-def _trace_row(row: list[str], at: list[int], opt: list[int | None], where: str, cols: tuple[list, ...]) -> None:
+def _trace_row(row: list[str], at: list[int], opt: list[int | None], where: str, cols: tuple[array, ...]) -> None:
     def cell(i: int | None) -> str | None:
         return row[i] if i is not None and i < len(row) else None
 
@@ -180,9 +182,12 @@ def _trace_row(row: list[str], at: list[int], opt: list[int | None], where: str,
         raise PPSimError(f"{where}: abort_after_tokens must be in [1, output_tokens - 1]")
     if abort_s is not None and not (math.isfinite(abort_s) and abort_s >= 0):
         raise PPSimError(f"{where}: abort_after_s must be finite and >= 0")
-    for c, v in zip(cols, (t, n_in, n_out, NO_ABORT if abort_n is None else abort_n,
-                           math.nan if abort_s is None else abort_s), strict=True):
-        c.append(v)
+    try:
+        for c, v in zip(cols, (t, n_in, n_out, NO_ABORT if abort_n is None else abort_n,
+                               math.nan if abort_s is None else abort_s), strict=True):
+            c.append(v)
+    except OverflowError:
+        raise PPSimError(f"{where}: a token count is too large") from None
 
 
 def apply_aborts(wl: Workload, rate: float, window_s: float, seed: int) -> Workload:
