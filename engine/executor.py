@@ -71,7 +71,8 @@ class EngineExecutor:
         self.client = Client(prep.requests, prep.scenario.workload.max_concurrency)
         self.driver = Driver(core, self.ledger, self.client, self)
         self.driver.on_output = self._on_output
-        self.driver.before_action = self._pump_client
+        self.driver.before_action = self._before_action
+        self.t_action = 0.0  # when the core last started to run (a Cpu action's start)
         self.tokens: dict[int, list[int]] = {r: [] for r in prep.requests.req_id.tolist()}
         self.launched: dict[int, StepPlan] = {}
         self.done: dict[int, dict[int, int]] = {}
@@ -102,6 +103,10 @@ class EngineExecutor:
             self.driver.submit(row, req, now)
         while self.aborts and self.aborts[0][0] <= now:
             self.driver.abort(heapq.heappop(self.aborts)[1], now)
+
+    def _before_action(self) -> None:
+        self._pump_client()
+        self.t_action = self.now()
 
     def abort_after(self, delay_s: float, req_id: int, sent_s: float) -> None:
         heapq.heappush(self.aborts, (sent_s + delay_s, req_id))
@@ -150,9 +155,9 @@ class EngineExecutor:
         self._pump(0)
         return plan.step_id in self.done
 
-    def cpu(self, act: Cpu, started_s: float) -> Generator[None, None, None]:
+    def cpu(self, act: Cpu) -> Generator[None, None, None]:
         """Real CPU time passed inside the core's generator: record it on the "core" track."""
-        self.core_ops.append(OpRecord("core", act.kind, -1, started_s, self.now(), 0, act.n))
+        self.core_ops.append(OpRecord("core", act.kind, -1, self.t_action, self.now(), 0, act.n))
         yield from ()
 
     def idle(self) -> Generator[None, None, None]:

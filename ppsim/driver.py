@@ -71,7 +71,7 @@ class Backend(Protocol):
     def launch(self, plan: StepPlan) -> None: ...
     def wait(self, plan: StepPlan) -> Generator[Any, Any, None]: ...
     def poll(self, plan: StepPlan) -> bool: ...
-    def cpu(self, act: Cpu, started_s: float) -> Generator[Any, Any, None]: ...
+    def cpu(self, act: Cpu) -> Generator[Any, Any, None]: ...
     def idle(self) -> Generator[Any, Any, None]: ...
     def abort_after(self, delay_s: float, req_id: int, sent_s: float) -> None: ...
     def stalled(self, message: str) -> None: ...  # raises
@@ -91,7 +91,8 @@ class Driver:
         self.actions = 0
         self.on_ended: list[Callable[[int], None]] = []  # executor hooks: a request ended
         self.on_output: Callable[[TokenOutput], None] | None = None  # executor hook, before the record
-        self.before_action: Callable[[], None] | None = None  # executor hook (the engine pumps its client)
+        self.before_action: Callable[[], None] | None = None  # executor hook, before the core runs (the engine
+        # pumps its client and notes the time: real CPU time passes inside the core's generator)
         self.after_action: Callable[[], None] | None = None  # executor hook (KV series sampling)
 
     # --- client side -----------------------------------------------------------------------------
@@ -166,7 +167,6 @@ class Driver:
         while True:
             if before is not None:
                 before()
-            started = be.now()
             act = gen.send(reply)
             reply = None
             self.actions += 1
@@ -176,7 +176,7 @@ class Driver:
                 observer(act)
             kind = type(act)
             if kind is Cpu:
-                yield from be.cpu(act, started)
+                yield from be.cpu(act)
             elif kind is Launch:
                 plan = act.plan
                 if plan.is_empty and be.in_flight == 0:

@@ -67,6 +67,8 @@ class SimBackend:
         self.pipe.track_tokens = async_tokens
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
         self.wakeup: simpy.Event | None = None
+        self.series: SeriesRecorder | None = None  # set with the pool by the simulation
+        self.pool: Any = None
         self.abort: Callable[[int, float], None] = lambda _r, _t: None  # set to the driver's
 
     @property
@@ -87,7 +89,7 @@ class SimBackend:
     def poll(self, plan: StepPlan) -> bool:
         return self.pipe.done[plan.step_id].triggered
 
-    def cpu(self, act: Cpu, started_s: float) -> Generator[simpy.Event, Any, None]:
+    def cpu(self, act: Cpu) -> Generator[simpy.Event, Any, None]:
         dt = self.cost.cpu_time(act.kind, act.n)
         if act.relay and self.relay_time is not None:
             dt += self.relay_time(act.relay)
@@ -102,6 +104,12 @@ class SimBackend:
             else:
                 yield env.timeout(dt)
             self.ops.add("core", act.kind, -1, start, env.now, 0, act.n)
+
+    def sample_kv(self) -> None:
+        """After every action: KV blocks in use, for the dashboard's series (a change is recorded)."""
+        used = self.pool.num_used
+        if used != self.series.kv_used:
+            self.series.sample_kv(self.env._now, used)
 
     def idle(self) -> Generator[simpy.Event, Any, None]:
         self.wakeup = self.env.event()
@@ -148,7 +156,8 @@ class Simulation:
             drv = Driver(core, self.ledger, self.client, be, observer)
             be.abort = drv.abort
             drv.on_ended.append(self._ended)
-            drv.after_action = lambda s=series, p=pool, e=self.env: s.sample_kv(e.now, p.num_used)
+            drv.after_action = be.sample_kv
+            be.series, be.pool = series, pool
             self.drivers.append(drv)
             self.backends.append(be)
             self.pools.append(pool)
