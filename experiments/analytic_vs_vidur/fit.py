@@ -34,7 +34,7 @@ from ppsim.models.shape import load_model
 OUT = Path(__file__).parent
 # Training split: GEMM and elementwise curves are fitted on these models (every device) and checked
 # on the others; all-reduce and host costs are per device and in-sample (they do not depend on the model).
-TRAIN_MODELS = ("llama-2-7b", "llama-2-70b", "codellama-34b")
+from experiments.analytic_vs_vidur.steps import TRAIN_MODELS  # noqa: E402
 NETWORK = {"a100": "a100_dgx", "h100": "h100_dgx"}
 CPU = {"a100": "a100", "h100": "a100", "a40": "a40"}  # Vidur has no H100 host data: A100's
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
