@@ -28,7 +28,7 @@ Missing, and modelled instead (each listed in ``meta.json["missing"]``): ``final
 ``input_layernorm`` table: the same RMSNorm over all tokens); ``lm_head`` (roofline of the device
 preset through ppsim's analytic kernel curves, ``ppsim/cost/kernels.py``); attention for every
 model but Llama-2-70B on A100 (the analytic model's attention, whose constants are fitted to that
-one measured file: 4 q_dim FLOPs per pair of the chunk x (prefix + chunk) rectangle; decode reads
+one measured file: 4 q_dim FLOPs per causal query-key pair; decode reads
 2 kv_dim bytes per context token); CPU overheads on H100 (A100's); ``all_reduce`` at a TP size the network
 data lacks (e.g. 8: only 2 and 4 workers are shipped; the simulator then times the ring all-reduce
 over the scenario's ``cluster.tp_link``, as the roofline does). ``--network`` must name a
@@ -119,10 +119,10 @@ def roofline_fits(shape: ModelShape, device: str, tp: int) -> dict[str, dict[str
         "lm_head": {"form": "linear_floor", "x": "reqs", "source": src,
                     "coef": {"floor": 0.0, "c0": w_read + k.gemm_launch_us * 1e-6,
                              "c1": 2 * shape.hidden_size * v_gpu / (F * d.compute_eff)}},
-        # per item: the chunk x (prefix + chunk) rectangle at 4 q_dim FLOPs per pair (QK^T and PV), KV reshapes per token
+        # per item: causal pairs c p + c^2 / 2 at 4 q_dim FLOPs each (QK^T and PV), KV reshapes per token
         "attn_prefill": {"form": "prefill_attn", "x": "", "source": src,
                          "coef": {"call": k.attn_call_us * 1e-6, "tok": reshape,
-                                  "cp": 4 * q_gpu / (F * k.attn_compute_eff), "cc": 4 * q_gpu / (F * k.attn_compute_eff)}},
+                                  "cp": 4 * q_gpu / (F * k.attn_compute_eff), "cc": 2 * q_gpu / (F * k.attn_compute_eff)}},
         "attn_decode": {"form": "decode_attn", "x": "", "source": src,
                         "coef": {"call": k.attn_call_us * 1e-6, "req": reshape,
                                  "ctx": 2 * kv_gpu * b / (PB * k.attn_memory_eff)}},

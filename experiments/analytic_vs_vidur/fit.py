@@ -116,7 +116,8 @@ def fit_attention() -> dict[str, float]:
     q, kv, b = shape.q_dim // tp, kv_heads_per_gpu(shape.num_kv_heads, tp) * shape.head_dim, shape.dtype_bytes
     peak, bw = d.peak_tflops * 1e12, d.hbm_bandwidth_gbps * 1e9
     reshape_bytes = 2 * b * (2 * q + 2 * kv)
-    return {"attn_compute_eff": 4 * q / (peak * (pre["cp"] + pre["cc"]) / 2),
+    # causal pairs c p + c^2 / 2 at 4 q FLOPs each: the c^2 coefficient is 2 q / F
+    return {"attn_compute_eff": 2 * q / (peak * pre["cc"]),
             "attn_memory_eff": 2 * kv * b / (bw * dec["ctx"]), "attn_call_us": (pre["call"] + dec["call"]) / 2 * 1e6,
             "reshape_eff": reshape_bytes / (bw * pre["tok"])}
 

@@ -148,13 +148,11 @@ class AnalyticCost:
                                 / self.attn_bw)
             if plan.num_decode_tokens:
                 ctx = plan.decode_ctx_tokens
-                t += call + max(2 * hg * (lat + s.kv_lora_rank) * ctx / self.attn_flops, lat * kvb * ctx / self.attn_bw)
+                t += call + max(2 * hg * (lat + s.kv_lora_rank) * ctx / self.flops, lat * kvb * ctx / self.attn_bw)
             return t
         reshape = self.reshape_bytes / (self.peak_bw * self.fit.reshape_eff)
         if plan.num_prefill_tokens:
-            # the whole chunk x (prefix + chunk) rectangle: measured prefill kernels take no time off for the mask
-            rect = sum(it.num_tokens * (it.start + it.num_tokens) for it in plan.items if it.is_prefill)
-            t += call + 4 * self.q_gpu * rect / self.attn_flops + reshape * plan.num_prefill_tokens
+            t += call + 4 * self.q_gpu * plan.prefill_attn_pairs / self.attn_flops + reshape * plan.num_prefill_tokens
         if plan.num_decode_tokens:
             ctx = plan.decode_ctx_tokens
             t += call + 2 * self.kv_gpu * kvb * ctx / self.attn_bw + reshape * plan.num_decode_tokens

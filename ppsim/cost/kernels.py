@@ -14,9 +14,10 @@ InternLM-20B); the rest has a single source each and is in-sample:
 - Elementwise kernels (``input_layernorm``, ``attn_rope``, ``mlp_act``, ``add``, ``emb``): bytes
   moved over an achieved share of the HBM peak per kernel kind, at least ``floor_us``.
 - Attention (``attention.csv``, FlashInfer, Llama-2-70B TP2 on A100, the only attention file Vidur
-  ships: in-sample, no held-out check): prefill at ``attn_compute_eff`` of the peak over the whole
-  chunk x (prefix + chunk) rectangle (the kernel takes no time off for the causal mask), plus the
-  KV reshapes; decode reads the context's KV at ``attn_memory_eff`` of the bandwidth; each call
+  ships: in-sample, no held-out check): prefill at ``attn_compute_eff`` of the peak over the causal
+  query-key pairs, fitted to the chunk's own c^2 term (Vidur's FlashInfer takes no time off for the
+  mask, so its prefix term is then over-predicted up to 2x; modern kernels skip masked tiles, and a
+  rectangle would make chunking cut attention work, which it does not), plus the KV reshapes; decode reads the context's KV at ``attn_memory_eff`` of the bandwidth; each call
   costs ``attn_call_us``.
 - All-reduce (``network/<dev>_dgx/all_reduce.csv``, NCCL inside one NVSwitch node, 2-8 GPUs):
   ``allreduce_call_us`` plus the ring's 2 (N - 1) / N x bytes over the TP link at
@@ -46,7 +47,7 @@ class KernelFit:
     act_eff: float = 0.567
     add_eff: float = 0.941
     emb_eff: float = 0.227
-    attn_compute_eff: float = 0.449
+    attn_compute_eff: float = 0.217
     attn_memory_eff: float = 0.767
     attn_call_us: float = 15.9
     reshape_eff: float = 0.245
