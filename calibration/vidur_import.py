@@ -122,7 +122,8 @@ def roofline_fits(shape: ModelShape, device: str, tp: int) -> dict[str, dict[str
         # per item: causal pairs c p + c^2 / 2 at 4 q_dim FLOPs each (QK^T and PV), KV reshapes per token
         "attn_prefill": {"form": "prefill_attn", "x": "", "source": src,
                          "coef": {"call": k.attn_call_us * 1e-6, "tok": reshape,
-                                  "cp": 4 * q_gpu / (F * k.attn_compute_eff), "cc": 2 * q_gpu / (F * k.attn_compute_eff)}},
+                                  "cp": 4 * q_gpu / (F * k.attn_compute_eff),
+                                  "cc": 2 * q_gpu / (F * k.attn_compute_eff)}},
         "attn_decode": {"form": "decode_attn", "x": "", "source": src,
                         "coef": {"call": k.attn_call_us * 1e-6, "req": reshape,
                                  "ctx": 2 * kv_gpu * b / (PB * k.attn_memory_eff)}},

@@ -5,14 +5,14 @@ The ``mlp.csv`` of the training models (every device, TP size, 1-4096 tokens) fi
 kernels' achieved bandwidths (shared); the other models are held out. ``attention.csv``
 (Llama-2-70B TP2 on A100, the only one) gives the attention constants, through the importer's own
 fits (in-sample). ``network/<dev>_dgx/all_reduce.csv`` (inside one NVSwitch node) the all-reduce per
-device, ``cpu_overheads/<dev>.csv`` input preparation and the sampler per device (in-sample). Writes ``fit.json`` beside this file; the numbers
-are copied, rounded, into ``ppsim/cost/kernels.py`` (``KernelFit``) and ``CostConfig``.
+device, ``cpu_overheads/<dev>.csv`` input preparation and the sampler per device (in-sample).
+Writes ``fit.json`` beside this file; the numbers are copied, rounded, into ``ppsim/cost/kernels.py``
+(``KernelFit``, ``DEVICE_FITS``).
 Run: PPSIM_VIDUR_ROOT=/path/to/vidur-profiling python experiments/analytic_vs_vidur/fit.py
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import tempfile
 from pathlib import Path
@@ -22,19 +22,17 @@ from scipy.optimize import least_squares
 
 from calibration.vidur_import import DEVICE_PRESET, import_vidur
 from experiments.analytic_vs_vidur.data import VIDUR_ROOT, cases, gemm_table, rows
-from ppsim.cost.kernels import smooth_roof
+from experiments.analytic_vs_vidur.steps import TP_LINK, TRAIN_MODELS
 from ppsim.cost.layers import attention_gemms, kv_heads_per_gpu, mlp_gemms
 from ppsim.hardware.presets import DEVICES, LINKS
 from ppsim.metrics.io import atomic_write
-
-DEVS = ("a100", "h100", "a40")
-TP_LINK = {"a100": "nvlink3", "h100": "nvlink", "a40": "pcie"}
 from ppsim.models.shape import load_model
 
+DEVS = ("a100", "h100", "a40")
+
 OUT = Path(__file__).parent
-# Training split: GEMM and elementwise curves are fitted on these models (every device) and checked
-# on the others; all-reduce and host costs are per device and in-sample (they do not depend on the model).
-from experiments.analytic_vs_vidur.steps import TRAIN_MODELS  # noqa: E402
+# Training split (TRAIN_MODELS): GEMM and elementwise curves are fitted on these models (every device) and
+# checked on the others; all-reduce and host costs are per device and in-sample (not model-dependent).
 NETWORK = {"a100": "a100_dgx", "h100": "h100_dgx"}
 CPU = {"a100": "a100", "h100": "a100", "a40": "a40"}  # Vidur has no H100 host data: A100's
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -100,8 +98,8 @@ def fit_elementwise() -> dict[str, float]:
     def resid(x: np.ndarray) -> np.ndarray:
         return np.log(np.maximum(x[0] * 1e-6, t_peak / x[1:][k]) / y)
 
-    r = least_squares(resid, [4.0] + [0.5] * len(kinds), bounds=([0.0] + [0.05] * len(kinds), [50.0] + [1.0] * len(kinds)),
-                      loss="soft_l1")
+    lo, hi = [0.0] + [0.05] * len(kinds), [50.0] + [1.0] * len(kinds)
+    r = least_squares(resid, [4.0] + [0.5] * len(kinds), bounds=(lo, hi), loss="soft_l1")
     err = np.abs(np.expm1(resid(r.x)))
     return {"floor_us": r.x[0], **{f"{kind}_eff": r.x[1 + i] for i, kind in enumerate(kinds)}, "n": len(y),
             "median_abs_err": float(np.median(err))}

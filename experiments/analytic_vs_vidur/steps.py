@@ -94,8 +94,9 @@ def compare_case(dev: str, preset_dev: str, vidur_model: str, preset: str, tp: i
     for kind, a, b, plan in grid():
         pp, ap = profile_parts(pc, st, plan), analytic_parts(ac, st, plan)
         prof_ms, ana_ms = pc.stage_time(st, plan) * 1e3, ac.stage_time(st, plan) * 1e3
-        row = {"device": preset_dev, "model": preset, "tp": tp, "split": "train" if preset in TRAIN_MODELS else "held-out",
-               "kind": kind, "batch_or_chunk": a, "context_or_prefix": b, "tokens": plan.num_tokens,
+        split = "train" if preset in TRAIN_MODELS else "held-out"
+        row = {"device": preset_dev, "model": preset, "tp": tp, "split": split, "kind": kind,
+               "batch_or_chunk": a, "context_or_prefix": b, "tokens": plan.num_tokens,
                "profile_ms": round(prof_ms, 4), "analytic_ms": round(ana_ms, 4),
                "error": round((ana_ms - prof_ms) / prof_ms, 4)}
         for k in PARTS:

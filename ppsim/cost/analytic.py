@@ -209,7 +209,8 @@ class AnalyticCost:
         v_gpu = s.vocab_size / self.tp
         return {
             "final_norm": self._elem(2 * plan.num_tokens * s.hidden_size * b, self.fit.norm_eff),
-            "lm_head": self._groof(2 * R * s.hidden_size * v_gpu, (s.hidden_size * v_gpu + R * (s.hidden_size + v_gpu)) * b),
+            "lm_head": self._groof(2 * R * s.hidden_size * v_gpu,
+                                   (s.hidden_size * v_gpu + R * (s.hidden_size + v_gpu)) * b),
             "sampler": (f.sampler_us + f.sampler_per_req_us * R) * 1e-6,
         }
 

@@ -17,8 +17,9 @@ InternLM-20B); the rest has a single source each and is in-sample:
   ships: in-sample, no held-out check): prefill at ``attn_compute_eff`` of the peak over the causal
   query-key pairs, fitted to the chunk's own c^2 term (Vidur's FlashInfer takes no time off for the
   mask, so its prefix term is then over-predicted up to 2x; modern kernels skip masked tiles, and a
-  rectangle would make chunking cut attention work, which it does not), plus the KV reshapes; decode reads the context's KV at ``attn_memory_eff`` of the bandwidth; each call
-  costs ``attn_call_us``.
+  rectangle would make chunking cut attention work, which it does not), plus the KV reshapes;
+  decode reads the context's KV at ``attn_memory_eff`` of the bandwidth; each call costs
+  ``attn_call_us``.
 - All-reduce (``network/<dev>_dgx/all_reduce.csv``, NCCL inside one NVSwitch node, 2-8 GPUs):
   ``allreduce_call_us`` plus the ring's 2 (N - 1) / N x bytes over the TP link at
   ``allreduce_bus_eff`` of its bandwidth. The fixed part is an eagerly launched NCCL call (no CUDA

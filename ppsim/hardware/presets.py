@@ -6,9 +6,9 @@ Hopper and Blackwell; FP4 on Blackwell). A dtype without its own peak runs at th
 (vLLM's weight-only Marlin kernels dequantize FP8/FP4 weights to 16-bit on such GPUs).
 Link bandwidth is per direction, in GB/s (1e9 bytes/s).
 
-Sources: NVIDIA datasheets (A40: 149.7 BF16 dense, 696 GB/s; H100/H200 SXM: 989 BF16 / 1,979 FP8 dense; HGX B200: 2.25 / 4.5 / 9
-PFLOP/s BF16 / FP8 / FP4 dense per GPU; L40S 362 / 733), H20 (96 GB HBM3, 4.0 TB/s, 148 TFLOP/s
-BF16, 296 FP8 dense), RTX PRO 6000 Blackwell Server Edition (GB202, 188 SMs, 96 GB GDDR7 at
+Sources: NVIDIA datasheets (A40: 149.7 BF16 dense, 696 GB/s; H100/H200 SXM: 989 BF16 / 1,979 FP8
+dense; HGX B200: 2.25 / 4.5 / 9 PFLOP/s BF16 / FP8 / FP4 dense per GPU; L40S 362 / 733), H20 (96 GB
+HBM3, 4.0 TB/s, 148 TFLOP/s BF16, 296 FP8 dense), RTX PRO 6000 Blackwell Server Edition (GB202, 188 SMs, 96 GB GDDR7 at
 1,792 GB/s, PCIe Gen5 x16, no NVLink; "4,000 AI TOPS" is sparse FP4, so dense FP4 / FP8 / BF16 are
 2,015 / 1,008 / 504 TFLOP/s per the RTX Blackwell architecture whitepaper).
 """
