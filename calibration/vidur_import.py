@@ -57,6 +57,7 @@ PRESET_TO_VIDUR = {
     "llama-3-70b": "meta-llama/Meta-Llama-3-70B",
     "codellama-34b": "codellama/CodeLlama-34b-Instruct-hf",
     "internlm-20b": "internlm/internlm-20b",
+    "qwen-72b": "Qwen/Qwen-72B",
 }
 MLP_OPS = {
     "emb": "embedding", "input_layernorm": "input_layernorm", "attn_pre_proj": "attn_qkv",

@@ -83,8 +83,8 @@ def markdown(summary: list[dict], rows: list[dict], notes: dict[str, list[str]])
           f"Grid: decode batch {values('batch_or_chunk', 'decode')} x context {values('context_or_prefix', 'decode')}"
           f"; prefill chunk {values('batch_or_chunk', 'prefill')} x prefix 0/1024/2048 (chunk + prefix <= 4096).", "",
           "Split: GEMM and elementwise curves fitted on Llama-2-7B, Llama-2-70B, CodeLlama-34B (train) and "
-          "checked on Llama-3-8B, Llama-3-70B, InternLM-20B (held-out); attention, all-reduce and host costs are "
-          "in-sample everywhere (one source each).", "",
+          "checked on Llama-3-8B, Llama-3-70B, InternLM-20B, Qwen-72B (held-out); attention, all-reduce and host "
+          "costs are in-sample everywhere (one source each).", "",
           "| split | device | model | TP | kind | points | median \\|err\\| before | median \\|err\\| "
           "| worst \\|err\\| | largest component shift (median) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
