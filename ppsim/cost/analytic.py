@@ -93,9 +93,9 @@ class AnalyticCost:
             rope = (self.hg + 1) * shape.qk_rope_head_dim
             norms += [shape.kv_lora_rank] + ([shape.q_lora_rank] if shape.q_lora_rank else [])
         # Elementwise kernels of a layer: (bytes per token, achieved fraction of the HBM peak).
-        self.elementwise = [(2 * n * b, fit.norm_eff) for n in norms] + [
-            (2 * rope * b, fit.rope_eff), (3 * self.i_gpu * b, fit.act_eff), (3 * h * b, fit.add_eff),
-            (3 * h * b, fit.add_eff)]
+        common = [(2 * n * b, fit.norm_eff) for n in norms] + [
+            (2 * rope * b, fit.rope_eff), (3 * h * b, fit.add_eff), (3 * h * b, fit.add_eff)]
+        self.elementwise = common + [(3 * self.i_gpu * b, fit.act_eff)]
         # KV reshapes around attention (Vidur's attn_input_reshape / attn_output_reshape), bytes per token
         self.reshape_bytes = 2 * b * (2 * self.q_gpu + 2 * self.kv_gpu)
         if shape.is_moe:
@@ -105,7 +105,7 @@ class AnalyticCost:
                 self.moe_gemms += mlp_gemms(shape, shape.shared_expert_intermediate_size, tp)
             self.expert = expert_gemm(shape, tp)
             moe_i = (k * shape.moe_intermediate_size + shape.shared_expert_intermediate_size) / tp
-            self.moe_elementwise = [e for e in self.elementwise if e[1] != fit.act_eff] + [
+            self.moe_elementwise = common + [
                 (3 * moe_i * b, fit.act_eff), (2 * E * 4, fit.act_eff)]  # SiLU; router softmax/top-k in fp32
         self.has_dense = shape.num_moe_layers() < shape.num_layers
         self._touched: dict[int, float] = {}
