@@ -112,9 +112,6 @@ class AnalyticCost:
         self._split: dict[tuple[int, int], tuple[int, int]] = {}
         self._memo: tuple[StepPlan | None, float, float] = (None, 0.0, 0.0)
 
-    def _roof(self, flops: float, nbytes: float) -> float:
-        return max(flops / self.flops, nbytes / self.bw)
-
     def _groof(self, flops: float, nbytes: float) -> float:
         """One GEMM kernel: a launch cost plus the smooth roofline of its compute and memory times."""
         return self.gemm_launch + smooth_roof(flops / self.gemm_flops, nbytes / self.bw, self.p)
