@@ -45,7 +45,8 @@ def add_import_vidur_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("import-vidur", help="convert Vidur GPU operator profiles (CSV) into a ppsim profile")
     p.add_argument("--root", help=f"Vidur's profiling data: {VIDUR_SOURCE}; default ${VIDUR_ROOT_ENV}")
     p.add_argument("--device", default="h100", help="a100 | h100 | a40 (a folder under ROOT/compute)")
-    p.add_argument("--model", required=True, help="ppsim preset (llama-2-7b, llama-2-70b, llama-3-8b, llama-3-70b)")
+    p.add_argument("--model", required=True, help="ppsim preset: llama-2-7b, llama-2-70b, llama-3-8b, llama-3-70b, "
+                   "codellama-34b, internlm-20b, qwen-72b")
     p.add_argument("--vidur-model", help="model folder under compute/DEVICE, e.g. meta-llama/Llama-2-7b-hf")
     p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1, dest="tp")
     p.add_argument("--network", default="pairwise_nvlink", help="pairwise_nvlink | dgx (network/DEVICE_NETWORK)")

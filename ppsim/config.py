@@ -103,10 +103,11 @@ class CostConfig(_Frozen):
 
     kind: Literal["analytic", "profile"] = "analytic"
     profile_dir: str | None = None
-    compute_efficiency: float = Field(default=0.7, gt=0, le=1, description="achieved / peak FLOP/s for GEMMs")
-    memory_efficiency: float = Field(default=0.8, gt=0, le=1, description="achieved / peak HBM bandwidth")
-    layer_overhead_us: float = Field(default=20.0, ge=0, description="kernel launches per layer per step")
-    step_overhead_us: float = Field(default=100.0, ge=0, description="per stage per step (input prep, sync)")
+    # None: the numbers fitted for the device to Vidur's measured kernels (ppsim/cost/kernels.py)
+    compute_efficiency: float | None = Field(default=None, gt=0, le=1, description="achieved / peak FLOP/s for GEMMs")
+    memory_efficiency: float | None = Field(default=None, gt=0, le=1, description="achieved / peak HBM bandwidth")
+    layer_overhead_us: float = Field(default=0.0, ge=0, description="extra per layer per step")
+    step_overhead_us: float | None = Field(default=None, ge=0, description="per stage per step: input preparation")
     # MoE: the step's T tokens route like T / skew independent tokens (1 = uniform routing; see ppsim/models/moe.py)
     moe_routing_skew: float = Field(default=1.0, ge=1, description="tokens sharing one expert choice, on average")
 

@@ -263,10 +263,12 @@ def from_hf_config(cfg: dict, name: str) -> ModelShape:
         hidden = int(cfg["hidden_size"])
         dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
         mt = str(cfg.get("model_type", ""))
+        # Qwen (v1) states the two gated halves together: vLLM's QWenMLP is intermediate_size // 2 wide
+        width = int(cfg["intermediate_size"]) // (2 if mt == "qwen" else 1)
         fields: dict[str, Any] = dict(
             name=name,
             hidden_size=hidden,
-            intermediate_size=int(cfg["intermediate_size"]),
+            intermediate_size=width,
             num_layers=int(cfg["num_hidden_layers"]),
             num_heads=heads,
             num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
@@ -275,10 +277,10 @@ def from_hf_config(cfg: dict, name: str) -> ModelShape:
             max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
             dtype=dtype,
             dtype_bytes=DTYPE_BYTES.get(dtype, 2),
-            attention_bias=bool(cfg.get("attention_bias", mt in ("qwen2", "qwen2_moe"))),
+            attention_bias=bool(cfg.get("attention_bias", mt in ("qwen", "qwen2", "qwen2_moe"))),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))),
+            rope_theta=float(cfg.get("rope_theta", cfg.get("rotary_emb_base", 10000.0))),
             qk_norm=mt.startswith("qwen3"),
             weight_dtype=checkpoint_weight_dtype(cfg, canonical_dtype(dtype)),
         )
