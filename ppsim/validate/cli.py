@@ -25,9 +25,16 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from engine.run import EngineOptions
     from ppsim.cli import scenario_from_args
+    from ppsim.errors import PPSimError
+    from ppsim.outputs import check_output_dir
     from ppsim.validate.run import format_report, validate
 
-    if args.calibrate and not args.profile:
+    if args.calibrate and args.profile:
+        raise PPSimError("--calibrate: makes a new profile, --profile uses an existing one; give one of them")
+    if args.repeats < 1:
+        raise PPSimError("--repeats: must be >= 1")
+    check_output_dir(args.output_dir)
+    if args.calibrate:
         prof = Path(args.output_dir) / "profile"
         model = args.model or "tiny"
         cmd = [sys.executable, "-m", "ppsim.cli", "calibrate", "--model", model, "--device", args.device,
