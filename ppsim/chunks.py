@@ -79,7 +79,7 @@ def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - Ch
             raise PPSimError(f"--coefficients: {args.coefficients} holds inf or nan; give finite numbers like "
                              "1e-6,0.02,1.5")
         if vals[0] <= 0 or vals[1] < 0:
-            raise PPSimError(f"--coefficients: a={vals[0]:g} must be > 0 and b={vals[1]:g} >= 0 "
+            raise PPSimError(f"--coefficients: a={vals[0]:g} must be positive and b={vals[1]:g} >= 0 "
                              "(f(l) = a l^2 + b l + c grows with length), e.g. 1e-6,0.02,1.5")
         return ChunkModel(*vals)
     from ppsim.sim.build import prepare

@@ -16,7 +16,6 @@ class Parser(argparse.ArgumentParser):
     """argparse with one-line errors and negative numbers as values (``--coefficients -1,0,0``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)  # `--num-prompt 3` is a typo, not --num-prompts
         super().__init__(*args, **kwargs)
         # "-1", "-1.5", "-1e-6,0,0": values, not flags (no ppsim flag starts with a digit)
         self._negative_number_matcher = re.compile(r"^-(\d|\.\d)[\d.eE+\-,:]*$")

@@ -140,7 +140,6 @@ CASES: list[Case] = [
     # --- argparse -----------------------------------------------------------------------------
     Case("num-prompts-not-int", ["simulate", "--num-prompts", "abc", "--output-dir", "{d}/out"], "--help"),
     Case("typo-flag", ["simulate", "--num-promts", "3", "--output-dir", "{d}/out"], "--help"),
-    Case("abbreviated-flag", ["simulate", "--num-prompt", "3", "--output-dir", "{d}/out"], "--help"),
     Case("unknown-command", ["simulat", "--model", "tiny"], "--help"),
     Case("bad-choice", ["simulate", "--pp-broadcast", "sometimes", "--output-dir", "{d}/out"], "--help"),
     Case("sweep-missing-space", ["sweep", "--output-dir", "{d}/out"], "--space"),

@@ -59,7 +59,7 @@ def make_tasks(space: SweepSpace) -> list[Task]:
 def run_sweep(space: SweepSpace, out_dir: str | Path, executor: str = "local", workers: int | None = None,
               ray_address: str | None = None, progress: bool = True) -> SweepReport:
     check_executor_flags(executor, workers, ray_address)
-    out = check_output_dir(out_dir, names=("sweep.csv", "space.json", "pareto.png", "results"), replace=False)
+    out = check_output_dir(out_dir, names=("sweep.csv", "space.json", "pareto.png"), replace=False)
     t0 = time.perf_counter()
     tasks = make_tasks(space)
     done = load_done(out, [t.key for t in tasks])
