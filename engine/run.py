@@ -44,7 +44,6 @@ from ppsim.policy.requests import Request
 from ppsim.run import kv_figures
 from ppsim.sim.build import Prepared, prepare
 
-
 # a stage's own rendezvous timeout outlasts the parent's start-up timeout, so that on a stall the parent
 # names the stage that did not come up instead of a peer that gave up waiting for it
 DIST_TIMEOUT_MARGIN_S = 30.0
@@ -145,7 +144,8 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
     return [
         StageConfig(st.index, len(prep.topology.stages), url, shape, st.start_layer, st.end_layer, prep.num_blocks,
                     s.engine.block_size, s.seed, ckpt, opts.backend, opts.device, opts.threads_per_stage,
-                    opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S, min(opts.warm_tokens, s.engine.max_num_batched_tokens))
+                    opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S,
+                    min(opts.warm_tokens, s.engine.max_num_batched_tokens))
         for st in prep.topology.stages
     ]
 

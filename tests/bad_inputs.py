@@ -56,6 +56,8 @@ SPACE = ('name = "tiny"\n[base]\nmodel = "tiny"\n[base.workload]\nnum_prompts = 
          'random_output_len = 4\n[space]\npp = [1]\n[slo]\np99_ttft_ms = 1000\n[search]\nmax_steps = 1\n')
 TINY_MEM = 'hardware = {name = "tiny-gpu", peak_tflops = 10, hbm_bandwidth_gbps = 100, memory_gib = 1}\n'
 
+HW_INF = 'hardware = {name = "inf-gpu", peak_tflops = inf, hbm_bandwidth_gbps = 100, memory_gib = 80}\n'
+
 
 @dataclass(frozen=True)
 class Case:
@@ -117,6 +119,8 @@ CASES: list[Case] = [
          "--stage-timeout-s", needs_torch=True),
     Case("engine-startup-timeout-zero", [*ENGINE, "--startup-timeout-s", "0", "--output-dir", "{d}/out"],
          "--startup-timeout-s", needs_torch=True),
+    Case("hardware-table-inf", ["simulate", *TINY, "--config", "{d}/h.toml", "--output-dir", "{d}/out"],
+         "hardware.peak_tflops", _files(**{"h.toml": HW_INF})),
     Case("max-model-len-zero", ["simulate", *TINY, "--max-model-len", "0", "--output-dir", "{d}/out"],
          "engine.max_model_len"),
     Case("trace-with-num-prompts", ["simulate", "--model", "tiny", "--trace", "{d}/t.csv", "--num-prompts", "9",
@@ -182,9 +186,8 @@ def run_case(case: Case, d: Path) -> Ending:
 
 
 def main() -> int:
-    import tempfile
-
     import os
+    import tempfile
 
     counts: dict[str, int] = {}
     start, skip = os.environ.get("BAD_INPUTS_FROM"), set(os.environ.get("BAD_INPUTS_SKIP", "").split(","))

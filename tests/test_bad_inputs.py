@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from bad_inputs import CASES, TINY, run_case
+
 from ppsim.cli import main
 from ppsim.outputs import MARKER, write_result_set
 
