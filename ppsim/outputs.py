@@ -109,11 +109,15 @@ def check_output_dir(out: str | Path, flag: str = "--output-dir", names: Iterabl
 def _write_tree(root: Path, files: Mapping[str, str | bytes]) -> None:
     for name, content in files.items():
         p = root / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            p.write_bytes(content)
-        else:
-            p.write_text(content, encoding="utf-8")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                p.write_bytes(content)
+            else:
+                p.write_text(content, encoding="utf-8")
+        except OSError as err:
+            err.filename = err.filename or str(p)  # a failed write (ENOSPC) carries no file name
+            raise
 
 
 def write_result_set(out: str | Path, files: Mapping[str, str | bytes], flag: str = "--output-dir",
@@ -147,7 +151,8 @@ def write_result_set(out: str | Path, files: Mapping[str, str | bytes], flag: st
                 raise
     except OSError as err:
         kept = f"; {d} is as it was" if replace else ""
-        raise OutputError(f"{flag}: cannot write {err.filename or d}: {err.strerror or err}{kept}") from None
+        where = str(err.filename or d).replace(str(tmp), str(d))  # name the file, not the temporary directory
+        raise OutputError(f"{flag}: cannot write {where}: {err.strerror or err}{kept}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(OSError):

@@ -44,9 +44,31 @@ def test_previous_results_survive_a_failed_write(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert _simulate(out, "--seed", "7") == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "trace.json" in err and "No space left on device" in err, err
+    assert err.count("\n") == 1 and f"{out}/trace.json" in err and "No space left on device" in err, err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old set, untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary directory left
+
+
+def test_full_disk_on_a_small_tmpfs(tmp_path, capsys):
+    """The real thing where the host allows a mount (root): a 64 KiB tmpfs."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        out = disk / "run"
+        assert _simulate(out) == 0
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        capsys.readouterr()
+        assert main(["simulate", *TINY, "--num-prompts", "60", "--output-dir", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --output-dir: cannot write {out}/") and "No space left" in err, err
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+        assert os.listdir(disk) == ["run"]
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
 
 
 def test_a_new_run_replaces_another_commands_results(tmp_path):

@@ -45,7 +45,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         args.profile = str(prof)
     s = scenario_from_args(args)
     opts = EngineOptions(threads_per_stage=args.threads_per_stage, device=args.device, backend=args.backend)
-    payload = validate(s, args.output_dir, args.repeats, opts)
+    from engine.launcher import StageFault
+
+    try:
+        payload = validate(s, args.output_dir, args.repeats, opts)
+    except StageFault as err:  # a stage failed: not bad input; nothing is written
+        print(f"error: {str(err).splitlines()[0]}; nothing written to {args.output_dir}", file=sys.stderr)
+        return 1
     print(format_report(payload))
     print(f"results written to {args.output_dir}/ (validation.json, latency_cdf.png, trace_combined.json, "
           "engine-*/, sim/)")
