@@ -18,6 +18,7 @@ checks up front (one line, exit 2) so that a bad path is found before minutes of
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -34,7 +35,7 @@ KNOWN_NAMES = {
     "tokens.json", "validation.json", "latency_cdf.png", "trace_combined.json", "meta.json", "fits.json",
     "samples.csv", "sweep.csv", "space.json", "pareto.png", "results", "sim", "profile", "dashboard.png",
 }
-KNOWN_PATTERN = re.compile(r"engine-\d+|\..*\.tmp\d+")
+KNOWN_PATTERN = re.compile(r"engine-\d+|\..*\.tmp-?\d+")
 
 
 class OutputError(PPSimError):
@@ -61,15 +62,16 @@ def _existing_ancestor(d: Path) -> Path:
     return p
 
 
-def _probe(where: Path, d: Path, flag: str) -> None:
-    """Create and remove a directory in ``where``: the only test that also holds for root and /proc."""
+def _can_create(where: Path) -> OSError | None:
+    """Create and remove a directory in ``where`` (the only test that holds for root and /proc too);
+    the error if that fails."""
     probe = where / f".ppsim-probe-{os.getpid()}"
     try:
         probe.mkdir()
         probe.rmdir()
     except OSError as err:
-        raise PPSimError(f"{flag}: cannot create {d}: {where} is not writable ({err.strerror}); "
-                         "pick another directory") from None
+        return err
+    return None
 
 
 def is_result_dir(d: Path) -> bool:
@@ -93,7 +95,16 @@ def check_output_dir(out: str | Path, flag: str = "--output-dir", names: Iterabl
     anc = _existing_ancestor(d)
     if not anc.is_dir():
         raise PPSimError(f"{flag}: cannot create {d}: {anc} is a file, not a directory; pick another path")
-    _probe(d.parent if d.exists() else anc, d, flag)
+    # the set is staged beside ``d``, or inside it when only ``d`` itself is writable
+    if not d.exists():
+        err = _can_create(anc)
+    else:
+        err = _can_create(d.parent)
+        err = _can_create(d) if err is not None else None
+    if err is not None:
+        where = anc if not d.exists() else d
+        raise PPSimError(f"{flag}: cannot create {d}: {where} is not writable ({err.strerror}); "
+                         "pick another directory")
     if d.exists():
         for name in names:
             if (d / name).is_dir():
@@ -130,28 +141,27 @@ def write_result_set(out: str | Path, files: Mapping[str, str | bytes], flag: st
     """
     top = {n.split("/", 1)[0] for n in files}
     d = check_output_dir(out, flag, [n for n in top if "/" not in n and n in files], replace)
-    tmp = d.parent / f".{d.name}.tmp-{os.getpid()}"
+    files = {**files, MARKER: json.dumps({"written_by": "ppsim", "files": sorted(files)}) + "\n"}
+    # staged beside ``d`` (renamed onto it at the end), or inside it if its parent is not writable
+    inside = d.exists() and _can_create(d.parent) is not None
+    tmp = d / f".ppsim.tmp-{os.getpid()}" if inside else d.parent / f".{d.name}.tmp-{os.getpid()}"
     old = d.parent / f".{d.name}.old-{os.getpid()}"
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        _write_tree(tmp, {**files, MARKER: json.dumps({"written_by": "ppsim", "files": sorted(files)}) + "\n"})
-        if not replace and d.exists():
-            for name in [*files, MARKER]:
-                (d / name).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(tmp / name, d / name)
+        _write_tree(tmp, files)
+        if inside or (d.exists() and not replace):
+            _move_into(tmp, d, files, replace)
         else:
-            if d.exists():
-                os.rename(d, old)
             try:
-                os.rename(tmp, d)
-            except BaseException:
-                if old.exists() and not d.exists():
-                    os.rename(old, d)
-                raise
+                _swap(tmp, d, old)
+            except OSError as err:
+                if err.errno not in (errno.EBUSY, errno.EXDEV):  # EBUSY: ``d`` is a mount point
+                    raise
+                _move_into(tmp, d, files, replace)
     except OSError as err:
-        kept = f"; {d} is as it was" if replace else ""
-        where = str(err.filename or d).replace(str(tmp), str(d))  # name the file, not the temporary directory
+        kept = f"; {d} is as it was" if replace and not inside else ""
+        where = str(err.filename or d).replace(str(tmp), str(d))  # name the file, not the staging directory
         raise OutputError(f"{flag}: cannot write {where}: {err.strerror or err}{kept}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -159,3 +169,28 @@ def write_result_set(out: str | Path, files: Mapping[str, str | bytes], flag: st
             if old.exists() and d.exists():
                 shutil.rmtree(old)
     return d
+
+
+def _swap(tmp: Path, d: Path, old: Path) -> None:
+    """Rename ``tmp`` onto ``d``; an existing ``d`` is moved to ``old`` first and back if that fails."""
+    if d.exists():
+        os.rename(d, old)
+    try:
+        os.rename(tmp, d)
+    except BaseException:
+        if old.exists() and not d.exists():
+            os.rename(old, d)
+        raise
+
+
+def _move_into(tmp: Path, d: Path, files: Mapping[str, str | bytes], replace: bool) -> None:
+    """Rename each staged file into ``d``: a sweep's folder (``replace=False``: nothing else is touched),
+    or a directory whose parent is read-only or that is a mount point (``replace=True``: the old
+    entries are removed first; a failure here can leave a partial set, the one case that can)."""
+    if replace:
+        for p in d.iterdir():
+            if p != tmp:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for name in files:
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(tmp / name, d / name)  # a rename, or a copy across file systems

@@ -142,3 +142,38 @@ def test_max_model_len_extends_past_the_config(tmp_path, capsys):
                  "--output-dir", str(out)]) == 0
     assert json.loads((out / "summary.json").read_text())["completed"] == 1
     assert capsys.readouterr().err == ""
+
+
+def test_output_dir_that_is_a_mount_point(tmp_path):
+    """Renaming a mount point fails (EBUSY): the set is moved into it instead."""
+    import subprocess
+
+    out = tmp_path / "mnt"
+    out.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(out)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        (out / "engine.json").write_text("{}")
+        assert _simulate(out) == 0
+        assert _simulate(out, "--seed", "3") == 0
+        names = {p.name for p in out.iterdir()}
+        assert "engine.json" not in names and {"summary.json", MARKER} <= names
+        assert not [n for n in names if ".tmp" in n] and sorted(os.listdir(tmp_path)) == ["mnt"]
+    finally:
+        subprocess.run(["umount", str(out)], capture_output=True)
+
+
+def test_read_only_parent_stages_inside(tmp_path, monkeypatch):
+    """Only the directory itself is writable (a user's folder in a root-owned one): staged inside it."""
+    import ppsim.outputs as outputs
+
+    out = tmp_path / "out"
+    assert _simulate(out) == 0
+    real = outputs._can_create
+    monkeypatch.setattr(outputs, "_can_create", lambda where: OSError(13, "Permission denied")
+                        if where == tmp_path else real(where))
+    (out / "engine.json").write_text("{}")
+    assert _simulate(out, "--seed", "5") == 0
+    names = {p.name for p in out.iterdir()}
+    assert "engine.json" not in names and not [n for n in names if ".tmp" in n] and "summary.json" in names
+    assert sorted(os.listdir(tmp_path)) == ["out"]

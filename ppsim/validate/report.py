@@ -66,3 +66,11 @@ def validation_files(payload: dict[str, Any], engine_recs: list[RequestRecord], 
     return {"latency_cdf.png": figure_png(cdf_figure(engine_recs, sim_recs)),
             "trace_combined.json": json.dumps(combined_trace(engine_ops, sim_ops)),
             "validation.json": dumps(payload)}
+
+
+def write_validation(out: Path, payload: dict[str, Any], engine_recs: list[RequestRecord],
+                     sim_recs: list[RequestRecord], engine_ops: list[OpRecord], sim_ops: list[OpRecord]) -> None:
+    """The validation files alone, as one result set in ``out``."""
+    from ppsim.outputs import write_result_set
+
+    write_result_set(out, validation_files(payload, engine_recs, sim_recs, engine_ops, sim_ops))
