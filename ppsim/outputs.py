@@ -91,7 +91,7 @@ def check_output_dir(out: str | Path, flag: str = "--output-dir", names: Iterabl
     """
     d = _abs(out, flag)
     if d.exists() and not d.is_dir():
-        raise PPSimError(f"{flag}: {d} is a file, not a directory; remove it or pick another path")
+        raise PPSimError(f"{flag}: {d} exists and is not a directory; remove it or pick another path")
     anc = _existing_ancestor(d)
     if not anc.is_dir():
         raise PPSimError(f"{flag}: cannot create {d}: {anc} is a file, not a directory; pick another path")
