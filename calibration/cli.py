@@ -66,8 +66,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_import_vidur(args: argparse.Namespace) -> int:
+    from calibration.artifact import check_output_dir
     from calibration.vidur_import import import_vidur
 
+    check_output_dir(args.output)  # before the data root: a bad output path is the first thing to fix
     meta, fits = import_vidur(resolve_vidur_root(args.root), args.device, args.model, args.output, tp=args.tp,
                               vidur_model=args.vidur_model, network=args.network)
     for op, f in sorted(fits.items()):

@@ -205,16 +205,30 @@ class Stage:
         self.flush()
 
 
+def _startup_fault(cfg: StageConfig) -> None:
+    """Fault injection before start-up (step -1): die, or hang as a stage stuck importing or on a driver."""
+    if cfg.fault is None or cfg.fault[1] >= 0:
+        return
+    if cfg.fault[0] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    while True:  # the parent's start-up timeout ends this (SIGTERM)
+        time.sleep(1.0)
+
+
 def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
     """Entry point of a stage process (``torch.multiprocessing`` spawn target)."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(cfg.threads)
     try:
+        _startup_fault(cfg)
+        results.put(("phase", cfg.rank, "started"))
         if cfg.world > 1:
             dist.init_process_group(cfg.backend, init_method=cfg.init_method, rank=cfg.rank,
                                     world_size=cfg.world, timeout=timedelta(seconds=cfg.dist_timeout_s))
+        results.put(("phase", cfg.rank, "joined"))
         stage = Stage(cfg, ctrl, results)
+        results.put(("phase", cfg.rank, "loaded"))
         warm_s = stage.warm_up()
         gc.collect()
         gc.freeze()  # as vLLM after start-up: later collections skip the long-lived model objects

@@ -11,7 +11,8 @@ from ppsim.metrics.io import write_run
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
 from ppsim.policy.pipelines import REPLICATED
-from ppsim.report.dashboard import write_dashboard
+from ppsim.rejections import rejection_message
+from ppsim.report.dashboard import drawn_dashboards, series_files
 from ppsim.sim.build import Prepared, prepare
 from ppsim.sim.executor import SimResult, simulate
 
@@ -20,6 +21,16 @@ from ppsim.sim.executor import SimResult, simulate
 class RunOutput:
     result: SimResult
     summary: dict[str, Any]
+    rejections: str | None = None  # one line: how many requests were rejected and why (None: none)
+    all_rejected: bool = False
+
+
+def rejections_of(prep: Prepared, records: Any, summary: dict[str, Any]) -> tuple[str | None, bool]:
+    """The line about rejected requests of a run, and whether every request was rejected."""
+    rejected = {r.req_id for r in records if r.status == "rejected"}
+    msg = rejection_message(prep.requests, rejected, prep.max_model_len, summary["kv_num_blocks"],
+                            summary["kv_block_size"])
+    return msg, bool(prep.requests) and len(rejected) == len(prep.requests)
 
 
 def kv_figures(prep: Prepared, peak_used: int) -> dict[str, Any]:
@@ -53,6 +64,6 @@ def run_scenario(s: Scenario, out_dir: str | Path | None = None, dashboard: bool
     res = simulate(prep)
     summary = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
     if out_dir is not None:
-        write_run(out_dir, scenario_json(s), summary, res.requests, res.ops, chrome_trace(res.ops))
-        write_dashboard(out_dir, res.series, dashboard)
-    return RunOutput(res, summary)
+        write_run(out_dir, scenario_json(s), summary, res.requests, res.ops, chrome_trace(res.ops),
+                  extra=series_files(res.series), derived=drawn_dashboards("") if dashboard else None)
+    return RunOutput(res, summary, *rejections_of(prep, res.requests, summary))

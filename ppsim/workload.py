@@ -59,6 +59,8 @@ def read_trace(path: str) -> list[Request]:
             rows = list(csv.DictReader(f))
     except OSError as err:
         raise PPSimError(f"workload.trace: cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise PPSimError(f"workload.trace: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     if not rows or any(c not in rows[0] for c in TRACE_COLUMNS):
         raise PPSimError(f"workload.trace: {path} needs a header with columns {', '.join(TRACE_COLUMNS)}")
     reqs = []

@@ -21,7 +21,7 @@ from ppsim.errors import PPSimError
 
 
 class DeviceSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     peak_tflops: float = Field(gt=0, description="dense BF16 tensor-core peak, TFLOP/s")
@@ -40,7 +40,7 @@ class DeviceSpec(BaseModel):
 
 
 class LinkSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     latency_us: float = Field(ge=0, description="one-way latency of a point-to-point send, microseconds")

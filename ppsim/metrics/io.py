@@ -1,4 +1,6 @@
-"""Writing results: every file goes to a temporary name first, then is renamed into place."""
+"""Writing results: a run's files are built in memory, then written as one set
+(:func:`ppsim.outputs.write_result_set`); a single file goes to a temporary name first, then is
+renamed into place."""
 
 from __future__ import annotations
 
@@ -34,20 +36,30 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
-def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:
-    """Write a matplotlib figure as PNG, atomically, and close it."""
+def figure_png(fig: Any, dpi: int = 110) -> bytes:
+    """A matplotlib figure as PNG bytes; the figure is closed."""
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
-    atomic_write_bytes(Path(path), buf.getvalue())
+    return buf.getvalue()
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:
+    """Write a matplotlib figure as PNG, atomically, and close it."""
+    atomic_write_bytes(Path(path), figure_png(fig, dpi))
 
 
 def dumps(obj: Any) -> str:
@@ -91,11 +103,10 @@ def tokens_csv(requests: list[RequestRecord]) -> str:
     return buf.getvalue()
 
 
-def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any], requests: list[RequestRecord],
-              ops: list[OpRecord], trace: dict[str, Any]) -> Path:
-    """All files of a run; every text is built before the first file is written."""
-    out = Path(out_dir)
-    files = {
+def run_files(config_json: str, summary: dict[str, Any], requests: list[RequestRecord], ops: list[OpRecord],
+              trace: dict[str, Any]) -> dict[str, str]:
+    """The files of one run, name -> text."""
+    return {
         "config.json": config_json + "\n",
         "requests.csv": requests_csv(requests),
         "tokens.csv": tokens_csv(requests),
@@ -103,6 +114,15 @@ def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any], re
         "trace.json": json.dumps(trace, allow_nan=False),
         "summary.json": dumps(summary),
     }
-    for name, text in files.items():
-        atomic_write(out / name, text)
-    return out
+
+
+def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any], requests: list[RequestRecord],
+              ops: list[OpRecord], trace: dict[str, Any], extra: dict[str, str | bytes] | None = None,
+              derived: Any = None) -> Path:
+    """All files of a run (plus ``extra``, and ``derived``'s files drawn from the staged set: the dashboard)
+    as one set: every text is built before anything is written, and the directory is replaced whole or
+    not at all."""
+    from ppsim.outputs import write_result_set
+
+    return write_result_set(out_dir, {**run_files(config_json, summary, requests, ops, trace), **(extra or {})},
+                            derived=derived)

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ppsim.errors import PPSimError
 from ppsim.models.dtypes import (
@@ -256,6 +256,11 @@ class ModelShape(BaseModel):
         return 2 * num_tokens * self.hidden_size * self.dtype_bytes / tp
 
 
+# ModelShape field -> its name in a HF config.json, for error messages
+HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+            "num_kv_heads": "num_key_value_heads", "dtype": "torch_dtype"}
+
+
 def from_hf_config(cfg: dict, name: str) -> ModelShape:
     """Read the fields ppsim needs from a HF ``config.json`` dict (dense, MoE and MLA families)."""
     try:
@@ -289,6 +294,11 @@ def from_hf_config(cfg: dict, name: str) -> ModelShape:
         return ModelShape(**fields)
     except KeyError as err:
         raise PPSimError(f"model config {name}: missing field {err.args[0]!r} in config.json") from None
+    except ValidationError as err:
+        e = err.errors()[0]
+        field = HF_NAMES.get(str(e["loc"][0]), str(e["loc"][0])) if e["loc"] else "?"
+        raise PPSimError(f"model config {name}: field {field} = {e.get('input')!r}: "
+                         f"{e['msg'].removeprefix('Value error, ')}; fix config.json") from None
     except (TypeError, ValueError) as err:
         first = str(err).splitlines()[0]
         raise PPSimError(f"model config {name}: bad value ({first}); fix config.json") from None
@@ -310,7 +320,9 @@ def load_hf_config(model: str) -> tuple[dict, str]:
             "or a path to a HF config.json"
         )
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise PPSimError(f"model: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     except (OSError, json.JSONDecodeError) as err:
         raise PPSimError(f"model: cannot read {path}: {err}") from None
     if not isinstance(cfg, dict):

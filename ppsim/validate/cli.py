@@ -25,9 +25,16 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from engine.run import EngineOptions
     from ppsim.cli import scenario_from_args
+    from ppsim.errors import PPSimError
+    from ppsim.outputs import check_output_dir
     from ppsim.validate.run import format_report, validate
 
-    if args.calibrate and not args.profile:
+    if args.calibrate and args.profile:
+        raise PPSimError("--calibrate: makes a new profile, --profile uses an existing one; give one of them")
+    if args.repeats < 1:
+        raise PPSimError("--repeats: must be >= 1")
+    check_output_dir(args.output_dir)
+    if args.calibrate:
         prof = Path(args.output_dir) / "profile"
         model = args.model or "tiny"
         cmd = [sys.executable, "-m", "ppsim.cli", "calibrate", "--model", model, "--device", args.device,
@@ -38,7 +45,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         args.profile = str(prof)
     s = scenario_from_args(args)
     opts = EngineOptions(threads_per_stage=args.threads_per_stage, device=args.device, backend=args.backend)
-    payload = validate(s, args.output_dir, args.repeats, opts)
+    from engine.launcher import StageFault
+
+    try:
+        payload = validate(s, args.output_dir, args.repeats, opts)
+    except StageFault as err:  # a stage failed: not bad input; nothing is written
+        print(f"error: {str(err).splitlines()[0]}; nothing written to {args.output_dir}", file=sys.stderr)
+        return 1
     print(format_report(payload))
     print(f"results written to {args.output_dir}/ (validation.json, latency_cdf.png, trace_combined.json, "
           "engine-*/, sim/; each run with its dashboard.png)")

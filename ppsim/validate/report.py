@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ppsim.metrics.io import atomic_write, dumps, save_figure
+from ppsim.metrics.io import dumps, figure_png, save_figure
 from ppsim.metrics.records import OpRecord, RequestRecord
 from ppsim.metrics.summary import request_latencies
 from ppsim.metrics.trace import trace_events
@@ -36,6 +36,10 @@ def combined_trace(engine_ops: list[OpRecord], sim_ops: list[OpRecord]) -> dict[
 
 
 def cdf_plot(path: Path, engine: list[RequestRecord], sim: list[RequestRecord]) -> None:
+    save_figure(cdf_figure(engine, sim), path)
+
+
+def cdf_figure(engine: list[RequestRecord], sim: list[RequestRecord]) -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -53,12 +57,20 @@ def cdf_plot(path: Path, engine: list[RequestRecord], sim: list[RequestRecord]) 
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
+
+
+def validation_files(payload: dict[str, Any], engine_recs: list[RequestRecord], sim_recs: list[RequestRecord],
+                     engine_ops: list[OpRecord], sim_ops: list[OpRecord]) -> dict[str, str | bytes]:
+    """validation.json, the CDF plot and the combined trace, name -> content."""
+    return {"latency_cdf.png": figure_png(cdf_figure(engine_recs, sim_recs)),
+            "trace_combined.json": json.dumps(combined_trace(engine_ops, sim_ops)),
+            "validation.json": dumps(payload)}
 
 
 def write_validation(out: Path, payload: dict[str, Any], engine_recs: list[RequestRecord],
                      sim_recs: list[RequestRecord], engine_ops: list[OpRecord], sim_ops: list[OpRecord]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    cdf_plot(out / "latency_cdf.png", engine_recs, sim_recs)
-    atomic_write(out / "trace_combined.json", json.dumps(combined_trace(engine_ops, sim_ops)))
-    atomic_write(out / "validation.json", dumps(payload))
+    """The validation files alone, as one result set in ``out``."""
+    from ppsim.outputs import write_result_set
+
+    write_result_set(out, validation_files(payload, engine_recs, sim_recs, engine_ops, sim_ops))

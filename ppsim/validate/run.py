@@ -17,15 +17,16 @@ from typing import Any
 
 from ppsim.config import Scenario, scenario_json
 from ppsim.errors import PPSimError
-from ppsim.metrics.io import write_run
+from ppsim.metrics.io import run_files
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
-from ppsim.report.dashboard import write_dashboard
+from ppsim.outputs import check_output_dir, write_result_set
+from ppsim.report.dashboard import drawn_dashboards, series_files
 from ppsim.run import kv_figures
 from ppsim.sim.build import prepare
 from ppsim.sim.executor import simulate
 from ppsim.validate.compare import compare_summaries, per_request_errors, verdict
-from ppsim.validate.report import format_table, write_validation
+from ppsim.validate.report import format_table, validation_files
 
 
 def simulate_like_engine(s: Scenario, kv_num_blocks: int) -> tuple[Any, dict[str, Any]]:
@@ -38,24 +39,28 @@ def simulate_like_engine(s: Scenario, kv_num_blocks: int) -> tuple[Any, dict[str
 
 def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options: Any = None,
              log: Callable[[str], None] = print) -> dict[str, Any]:
-    from engine.run import EngineOptions, run_engine
+    from engine.run import EngineOptions, engine_files, run_engine
 
     if s.cost.kind != "profile":
         raise PPSimError("validate: needs a calibration artifact of this machine; pass --profile DIR "
                          "(make one with `ppsim calibrate --model MODEL --device cpu`) or --calibrate")
     if repeats < 1:
         raise PPSimError("--repeats: must be >= 1")
-    out = Path(out_dir)
+    out = check_output_dir(out_dir)
     opts = engine_options or EngineOptions()
     runs = []
     for i in range(repeats):
         log(f"validate: engine run {i + 1}/{repeats}")
-        runs.append(run_engine(s, out / f"engine-{i}", opts))
+        runs.append(run_engine(s, None, opts))
     blocks = int(runs[0].info["kv_num_blocks"])
     log("validate: simulating the same workload")
     res, sim_summary = simulate_like_engine(s, blocks)
-    write_run(out / "sim", scenario_json(s), sim_summary, res.requests, res.ops, chrome_trace(res.ops))
-    write_dashboard(out / "sim", res.series)
+    files: dict[str, str | bytes] = {}
+    for i, run in enumerate(runs):
+        files.update({f"engine-{i}/{k}": v for k, v in engine_files(run).items()})
+    sim = {**run_files(scenario_json(s), sim_summary, res.requests, res.ops, chrome_trace(res.ops)),
+           **series_files(res.series)}
+    files.update({f"sim/{k}": v for k, v in sim.items()})
     rows = compare_summaries([r.summary for r in runs], sim_summary)
     per_req = per_request_errors(runs[0].requests, res.requests)
     payload = {
@@ -67,8 +72,19 @@ def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options:
         "engine_summaries": [r.summary for r in runs],
         "sim_summary": sim_summary,
     }
-    write_validation(out, payload, runs[0].requests, res.requests, runs[0].ops, res.ops)
+    files.update(validation_files(payload, runs[0].requests, res.requests, runs[0].ops, res.ops))
+    dashboards = drawn_dashboards("sim", *(f"engine-{i}" for i in range(len(runs))))
+    write_result_set(out, {**files, **profile_files(s, out)}, derived=dashboards)
     return payload
+
+
+def profile_files(s: Scenario, out: Path) -> dict[str, str | bytes]:
+    """A profile calibrated into ``OUT/profile`` (``--calibrate``) joins the result set, so it survives
+    the replacement of ``OUT``."""
+    prof = Path(s.cost.profile_dir or "")
+    if s.cost.kind != "profile" or prof.resolve() != (out / "profile").resolve():
+        return {}
+    return {f"profile/{p.name}": p.read_bytes() for p in prof.iterdir() if p.is_file()}
 
 
 def format_report(payload: dict[str, Any]) -> str:
