@@ -21,7 +21,7 @@ from ppsim.metrics.io import atomic_write, dumps
 from ppsim.models.shape import ModelShape
 
 SAMPLE_FIELDS = [
-    "op", "split", "plan", "tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n",
+    "op", "split", "plan", "tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n", "pairs", "experts",
     "median_s", "p10_s", "p90_s", "repeats", "inner", "items",
 ]
 

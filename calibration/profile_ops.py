@@ -5,8 +5,10 @@ Each task builds its inputs once, then :class:`calibration.timer.Timer` times th
 over (chunk, prefix); decode attention over (batch, per-request contexts, ragged where the task
 says so); ``lm_head`` and ``sampling`` over requests; ``prepare_inputs`` over requests; ``layer``
 times a whole decoder-layer forward of a mixed step to measure the gap between the sum of operators
-and the real layer. ``split`` marks samples used for fitting ("fit"), for the whole-layer glue fit
-("layer") and for the held-out check ("heldout"), which never enter a fit.
+and the real layer; a mixture-of-experts model adds the MoE operators of :mod:`calibration.moe_ops`
+(router and shared experts over tokens, grouped experts over (pairs, distinct experts)). ``split``
+marks samples used for fitting ("fit"), for the whole-layer glue fit ("layer") and for the held-out
+check ("heldout"), which never enter a fit.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import torch
 
 from calibration.layer import Layer, Seq, block_tables, prepare_inputs
+from calibration.moe_ops import experts_fn, experts_points, moe_fns
 from calibration.timer import Timer, summarize
 
 TOKEN_OPS = (
@@ -196,10 +199,23 @@ class OpProfiler:
                 out.append(Task("attn_decode", split, plan_features(seqs), lambda seqs=seqs: self.attn_fn(seqs)))
             for spec in plans:
                 out.append(self._layer_task(spec, split))
+            out += self.moe_tasks(split, toks)
         for op in REQ_OPS:
             for R in g.reqs:
                 out.append(Task(op, "fit", {"reqs": R}, lambda op=op, R=R: self.req_fn(op, R)))
         out.extend(self._layer_task(spec, "layer") for spec in g.layer_plans)
+        return out
+
+    def moe_tasks(self, split: str, tokens: tuple[int, ...]) -> list[Task]:
+        """The MoE operators over ``tokens`` (none for a dense model)."""
+        moe = self.L.moe
+        if moe is None:
+            return []
+        out = [Task(op, split, {"tokens": T}, lambda op=op, T=T: moe_fns(moe, self._x(T, self.L.s.hidden_size))[op])
+               for op in moe_fns(moe, self._x(1, self.L.s.hidden_size)) for T in tokens]
+        for pt in experts_points(self.L.s, tokens):
+            out.append(Task("moe_experts", split, pt,
+                            lambda pt=pt: experts_fn(moe, self._x(pt["tokens"], self.L.s.hidden_size), pt["experts"])))
         return out
 
     def _layer_task(self, spec: str, split: str) -> Task:
