@@ -207,15 +207,23 @@ class OpProfiler:
         return out
 
     def moe_tasks(self, split: str, tokens: tuple[int, ...]) -> list[Task]:
-        """The MoE operators over ``tokens`` (none for a dense model)."""
-        moe = self.L.moe
-        if moe is None:
+        """The MoE operators over ``tokens`` (none for a dense model), each run on every layer of the
+        stack in turn: a stage reads each layer's experts once per step, so their weights are not in
+        cache the way they are when one layer's operator repeats."""
+        if self.L.moe is None:
             return []
-        out = [Task(op, split, {"tokens": T}, lambda op=op, T=T: moe_fns(moe, self._x(T, self.L.s.hidden_size))[op])
-               for op in moe_fns(moe, self._x(1, self.L.s.hidden_size)) for T in tokens]
+        h = self.L.s.hidden_size
+        moes = [layer.moe for layer in self.stack]
+
+        def stacked(fns: list[Callable[[], object]]) -> Callable[[], object]:
+            return lambda: [f() for f in fns]
+
+        out = [Task(op, split, {"tokens": T}, lambda op=op, T=T: stacked(
+            [moe_fns(m, x)[op] for m, x in zip(moes, [self._x(T, h)] * len(moes), strict=True)]))
+               for op in moe_fns(moes[0], self._x(1, h)) for T in tokens]
         for pt in experts_points(self.L.s, tokens):
-            out.append(Task("moe_experts", split, pt,
-                            lambda pt=pt: experts_fn(moe, self._x(pt["tokens"], self.L.s.hidden_size), pt["experts"])))
+            out.append(Task("moe_experts", split, pt, lambda pt=pt: stacked(
+                [experts_fn(m, self._x(pt["tokens"], h), pt["experts"]) for m in moes])))
         return out
 
     def _layer_task(self, spec: str, split: str) -> Task:
@@ -237,7 +245,7 @@ class OpProfiler:
                     raw[i] += xs
         rows = []
         for t, xs, k in zip(tasks, raw, inner, strict=True):
-            if t.op == "layer":  # a stack of layers ran; report per layer
+            if t.op == "layer" or t.op.startswith("moe_"):  # a stack of layers ran; report per layer
                 xs = [x / len(self.stack) for x in xs]
             tm = summarize(xs, k)
             rows.append({"op": t.op, "split": t.split, "plan": t.plan, **t.feats,

@@ -163,13 +163,14 @@ def test_profile_errors_name_the_fix(tmp_path):
 def test_profiler_runs_every_moe_operator_on_the_engine_code():
     """Each MoE task's closure runs (no timing asserted); the grid covers every feasible expert count."""
     layer = Layer(SHAPE, "float32", "cpu", router_zipf=0.5)
-    prof = OpProfiler(layer, Timer("cpu", clock="wall", repeats=1, warmup=0, min_repeat_s=0.0))
+    prof = OpProfiler(layer, Timer("cpu", clock="wall", repeats=1, warmup=0, min_repeat_s=0.0), stack=2)
     tasks = prof.moe_tasks("fit", (1, 4, 32))
     assert {t.op for t in tasks} == {"moe_router", "moe_shared", "moe_experts"}
     pts = sorted((t.feats["tokens"], t.feats["experts"]) for t in tasks if t.op == "moe_experts")
     assert pts == [(1, 2), (4, 2), (4, 4), (4, 6), (4, 8), (32, 2), (32, 4), (32, 6), (32, 8)]
     with torch.inference_mode():
         for t in tasks:
-            out = t.make()()
+            out = t.make()()  # one result per layer of the stack, each layer its own weights
+            assert len(out) == 2
             if t.op == "moe_experts":
-                assert out[1] == t.feats["experts"]
+                assert out[0][1] == out[1][1] == t.feats["experts"]
