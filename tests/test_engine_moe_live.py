@@ -55,3 +55,20 @@ def test_moe_runs_in_the_engine(policy, zipf):
 @pytest.mark.parametrize("policy", ["vllm-sync", "vllm-async", "vllm-mrv2", "trtllm-slots", "llamacpp"])
 def test_moe_runs_on_every_engine_policy(policy):
     check(scenario(policy))
+
+
+def test_moe_checkpoint_in_the_engine(tmp_path):
+    """Stage processes load a MoE safetensors checkpoint the test writes (weights of another seed)."""
+    from engine.checkpoint import save_checkpoint
+    from engine.run import EngineOptions
+    from ppsim.models.shape import load_hf_config
+
+    s = scenario("vllm-batch-queue")
+    p = prepare(s)
+    full = build_stage(p.shape, 0, p.shape.num_layers, True, True, 11, torch.float32)
+    cfg, _ = load_hf_config("tiny-moe")
+    save_checkpoint(full, tmp_path / "ckpt", cfg)
+    run = run_engine(s, options=EngineOptions(checkpoint=str(tmp_path / "ckpt")))
+    prompts = make_prompts(p.requests, p.shape.vocab_size, s.seed)
+    want = {r.req_id: reference_generate(full, prompts[r.req_id], r.output_len) for r in p.requests}
+    assert run.result.tokens == want and want != reference(s)
