@@ -68,7 +68,7 @@ REQUIRED_OPS = (*TOKEN_OPS, "attn_prefill", "attn_decode", "embedding", "final_n
 SHAPE_FIELDS = (
     "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "dtype",
     "attention_bias", "attention", "qk_norm", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "weight_dtype", "kv_cache_dtype",
+    "shared_expert_intermediate_size", "weight_dtype", "kv_cache_dtype",
 )
 # Storage dtypes a profile written before they were recorded has: its activation dtype.
 _DTYPE_DEFAULTS = ("weight_dtype", "kv_cache_dtype")
