@@ -21,7 +21,7 @@ from ppsim.models.shape import ModelShape
 
 ARTIFACT_FILES = ("meta.json", "fits.json", "samples.csv")
 SAMPLE_FIELDS = [
-    "op", "split", "plan", "tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n",
+    "op", "split", "plan", "tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n", "pairs", "experts",
     "median_s", "p10_s", "p90_s", "repeats", "inner", "items",
 ]
 

@@ -36,6 +36,8 @@ def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="small grid (seconds), for tests")
     p.add_argument("--clock", default="auto", choices=["auto", "wall", "thread"],
                    help="CPU timing clock; auto = thread CPU time with one torch thread (robust on a shared host)")
+    p.add_argument("--moe-router-zipf", type=float, default=0.0,
+                   help="MoE: the engine router's popularity skew s to measure expert load under (default 0)")
     p.add_argument("--no-link", action="store_true", help="skip the two-process link profiler")
     add_output_dir_flag(p, "profile directory to write (alias --output)")
     p.set_defaults(handler=cmd_calibrate)
@@ -59,7 +61,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     meta = calibrate(args.model, args.device, args.output, quick=args.quick, threads=args.threads,
-                     dtype=args.dtype, link=not args.no_link, clock=args.clock)
+                     dtype=args.dtype, link=not args.no_link, clock=args.clock,
+                     router_zipf=args.moe_router_zipf)
     print(format_report(meta, json.loads((Path(args.output) / "fits.json").read_text())))
     print(f"profile written to {args.output}/ (meta.json, fits.json, samples.csv) in {time.perf_counter() - t0:.1f} s")
     return 0

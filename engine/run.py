@@ -122,10 +122,11 @@ def _checkpoint(s: Scenario, opts: EngineOptions) -> str | None:
 
 
 def check_supported(prep: Prepared) -> None:
-    """The engine runs dense Llama/Qwen2-style models on pipelines (no TP, MoE, MLA, qk-norm, replicas)."""
+    """The engine runs Llama/Qwen2-style decoders, dense or MoE (engine/moe.py), on pipelines
+    (no TP, MLA, qk-norm, replicas)."""
     shape, policy = prep.shape, prep.scenario.engine.policy
-    if getattr(shape, "n_routed_experts", 0) or getattr(shape, "kv_lora_rank", 0) or getattr(shape, "qk_norm", False):
-        raise PPSimError(f"model {shape.name}: the engine runs dense Llama-style decoders only (no MoE, MLA, qk-norm)")
+    if getattr(shape, "kv_lora_rank", 0) or getattr(shape, "qk_norm", False):
+        raise PPSimError(f"model {shape.name}: the engine runs Llama-style decoders, dense or MoE (no MLA, qk-norm)")
     if policy in REPLICATED:
         raise PPSimError(f"policy {policy}: runs data-parallel replicas, which the engine does not; "
                          "use a pipeline policy")
@@ -146,7 +147,7 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
         StageConfig(st.index, len(prep.topology.stages), url, shape, st.start_layer, st.end_layer, prep.num_blocks,
                     s.engine.block_size, s.seed, ckpt, opts.backend, opts.device, opts.threads_per_stage,
                     opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S,
-                    min(opts.warm_tokens, s.engine.max_num_batched_tokens))
+                    min(opts.warm_tokens, s.engine.max_num_batched_tokens), router_zipf=s.moe_router_zipf)
         for st in prep.topology.stages
     ]
 

@@ -59,6 +59,7 @@ class StageConfig:
     threads: int
     dist_timeout_s: float
     warm_tokens: int
+    router_zipf: float = 0.0  # MoE router popularity skew (engine/moe.py)
     fault: tuple[str, int] | None = None  # ("kill" | "stall", step id): fault injection for tests
 
 
@@ -85,7 +86,7 @@ class Stage:
         self.is_first, self.is_last = cfg.rank == 0, cfg.rank == cfg.world - 1
         dtype = torch_dtype(s.dtype)
         self.model: StageModel = build_stage(s, cfg.start_layer, cfg.end_layer, self.is_first, self.is_last,
-                                             cfg.seed, dtype, self.dev)
+                                             cfg.seed, dtype, self.dev, cfg.router_zipf)
         if cfg.checkpoint:
             load_stage_weights(self.model, cfg.checkpoint)
         self.kv = PagedKVCache(self.model.num_layers, cfg.num_blocks, cfg.block_size, s.num_kv_heads, s.head_dim,

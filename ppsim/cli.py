@@ -31,6 +31,7 @@ FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "quantization": ("weight_dtype",),
     "kv_cache_dtype": ("kv_cache_dtype",),
     "moe_routing_skew": ("cost", "moe_routing_skew"),
+    "moe_router_zipf": ("moe_router_zipf",),
     "seed": ("seed",),
     "pipeline_parallel_size": ("cluster", "pipeline_parallel_size"),
     "tensor_parallel_size": ("cluster", "tensor_parallel_size"),
@@ -80,6 +81,7 @@ def add_scenario_flags(p: argparse.ArgumentParser) -> None:
     a("-q", "--quantization", help="weight dtype: auto (the checkpoint's), bf16, fp8, fp4 (modelopt_fp4)")
     a("--kv-cache-dtype", help="KV cache dtype: auto (activation dtype), bf16, fp8")
     a("--moe-routing-skew", type=float, help="MoE: tokens sharing one expert choice (1 = uniform routing)")
+    a("--moe-router-zipf", type=float, help="MoE engine router: expert e's odds x (e+1)^-s (0 = router alone)")
     a("-pp", "--pipeline-parallel-size", type=int, dest="pipeline_parallel_size")
     a("-tp", "--tensor-parallel-size", type=int, dest="tensor_parallel_size")
     a("--layer-partition", help="vllm | last-heavy | counts like 20,20,20,20")

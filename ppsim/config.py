@@ -160,6 +160,8 @@ class Scenario(_Frozen):
     # (quantization_config, else torch_dtype) for weights and the activation dtype for the KV cache.
     weight_dtype: Literal["auto", "bf16", "fp16", "fp32", "fp8", "fp4"] = "auto"
     kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"
+    # MoE, live engine and its calibration: router logit bias -s ln(e + 1) on expert e (engine/moe.py; 0 = none)
+    moe_router_zipf: float = Field(default=0.0, ge=0, le=8, description="engine MoE router popularity skew s")
     hardware: str | DeviceSpec = "h100-sxm"
     cluster: ClusterConfig = ClusterConfig()
     engine: EngineConfig = EngineConfig()
