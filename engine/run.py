@@ -76,6 +76,7 @@ class EngineRun:
     result: EngineResult
     summary: dict
     info: dict
+    plans: dict = dataclasses.field(default_factory=dict)  # step id -> the StepPlan launched (validate)
 
     @property
     def requests(self):  # noqa: ANN201
@@ -224,7 +225,9 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
             lost = [r.req_id for r in res.requests if r.status == "unfinished"]
             raise EngineFault(f"{res.fault}; {len(lost)} requests unfinished: {lost[:20]}"
                               f"{' ...' if len(lost) > 20 else ''}", run.result) from None
-    return _finish(prep, ex.result(), info, out_dir)
+    run = _finish(prep, ex.result(), info, out_dir)
+    run.plans = dict(ex.launched)
+    return run
 
 
 def _finish(prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path | None) -> EngineRun:

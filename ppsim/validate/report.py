@@ -1,7 +1,9 @@
-"""Validation outputs: the terminal table, validation.json, CDF overlay PNG, combined Perfetto trace."""
+"""Validation outputs: the terminal table, validation.json, step_costs.csv, CDF overlay PNG, combined trace."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from ppsim.metrics.records import OpRecord, RequestRecord
 from ppsim.metrics.summary import request_latencies
 from ppsim.metrics.trace import trace_events
 from ppsim.validate.compare import MetricRow, is_fraction
+from ppsim.validate.steps import STEP_FIELDS
 
 
 def format_table(rows: list[MetricRow], title: str = "ppsim validate: engine vs simulator") -> str:
@@ -56,9 +59,21 @@ def cdf_plot(path: Path, engine: list[RequestRecord], sim: list[RequestRecord]) 
     save_figure(fig, path)
 
 
+def steps_csv(steps: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, STEP_FIELDS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(steps)
+    return buf.getvalue()
+
+
 def write_validation(out: Path, payload: dict[str, Any], engine_recs: list[RequestRecord],
-                     sim_recs: list[RequestRecord], engine_ops: list[OpRecord], sim_ops: list[OpRecord]) -> None:
+                     sim_recs: list[RequestRecord], engine_ops: list[OpRecord], sim_ops: list[OpRecord],
+                     steps: list[dict[str, Any]] | None = None) -> None:
+    """validation.json, latency_cdf.png, trace_combined.json and step_costs.csv (one row per engine
+    stage compute: measured and predicted seconds)."""
     out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "step_costs.csv", steps_csv(steps or []))
     cdf_plot(out / "latency_cdf.png", engine_recs, sim_recs)
     atomic_write(out / "trace_combined.json", json.dumps(combined_trace(engine_ops, sim_ops)))
     atomic_write(out / "validation.json", dumps(payload))
