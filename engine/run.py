@@ -77,6 +77,7 @@ class EngineRun:
     summary: dict
     info: dict
     plans: dict = dataclasses.field(default_factory=dict)  # step id -> the StepPlan launched (validate)
+    stage_cpu_s: dict = dataclasses.field(default_factory=dict)  # (stage, step id) -> compute thread CPU s
 
     @property
     def requests(self):  # noqa: ANN201
@@ -227,6 +228,7 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
                               f"{' ...' if len(lost) > 20 else ''}", run.result) from None
     run = _finish(prep, ex.result(), info, out_dir)
     run.plans = dict(ex.launched)
+    run.stage_cpu_s = {(rank, t.step_id): t.cpu_s for rank, ts in enumerate(ex.stage_times) for t in ts}
     return run
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import resource
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,15 @@ from ppsim.validate.compare import compare_summaries, per_request_errors, verdic
 from ppsim.validate.host import HostGuard, host_line
 from ppsim.validate.report import format_table, write_validation
 from ppsim.validate.steps import format_steps, step_costs, summarize_steps
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(this process: the engine core and its threads, reaped children: the stage processes), CPU s.
+
+    Children count once they have exited and been waited for, so the stages' share includes their
+    start-up (imports, weights, warm-up)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
 
 
 def simulate_like_engine(s: Scenario, kv_num_blocks: int) -> tuple[Any, Any, dict[str, Any]]:
@@ -55,11 +65,15 @@ def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options:
     out = Path(out_dir)
     opts = engine_options or EngineOptions()
     host = host if host is not None else HostGuard()
-    runs = []
+    runs, usage = [], []
     for i in range(repeats):
         host.read(f"before {i}")
         log(f"validate: engine run {i + 1}/{repeats}")
+        before = cpu_seconds()
         runs.append(run_engine(s, out / f"engine-{i}", opts))
+        after = cpu_seconds()
+        usage.append({"engine_core_cpu_s": after[0] - before[0], "stages_cpu_s": after[1] - before[1],
+                      "run_wall_s": runs[-1].info["wall_s"], "startup_s": runs[-1].info["startup_s"]})
         host.read(f"after {i}")
     blocks = int(runs[0].info["kv_num_blocks"])
     log("validate: simulating the same workload")
@@ -67,7 +81,7 @@ def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options:
     write_run(out / "sim", scenario_json(s), sim_summary, res.requests, res.ops, chrome_trace(res.ops))
     rows = compare_summaries([r.summary for r in runs], sim_summary)
     steps = [row for i, r in enumerate(runs)
-             for row in step_costs(prep.cost, prep.topology.stages, r.plans, r.ops, run=i)]
+             for row in step_costs(prep.cost, prep.topology.stages, r.plans, r.ops, i, r.stage_cpu_s)]
     payload = {
         "scenario": json.loads(scenario_json(s)),
         "repeats": repeats,
@@ -76,6 +90,7 @@ def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options:
         "per_request": per_request_errors([r.requests for r in runs], res.requests),
         "verdict": verdict(rows),
         "host": host.to_dict(),
+        "engine_cpu": usage,
         "engine_summaries": [r.summary for r in runs],
         "sim_summary": sim_summary,
     }
