@@ -76,7 +76,7 @@ def draw(rng: np.random.Generator, policy: str, model: str, profile: str,
     for _ in range(MAX_REDRAWS):
         pp = int(rng.integers(1, 3))
         offline = rng.uniform() < 1 / 6
-        load = _log_uniform(rng, 0.15, 1.2)
+        load = round(_log_uniform(rng, 0.15, 1.2), 3)
         wl = {"num_prompts": int(rng.integers(16, 41)),
               "random_input_len": int(round(_log_uniform(rng, 24, 384))),
               "random_output_len": int(round(_log_uniform(rng, 6, 64))),
@@ -93,7 +93,7 @@ def draw(rng: np.random.Generator, policy: str, model: str, profile: str,
         except PPSimError:
             continue
         knobs = {"policy": policy, "pp": pp, **eng, **wl, "seed": seed,
-                 "load": "offline" if offline else round(load, 3)}
+                 "load": "offline" if offline else load}
         if not offline:
             rate = round(load * capacity(s), 3)
             knobs["request_rate"] = rate
