@@ -73,6 +73,7 @@ def saturation_rate(s: Scenario) -> float:
 def draw(rng: np.random.Generator, policy: str, model: str, profile: str,
          capacity: Callable[[Scenario], float] = saturation_rate) -> tuple[dict[str, Any], Scenario]:
     """One held-out scenario of ``policy``: (the drawn knobs, the scenario)."""
+    last = ""
     for _ in range(MAX_REDRAWS):
         pp = int(rng.integers(1, 3))
         offline = rng.uniform() < 1 / 6
@@ -90,7 +91,8 @@ def draw(rng: np.random.Generator, policy: str, model: str, profile: str,
         try:
             s = scenario(model, profile, eng, pp, {**wl, "request_rate": "inf"}, seed)
             prepare(s)  # the scenario checks (prompt over a budget without chunking, KV) refuse bad draws
-        except PPSimError:
+        except PPSimError as err:
+            last = str(err)
             continue
         knobs = {"policy": policy, "pp": pp, **eng, **wl, "seed": seed,
                  "load": "offline" if offline else load}
@@ -99,12 +101,13 @@ def draw(rng: np.random.Generator, policy: str, model: str, profile: str,
             knobs["request_rate"] = rate
             s = s.model_copy(update={"workload": s.workload.model_copy(update={"request_rate": rate})})
         return knobs, s
-    raise PPSimError(f"held-out sampler: no valid scenario for {policy} in {MAX_REDRAWS} draws")
+    raise PPSimError(f"held-out sampler: no valid scenario for {policy} in {MAX_REDRAWS} draws (last: {last})")
 
 
 def held_out(seed: int, per_policy: int, model: str, profile: str,
              capacity: Callable[[Scenario], float] = saturation_rate) -> dict[str, tuple[dict[str, Any], Scenario]]:
     """``per_policy`` draws for every engine policy, in a fixed order from one generator."""
+    prepare(scenario(model, profile, {}, 1, {}))  # a missing or mismatched profile fails here, not as redraws
     rng = np.random.default_rng(seed)
     out = {}
     for k in range(per_policy):
