@@ -118,8 +118,10 @@ def format_steps(s: dict[str, Any]) -> str:
     lines.append(line("all", s))
     for k, d in s["by_stage"].items():
         lines.append(line(f"stage {k}", d))
-    for k, d in s["by_tokens"].items():
-        lines.append(line(f"{k} tokens", d))
+    for lo, hi in TOKEN_BUCKETS:  # in size order (validation.json may hold them sorted by name)
+        k = bucket_name(lo, hi)
+        if k in s["by_tokens"]:
+            lines.append(line(f"{k} tokens", s["by_tokens"][k]))
     lines.append("=" * len(head))
     lines.append("error = (predicted - measured wall) / measured; 'vs cpu' against the stage thread's CPU time; "
                  "cpu/wall below 100%: the stage waited for a core")
