@@ -17,7 +17,9 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     for row in rows.values():
         assert row["engine"] >= 0 and row["simulated"] >= 0
     # same workload on both sides: every request matched, every output token accounted for
-    assert v["per_request"]["matched_requests"] == 8
+    assert v["per_request"]["matched_requests"] == 8 * 2  # every request of both repeats
+    assert v["step_cost"]["steps"] > 0 and set(v["step_cost"]["by_stage"]) == {"0", "1"}
+    assert [r["when"] for r in v["host"]["readings"]] == ["before 0", "after 0", "before 1", "after 1"]
     assert v["sim_summary"]["total_output_tokens"] == v["engine_summaries"][0]["total_output_tokens"] == 64
     # a calibrated simulator is within a factor of two of the live engine even on a loaded CI machine
     assert 0.5 < rows["output_throughput"]["simulated"] / rows["output_throughput"]["engine"] < 2.0

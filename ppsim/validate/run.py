@@ -41,6 +41,11 @@ def cpu_seconds() -> tuple[float, float]:
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
 
 
+def cpu_of(run: Any, opts: Any) -> dict[tuple[int, int], float]:
+    """The stages' compute CPU times; none on CUDA, where a stage's thread waits for the GPU."""
+    return run.stage_cpu_s if opts.device == "cpu" else {}
+
+
 def simulate_like_engine(s: Scenario, kv_num_blocks: int) -> tuple[Any, Any, dict[str, Any]]:
     """The simulator on the engine's scenario and KV pool size: (prepared, result, summary)."""
     prep = dataclasses.replace(prepare(s), num_blocks=kv_num_blocks)
@@ -81,7 +86,7 @@ def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options:
     write_run(out / "sim", scenario_json(s), sim_summary, res.requests, res.ops, chrome_trace(res.ops))
     rows = compare_summaries([r.summary for r in runs], sim_summary)
     steps = [row for i, r in enumerate(runs)
-             for row in step_costs(prep.cost, prep.topology.stages, r.plans, r.ops, i, r.stage_cpu_s)]
+             for row in step_costs(prep.cost, prep.topology.stages, r.plans, r.ops, i, cpu_of(r, opts))]
     payload = {
         "scenario": json.loads(scenario_json(s)),
         "repeats": repeats,
