@@ -50,6 +50,10 @@ def test_each_engine_compute_is_timed_with_its_own_plan():
     table = format_steps(s)
     assert "step-level cost error" in table and "stage 1" in table and "17-64 tokens" in table
     assert steps_csv(rows).splitlines()[0].startswith("run,stage,step_id")
+    assert "by_run" not in s  # one repeat: nothing to compare
+    again = step_costs(LinearCost(), STAGES, plans, [OpRecord("stage0", "compute", 0, 0.0, 0.016, 4, 4)], run=4)
+    two = summarize_steps(rows + again)
+    assert two["by_run"]["4"]["median_error"] == pytest.approx(-0.5) and "engine run 3" in format_steps(two)
     assert "cpu/wall" in table and "+60.0%" in format_steps(summarize_steps(rows[:1]))
     assert summarize_steps([]) == {} and "no engine micro-batch" in format_steps({})
 

@@ -86,12 +86,16 @@ def _stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarize_steps(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Overall, per stage and per micro-batch size (tokens) bucket; empty dict when no steps."""
+    """Overall, per stage, per engine repeat (when more than one) and per micro-batch size (tokens)
+    bucket; empty dict when no steps."""
     if not rows:
         return {}
     out = _stats(rows)
     stages = sorted({r["stage"] for r in rows})
     out["by_stage"] = {str(s): _stats([r for r in rows if r["stage"] == s]) for s in stages}
+    runs = sorted({r["run"] for r in rows})
+    if len(runs) > 1:  # run-to-run: a slower repeat with the same cpu/wall is a slower host, not batching
+        out["by_run"] = {str(k): _stats([r for r in rows if r["run"] == k]) for k in runs}
     out["by_tokens"] = {}
     for lo, hi in TOKEN_BUCKETS:
         sel = [r for r in rows if lo <= r["num_tokens"] <= hi]
@@ -118,6 +122,8 @@ def format_steps(s: dict[str, Any]) -> str:
     lines.append(line("all", s))
     for k, d in s["by_stage"].items():
         lines.append(line(f"stage {k}", d))
+    for k, d in s.get("by_run", {}).items():
+        lines.append(line(f"engine run {k}", d))
     for lo, hi in TOKEN_BUCKETS:  # in size order (validation.json may hold them sorted by name)
         k = bucket_name(lo, hi)
         if k in s["by_tokens"]:
