@@ -10,13 +10,14 @@ by thread CPU time (the calibration's clock), in these settings:
                    (the engine core: scheduling, queue pickling, polling) - three runnable on two cores
 * ``alone+core``   one stage and the core-like process (PP=1 on two cores)
 
-and prints, per setting, the median wall and CPU ms per forward and the cost model's prediction for
-the same plan (``--profile``). Wall / CPU above 1 is time the stage was runnable but not running
-(the OS gave its core to another process); CPU above ``alone``'s is slower execution (shared
-caches, memory bandwidth, clock frequency). Meaningful only on a quiet host (the script reports
-the load average before and after).
+and prints, per setting, the median (over forwards, then over the stage processes and rounds) wall
+and CPU ms per forward and the cost model's prediction for the same plan (``--profile``). Settings
+alternate for ``--rounds`` rounds, so a host whose speed drifts weighs on all of them alike.
+Wall / CPU above 1 is time the stage was runnable but not running (the OS gave its core to another
+process); CPU above ``alone``'s is slower execution (shared caches, memory bandwidth, clock
+frequency). Meaningful only on a quiet host (the script reports the load average before and after).
 
-Run: python benchmarks/bench_stage_corun.py [--model tiny] [--layers 4] [--batch 4] [--ctx 134]
+Run: python benchmarks/bench_stage_corun.py [--model tiny] [--layers 4] [--batch 4] [--ctx 134] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import sys
 import time
 
 import numpy as np
@@ -118,19 +120,28 @@ def main() -> None:
     ap.add_argument("--duration-s", type=float, default=5.0)
     ap.add_argument("--core-duty", type=float, default=0.5, help="busy fraction of the core-like process")
     ap.add_argument("--profile", default="profiles/tiny-cpu", help="profile for the prediction ('' for none)")
+    ap.add_argument("--rounds", type=int, default=3, help="times every setting runs, alternating (default 3)")
+    ap.add_argument("--settings", nargs="*", choices=["alone", "pair", "alone+core", "pair+core"])
     args = ap.parse_args()
     pred = predicted_ms(args)
     print(f"load before: {os.getloadavg()[0]:.2f}; cores {os.cpu_count()}; prediction "
           f"{'-' if pred is None else f'{pred:.3f} ms'} ({args.model}, {args.layers} layers, "
           f"{args.batch} decodes at ctx {args.ctx})")
-    print(f"{'setting':<12}{'wall ms':>10}{'cpu ms':>10}{'wall/cpu':>10}{'pred/wall':>11}{'forwards':>10}")
-    for name, stages, core in (("alone", 1, False), ("pair", 2, False), ("alone+core", 1, True),
-                               ("pair+core", 2, True)):
-        res = run_setting(args, stages, core)
-        wall = float(np.mean([r[0] for r in res])) * 1e3
-        cpu = float(np.mean([r[1] for r in res])) * 1e3
-        ratio = "-" if pred is None else f"{pred / wall - 1:+.1%}"
-        print(f"{name:<12}{wall:>10.3f}{cpu:>10.3f}{wall / cpu:>10.2f}{ratio:>11}{sum(r[2] for r in res):>10}",
+    settings = {"alone": (1, False), "pair": (2, False), "alone+core": (1, True), "pair+core": (2, True)}
+    chosen = args.settings or list(settings)
+    got: dict[str, list[tuple[float, float, int]]] = {k: [] for k in chosen}
+    for r in range(args.rounds):  # settings alternate, so a drifting host weighs on all of them alike
+        for name in chosen:
+            got[name] += run_setting(args, *settings[name])
+            print(f"round {r + 1}/{args.rounds} {name}: cpu ms {1e3 * got[name][-1][1]:.3f}", file=sys.stderr)
+    print(f"{'setting':<12}{'wall ms':>10}{'cpu ms':>10}{'wall/cpu':>10}{'pred/wall':>11}{'pred/cpu':>10}"
+          f"{'forwards':>10}")
+    for name, res in got.items():
+        wall = float(np.median([r[0] for r in res])) * 1e3
+        cpu = float(np.median([r[1] for r in res])) * 1e3
+        pw = "-" if pred is None else f"{pred / wall - 1:+.1%}"
+        pc = "-" if pred is None else f"{pred / cpu - 1:+.1%}"
+        print(f"{name:<12}{wall:>10.3f}{cpu:>10.3f}{wall / cpu:>10.2f}{pw:>11}{pc:>10}{sum(r[2] for r in res):>10}",
               flush=True)
     print(f"load after: {os.getloadavg()[0]:.2f}")
 
