@@ -35,7 +35,7 @@ def result_row(set_name: str, name: str, knobs: dict[str, Any], payload: dict[st
     row["ttft_ks_p"] = round(pr.get("ttft", {}).get("ks_pvalue", float("nan")), 4)
     row["e2el_ks_p"] = round(pr.get("e2el", {}).get("ks_pvalue", float("nan")), 4)
     h = payload.get("host") or {}
-    row["host_ok"] = h.get("ok", "")
+    row["host_ok"] = h.get("ok", "") if h.get("mode") != "off" else ""  # not measured: neither ok nor flagged
     row["host_problem"] = h.get("problem") or ""
     row["knobs"] = json.dumps(knobs, sort_keys=True)
     return row

@@ -17,7 +17,8 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
     add_scenario_flags(p)
     p.add_argument("--repeats", type=int, default=3, help="engine runs, to measure run-to-run spread (default 3)")
     p.add_argument("--calibrate", action="store_true",
-                   help="calibrate this machine on the full grid first (without --profile: the quick grid)")
+                   help="with no --profile, calibrate this machine on the full grid (minutes) instead of the "
+                        "quick one")
     p.add_argument("--threads-per-stage", type=int, default=1)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the engine's stages compute")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="engine torch.distributed backend")
