@@ -88,6 +88,8 @@ class EngineRun:
     summary: dict
     info: dict
     prep: Prepared
+    plans: dict = dataclasses.field(default_factory=dict)  # step id -> the StepPlan launched (validate)
+    stage_cpu_s: dict = dataclasses.field(default_factory=dict)  # (stage, step id) -> compute thread CPU s
 
     @property
     def requests(self):  # noqa: ANN201
@@ -243,7 +245,10 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
             where = f" (all in {out_dir}/engine.json, unfinished_requests)" if out_dir is not None else ""
             raise EngineFault(f"{res.fault}; {len(lost)} requests unfinished: {lost[:20]}"
                               f"{' ...' if len(lost) > 20 else ''}{where}", run.result) from None
-    return _finish(prep, ex.result(), info, out_dir, dashboard)
+    run = _finish(prep, ex.result(), info, out_dir, dashboard)
+    run.plans = dict(ex.launched)
+    run.stage_cpu_s = {(rank, t.step_id): t.cpu_s for rank, ts in enumerate(ex.stage_times) for t in ts}
+    return run
 
 
 def _finish(prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path | None,

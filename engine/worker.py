@@ -136,15 +136,16 @@ class Stage:
             hidden, residual = self.link.wait_recv(pending_recv)
             recv_done = time.perf_counter()
         self.link.wait_sends()
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), time.thread_time()
         hidden, residual, req_ids, toks = self.compute(msg, hidden, residual)
         end = send_start = time.perf_counter()
+        cpu = time.thread_time() - cpu0
         if self.is_last:
             self.results.put(("tokens", msg.step_id, req_ids, toks))
             send_start = -1.0
         else:
             self.link.send(msg.step_id, hidden, residual)
-        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start))
+        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start, cpu))
         if len(self.times) >= FLUSH_EVERY:
             self.flush()
 
