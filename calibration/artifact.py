@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import platform
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ppsim import outputs
 from ppsim.cost.profiled import SCHEMA_VERSION
-from ppsim.errors import PPSimError
-from ppsim.metrics.io import atomic_write, dumps
+from ppsim.metrics.io import dumps
 from ppsim.models.shape import ModelShape
 
+ARTIFACT_FILES = ("meta.json", "fits.json", "samples.csv")
 SAMPLE_FIELDS = [
-    "op", "split", "plan", "tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n",
+    "op", "split", "plan", "tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n", "pairs", "experts",
     "median_s", "p10_s", "p90_s", "repeats", "inner", "items",
 ]
 
@@ -41,19 +41,8 @@ def device_name(device: str) -> str:
 
 
 def check_output_dir(out: str | Path, flag: str = "--output-dir") -> None:
-    """Raise unless ``out`` is, or can be created as, a writable directory (checked before any work)."""
-    d = Path(out)
-    if d.exists() and not d.is_dir():
-        raise PPSimError(f"{flag}: {d} exists and is not a directory; pick a directory path")
-    p = d
-    while not p.exists():
-        if p.parent == p:
-            break
-        p = p.parent
-    if p.exists() and not p.is_dir():
-        raise PPSimError(f"{flag}: cannot create {d}: {p} is a file, not a directory")
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise PPSimError(f"{flag}: cannot create or write {d}: {p} is not writable")
+    """Raise unless ``out`` can become the artifact directory (checked before any work)."""
+    outputs.check_output_dir(out, flag, ARTIFACT_FILES)
 
 
 def base_meta(shape: ModelShape, source: str, device: str, dtype: str, threads: int | None, tp: int,
@@ -82,11 +71,9 @@ def samples_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def write_artifact(out: str | Path, meta: dict[str, Any], fits: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
-    d = Path(out)
-    atomic_write(d / "samples.csv", samples_csv(rows))
-    atomic_write(d / "fits.json", dumps(fits))
-    atomic_write(d / "meta.json", dumps(meta))
-    return d
+    """The three files as one set: an earlier artifact in ``out`` is replaced whole or kept whole."""
+    files = {"samples.csv": samples_csv(rows), "fits.json": dumps(fits), "meta.json": dumps(meta)}
+    return outputs.write_result_set(out, files, "--output")
 
 
 def read_samples(d: str | Path) -> list[dict[str, Any]]:

@@ -27,7 +27,8 @@ from ppsim.policy.plan import PlanItem, StepPlan, make_plan
 FORMS: dict[str, tuple[str, str]] = {
     **{op: ("linear_floor", "tokens") for op in (
         "input_layernorm", "attn_qkv", "attn_rope", "attn_o_proj", "post_attention_layernorm",
-        "mlp_gate_up", "mlp_act", "mlp_down", "add", "embedding")},
+        "mlp_gate_up", "mlp_act", "mlp_down", "add", "embedding", "moe_router", "moe_shared")},
+    "moe_experts": ("tok_exp", ""),
     "attn_prefill": ("prefill_attn", ""),
     "attn_decode": ("decode_attn", ""),
     **{op: ("linear_floor", "reqs") for op in ("final_norm", "lm_head", "sampling", "prepare_inputs")},
@@ -44,7 +45,7 @@ CPU_NS = {"quick": (1, 16, 64), "full": (1, 4, 16, 64, 256)}
 
 def _feats(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     keys = {k for r in rows for k in r if k in ("tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens",
-                                                  "bytes", "n")}
+                                                  "bytes", "n", "pairs", "experts")}
     return {k: np.array([float(r.get(k, 0)) for r in rows]) for k in keys}
 
 
@@ -105,13 +106,14 @@ def _median_abs(xs: list[dict[str, Any]]) -> float | None:
 
 def calibrate(model: str, device: str, out: str, quick: bool = False, threads: int | None = 1,
               dtype: str | None = None, link: bool = True, log: Callable[[str], None] | None = None,
-              clock: str = "auto") -> dict[str, Any]:
+              clock: str = "auto", router_zipf: float = 0.0) -> dict[str, Any]:
     """Run the whole calibration and write the artifact to ``out``; returns ``meta``.
 
     ``clock`` "auto" times CPU operators by thread CPU time when one torch thread runs them (robust on
     a shared host), else by wall clock; CUDA always uses CUDA events; the link always wall clock.
     ``threads`` >= 1 sets torch's CPU threads (``None`` leaves torch's default). ``threads`` and ``out``
-    are checked before any profiling.
+    are checked before any profiling. ``router_zipf``: a MoE model's router skew (``engine/moe.py``),
+    under which the router's expert load is measured for the cost model.
     """
     if threads is not None and threads < 1:
         raise PPSimError(f"--threads: {threads} is not a thread count; use 1 or more (default 1)")
@@ -127,8 +129,11 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
     if device == "cuda" and not torch.cuda.is_available():
         raise PPSimError("--device cuda: torch sees no CUDA device; use --device cpu")
     shape: ModelShape = load_model(model)
-    if getattr(shape, "attention", "gqa") == "mla" or getattr(shape, "n_routed_experts", 0):
-        raise PPSimError(f"--model {model}: the profiler times dense Llama-style layers; MLA/MoE are not profiled yet")
+    if getattr(shape, "attention", "gqa") == "mla":
+        raise PPSimError(f"--model {model}: the profiler times Llama-style layers, dense or MoE; "
+                         "MLA is not profiled yet")
+    if router_zipf < 0:
+        raise PPSimError(f"--moe-router-zipf: {router_zipf} is negative; use 0 (router alone) or more")
     dtype = dtype or shape.dtype
     if dtype not in TORCH_DTYPES:
         raise PPSimError(f"--dtype: {dtype} is not one of {', '.join(TORCH_DTYPES)}")
@@ -142,7 +147,7 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
         raise PPSimError("--clock thread: needs --device cpu and --threads 1 (thread CPU time misses other threads)")
     timer = Timer(device, clock=clock, repeats=3, warmup=2, min_repeat_s=0.002 if quick else 0.005)
     rounds = 2 if quick else 6
-    layer = Layer(shape, dtype, device)
+    layer = Layer(shape, dtype, device, router_zipf=router_zipf)
     stack = max(1, min(shape.num_layers, STACK_BYTES // max(1, layer.weight_bytes())))
     prof = OpProfiler(layer, timer, stack=stack)
     tasks = prof.tasks(grid)
@@ -173,6 +178,11 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
                                         "kv_cache_dtype": dtype})
     meta = base_meta(measured, "ppsim calibrate", device_name(device), dtype, torch.get_num_threads(), 1,
                      torch.__version__)
+    if shape.is_moe:
+        from calibration.moe_ops import router_load
+
+        meta["moe"] = {"router_zipf": router_zipf, "expert_load": router_load(shape, router_zipf),
+                       "note": "P(token picks expert e), engine-initialised routers on unit-RMS states"}
     meta.update({"grid": kind, "clock": clock, "rounds": rounds, "link_backend": backend, "layer_stack": stack,
                  "wall_s": round(time.perf_counter() - t0, 1)})
     return analyse_and_write(rows, shape, meta, out)
@@ -181,7 +191,7 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
 def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[str, Any], out: str) -> dict[str, Any]:
     """Fit every operator, the layer glue, score the held-out samples, and write the artifact."""
     fits, stats = fit_all(rows)
-    cost = ProfiledCost(Profile({}, fits), shape, None, 1)
+    cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
     glue, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"])
     fits["layer_glue"] = glue
     held = heldout_errors(cost, [r for r in rows if r["split"] == "heldout"])

@@ -9,6 +9,8 @@ non-negative (``scipy.optimize.nnls``) so no prediction goes below zero outside 
   chosen among the measured x values by least relative error; ``floor`` is the median below it.
 - Prefill attention per chunk: call + tok c + cp c p + cc c^2 (the causal score matrix is c x (p + c/2)).
 - Decode attention per step: call + req B + ctx sum(context) (each decode reads its whole KV).
+- Grouped MoE experts: c0 + pair P + exp N (rows through the expert GEMMs; per-expert calls and
+  weight reads).
 
 Cross-validation is leave-one-out over the grid points (50 interleaved folds past 50 points);
 the median absolute relative error is stored per operator (``cv_median_abs_rel_err``) so a reader
@@ -92,6 +94,9 @@ def _fitter(form: str, x: str) -> Fitter:
         return lambda f, y: fit_prefill(f["chunk"], f["prefix"], y)
     if form == "decode_attn":
         return lambda f, y: fit_decode(f["batch"], f["ctx_tokens"], y)
+    if form == "tok_exp":
+        return lambda f, y: dict(zip(("c0", "pair", "exp"), map(float, _wnnls(
+            np.column_stack([np.ones_like(f["pairs"]), f["pairs"], f["experts"]]), y)), strict=True))
     raise ValueError(f"no fitter for form {form}")
 
 
@@ -100,6 +105,8 @@ def predict(fit: OpFit, feats: dict[str, np.ndarray], i: int) -> float:
         return fit.prefill(int(feats["chunk"][i]), int(feats["prefix"][i]))
     if fit.form == "decode_attn":
         return fit.decode(int(feats["batch"][i]), int(feats["ctx_tokens"][i]))
+    if fit.form == "tok_exp":
+        return fit.tok_exp(float(feats["pairs"][i]), float(feats["experts"][i]))
     return fit.at(float(feats[fit.x][i]))
 
 

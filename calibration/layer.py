@@ -6,10 +6,11 @@ an engine forward: RMSNorm (the residual add is the separate ``add``) -> q/k/v p
 ``index_copy_`` of the step's K/V into a slot array, then per request ``index_select`` of its context
 slots and ``F.scaled_dot_product_attention`` (GQA via ``enable_gqa``; a ``[n, ctx]`` causal mask
 offset by the prefix when ``n > 1``) -> o_proj -> add + RMSNorm -> gate and up projections ->
-SiLU(gate) * up -> down. The first stage embeds token ids; the last normalises the sampled rows, runs
-lm_head on them and takes a greedy argmax. Input preparation is ``engine/kvcache.py::build_batch``:
-positions, slots from block tables, per-request context slots, sample rows. Shapes in comments;
-``T`` = tokens in the step, ``S`` = KV slots.
+SiLU(gate) * up -> down; in a mixture-of-experts model the MLP is the engine's own ``engine.moe.MoE``
+(:mod:`calibration.moe_ops`), routed for real in whole-layer timings. The first stage embeds token
+ids; the last normalises the sampled rows, runs lm_head on them and takes a greedy argmax. Input
+preparation is ``engine/kvcache.py::build_batch``: positions, slots from block tables, per-request
+context slots, sample rows. Shapes in comments; ``T`` = tokens in the step, ``S`` = KV slots.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from calibration.moe_ops import build_moe
 from engine.kvcache import paged_attention
 from ppsim.models.shape import ModelShape
 
@@ -51,7 +53,7 @@ class KV:
 class Layer:
     """Random weights of one decoder layer (plus embedding / lm_head) for ``shape`` on ``device``."""
 
-    def __init__(self, shape: ModelShape, dtype: str, device: str, seed: int = 0) -> None:
+    def __init__(self, shape: ModelShape, dtype: str, device: str, seed: int = 0, router_zipf: float = 0.0) -> None:
         g = torch.Generator().manual_seed(seed)
         self.s, self.dt, self.dev = shape, TORCH_DTYPES[dtype], torch.device(device)
         h, q, kv, i = shape.hidden_size, shape.q_dim, shape.kv_dim, shape.intermediate_size
@@ -65,14 +67,17 @@ class Layer:
         self.ln1 = torch.ones(h, device=self.dev, dtype=self.dt)
         self.ln2 = torch.ones(h, device=self.dev, dtype=self.dt)
         self.emb, self.lm = w(shape.vocab_size, h), w(shape.vocab_size, h)
+        self.router_zipf = router_zipf
+        self.moe = build_moe(shape, router_zipf, seed, self.dt, self.dev) if shape.is_moe else None
     def sibling(self, seed: int) -> Layer:
         """Another layer of the same shape, dtype and device with its own weights."""
         name = next(k for k, v in TORCH_DTYPES.items() if v == self.dt)
-        return Layer(self.s, name, str(self.dev), seed)
+        return Layer(self.s, name, str(self.dev), seed, self.router_zipf)
 
     def weight_bytes(self) -> int:
         ws = (self.w_q, self.w_k, self.w_v, self.w_o, self.w_g, self.w_u, self.w_d)
-        return sum(w.numel() * w.element_size() for w in ws)
+        moe = [] if self.moe is None else list(self.moe.parameters())
+        return sum(w.numel() * w.element_size() for w in (*ws, *moe))
 
     # --- operators ---------------------------------------------------------------------------
     def rms_norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -123,7 +128,8 @@ class Layer:
         q, k = self.rope(q, k, pos)
         x = self.o_proj(self.attend(q, k, v, kv))
         res = x + res
-        return self.down(self.act(self.gate_up(self.rms_norm(res, self.ln2)))), res
+        x = self.rms_norm(res, self.ln2)
+        return (self.moe(x) if self.moe is not None else self.down(self.act(self.gate_up(x)))), res
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.emb)

@@ -5,8 +5,10 @@ Each task builds its inputs once, then :class:`calibration.timer.Timer` times th
 over (chunk, prefix); decode attention over (batch, per-request contexts, ragged where the task
 says so); ``lm_head`` and ``sampling`` over requests; ``prepare_inputs`` over requests; ``layer``
 times a whole decoder-layer forward of a mixed step to measure the gap between the sum of operators
-and the real layer. ``split`` marks samples used for fitting ("fit"), for the whole-layer glue fit
-("layer") and for the held-out check ("heldout"), which never enter a fit.
+and the real layer; a mixture-of-experts model adds the MoE operators of :mod:`calibration.moe_ops`
+(router and shared experts over tokens, grouped experts over (pairs, distinct experts)). ``split``
+marks samples used for fitting ("fit"), for the whole-layer glue fit ("layer") and for the held-out
+check ("heldout"), which never enter a fit.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import torch
 
 from calibration.layer import Layer, Seq, block_tables, prepare_inputs
+from calibration.moe_ops import experts_fn, experts_points, moe_fns
 from calibration.timer import Timer, summarize
 
 TOKEN_OPS = (
@@ -196,10 +199,31 @@ class OpProfiler:
                 out.append(Task("attn_decode", split, plan_features(seqs), lambda seqs=seqs: self.attn_fn(seqs)))
             for spec in plans:
                 out.append(self._layer_task(spec, split))
+            out += self.moe_tasks(split, toks)
         for op in REQ_OPS:
             for R in g.reqs:
                 out.append(Task(op, "fit", {"reqs": R}, lambda op=op, R=R: self.req_fn(op, R)))
         out.extend(self._layer_task(spec, "layer") for spec in g.layer_plans)
+        return out
+
+    def moe_tasks(self, split: str, tokens: tuple[int, ...]) -> list[Task]:
+        """The MoE operators over ``tokens`` (none for a dense model), each run on every layer of the
+        stack in turn: a stage reads each layer's experts once per step, so their weights are not in
+        cache the way they are when one layer's operator repeats."""
+        if self.L.moe is None:
+            return []
+        h = self.L.s.hidden_size
+        moes = [layer.moe for layer in self.stack]
+
+        def stacked(fns: list[Callable[[], object]]) -> Callable[[], object]:
+            return lambda: [f() for f in fns]
+
+        out = [Task(op, split, {"tokens": T}, lambda op=op, T=T: stacked(
+            [moe_fns(m, x)[op] for m, x in zip(moes, [self._x(T, h)] * len(moes), strict=True)]))
+               for op in moe_fns(moes[0], self._x(1, h)) for T in tokens]
+        for pt in experts_points(self.L.s, tokens):
+            out.append(Task("moe_experts", split, pt, lambda pt=pt: stacked(
+                [experts_fn(m, self._x(pt["tokens"], h), pt["experts"]) for m in moes])))
         return out
 
     def _layer_task(self, spec: str, split: str) -> Task:
@@ -221,7 +245,7 @@ class OpProfiler:
                     raw[i] += xs
         rows = []
         for t, xs, k in zip(tasks, raw, inner, strict=True):
-            if t.op == "layer":  # a stack of layers ran; report per layer
+            if t.op == "layer" or t.op.startswith("moe_"):  # a stack of layers ran; report per layer
                 xs = [x / len(self.stack) for x in xs]
             tm = summarize(xs, k)
             rows.append({"op": t.op, "split": t.split, "plan": t.plan, **t.feats,

@@ -17,7 +17,8 @@ many token counts. Columns used (times are milliseconds; ppsim stores seconds):
   (``batch_size``, ``kv_cache_size`` per request). Fitted (prefill_attn / decode_attn forms) with
   cross-validated error, since plans have ragged per-request shapes.
 - ``network/<dev>_<network>/send_recv.csv`` (``size`` bytes, 2 workers) -> ``send_recv``;
-  ``all_reduce.csv`` at ``num_workers`` == tp -> ``all_reduce`` (two per layer when tp > 1).
+  ``all_reduce.csv`` at ``num_workers`` == tp -> ``all_reduce`` (two per layer when tp > 1); where
+  a file also has rows across nodes (``dgx``), only those with ``devices_per_node`` == tp.
 - ``cpu_overheads/<dev>.csv`` (A100 / A40 only; H100 uses A100's): ``schedule_median`` ->
   ``schedule``, ``process_model_outputs_median`` -> ``update``, ``prepare_inputs_e2e_median`` ->
   ``prepare_inputs``, ``sampler_e2e_median`` -> ``sampling``, over ``batch_size``. Only CodeLlama-34B
@@ -25,9 +26,10 @@ many token counts. Columns used (times are milliseconds; ppsim stores seconds):
 
 Missing, and modelled instead (each listed in ``meta.json["missing"]``): ``final_norm`` (the
 ``input_layernorm`` table: the same RMSNorm over all tokens); ``lm_head`` (roofline of the device
-preset: max(weight bytes / bandwidth, FLOPs / peak), efficiencies 0.8 / 0.7); attention for every
-model but Llama-2-70B on A100 (roofline: 4 q_dim FLOPs per query-key pair; decode reads 2 kv_dim
-bytes per context token); CPU overheads on H100 (A100's); ``all_reduce`` at a TP size the network
+preset through ppsim's analytic kernel curves, ``ppsim/cost/kernels.py``); attention for every
+model but Llama-2-70B on A100 (the analytic model's attention, whose constants are fitted to that
+one measured file: 4 q_dim FLOPs per causal query-key pair; decode reads
+2 kv_dim bytes per context token); CPU overheads on H100 (A100's); ``all_reduce`` at a TP size the network
 data lacks (e.g. 8: only 2 and 4 workers are shipped; the simulator then times the ring all-reduce
 over the scenario's ``cluster.tp_link``, as the roofline does). ``--network`` must name a
 ``network/<dev>_<network>`` folder (``pairwise_nvlink``, ``dgx``).
@@ -43,6 +45,7 @@ import numpy as np
 
 from calibration.artifact import base_meta, check_output_dir, write_artifact
 from calibration.fit import fit_op, fit_to_json
+from ppsim.cost.kernels import FIT, device_fit
 from ppsim.errors import PPSimError
 from ppsim.hardware.presets import resolve_device
 from ppsim.models.shape import ModelShape, load_model
@@ -52,14 +55,16 @@ PRESET_TO_VIDUR = {
     "llama-2-70b": "meta-llama/Llama-2-70b-hf",
     "llama-3-8b": "meta-llama/Meta-Llama-3-8B",
     "llama-3-70b": "meta-llama/Meta-Llama-3-70B",
+    "codellama-34b": "codellama/CodeLlama-34b-Instruct-hf",
+    "internlm-20b": "internlm/internlm-20b",
+    "qwen-72b": "Qwen/Qwen-72B",
 }
 MLP_OPS = {
     "emb": "embedding", "input_layernorm": "input_layernorm", "attn_pre_proj": "attn_qkv",
     "attn_rope": "attn_rope", "attn_post_proj": "attn_o_proj", "post_attention_layernorm": "post_attention_layernorm",
     "mlp_up_proj": "mlp_gate_up", "mlp_act": "mlp_act", "mlp_down_proj": "mlp_down", "add": "add",
 }
-DEVICE_PRESET = {"a100": "a100-80gb", "h100": "h100-sxm"}
-COMPUTE_EFF, MEMORY_EFF = 0.7, 0.8  # ppsim's analytic defaults (CostConfig)
+DEVICE_PRESET = {"a100": "a100-80gb", "h100": "h100-sxm", "a40": "a40"}
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -96,25 +101,35 @@ def check_vidur_shape(row: dict[str, str], shape: ModelShape, path: Path) -> Non
 
 
 def roofline_fits(shape: ModelShape, device: str, tp: int) -> dict[str, dict[str, Any]]:
-    """lm_head and attention from the device preset where Vidur has no measurement."""
+    """lm_head, attention and sampling from ppsim's analytic model where Vidur has no measurement.
+
+    The same kernel curves as the analytic model (:mod:`ppsim.cost.kernels`, fitted to Vidur's A100
+    data), in the profile's forms: so where the import lacks a measurement, it and the analytic model
+    agree, and a comparison of the two measures only what Vidur measured.
+    """
     dev = resolve_device(DEVICE_PRESET.get(device, device))
-    F = dev.peak_tflops * 1e12 * COMPUTE_EFF
-    BW = dev.hbm_bandwidth_gbps * 1e9 * MEMORY_EFF
+    k, d = FIT, device_fit(dev.name)
+    F, PB = dev.peak_tflops * 1e12, dev.hbm_bandwidth_gbps * 1e9
     b, v_gpu = shape.dtype_bytes, shape.vocab_size / tp
     q_gpu = shape.q_dim / tp
     kv_gpu = max(1, -(-shape.num_kv_heads // tp)) * shape.head_dim
-    src = f"roofline ({dev.name}, eff {COMPUTE_EFF}/{MEMORY_EFF})"
+    reshape = 2 * b * (2 * q_gpu + 2 * kv_gpu) / (PB * k.reshape_eff)
+    src = f"analytic model ({dev.name}, ppsim/cost/kernels.py)"
+    w_read = shape.hidden_size * v_gpu * b / (PB * d.memory_eff)
     return {
         "lm_head": {"form": "linear_floor", "x": "reqs", "source": src,
-                    "coef": {"floor": shape.hidden_size * v_gpu * b / BW, "c0": 0.0,
-                             "c1": 2 * shape.hidden_size * v_gpu / F}},
-        # pairs = c p + c^2 / 2 + c / 2; 4 q_dim FLOPs per pair (QK^T and PV)
+                    "coef": {"floor": 0.0, "c0": w_read + k.gemm_launch_us * 1e-6,
+                             "c1": 2 * shape.hidden_size * v_gpu / (F * d.compute_eff)}},
+        # per item: causal pairs c p + c^2 / 2 at 4 q_dim FLOPs each (QK^T and PV), KV reshapes per token
         "attn_prefill": {"form": "prefill_attn", "x": "", "source": src,
-                         "coef": {"call": 0.0, "tok": 2 * q_gpu / F, "cp": 4 * q_gpu / F, "cc": 2 * q_gpu / F}},
+                         "coef": {"call": k.attn_call_us * 1e-6, "tok": reshape,
+                                  "cp": 4 * q_gpu / (F * k.attn_compute_eff),
+                                  "cc": 2 * q_gpu / (F * k.attn_compute_eff)}},
         "attn_decode": {"form": "decode_attn", "x": "", "source": src,
-                        "coef": {"call": 0.0, "req": 0.0, "ctx": 2 * kv_gpu * b / BW}},
+                        "coef": {"call": k.attn_call_us * 1e-6, "req": reshape,
+                                 "ctx": 2 * kv_gpu * b / (PB * k.attn_memory_eff)}},
         "sampling": {"form": "linear", "x": "reqs", "source": src,
-                     "coef": {"c0": 0.0, "c1": 3 * shape.vocab_size * 4 / BW}},
+                     "coef": {"c0": d.sampler_us * 1e-6, "c1": d.sampler_per_req_us * 1e-6}},
     }
 
 
@@ -176,6 +191,9 @@ def network_fits(root: Path, device: str, network: str, tp: int) -> tuple[dict[s
     if tp > 1:
         path = d / "all_reduce.csv"
         ar = [r for r in _rows(path) if int(r["num_workers"]) == tp] if path.is_file() else []
+        # dgx files mix GPUs in one node with GPUs across nodes at the same worker count: keep one node's
+        intra = [r for r in ar if r.get("devices_per_node") == r["num_workers"]]
+        ar = intra or ar
         if ar:
             out["all_reduce"] = _interp(table(ar, "size", "time_stats.all_reduce.median"), "bytes",
                                         f"{d.name}/all_reduce.csv")
@@ -211,12 +229,12 @@ def import_vidur(root: str, device: str, model: str, out: str, tp: int = 1, vidu
         for v, ppsim_op in MLP_OPS.items()
     }
     fits["final_norm"] = {**fits["input_layernorm"], "source": "mlp.csv input_layernorm (no final norm profiled)"}
-    missing = ["final_norm: input_layernorm's table", "lm_head: roofline of the device preset"]
+    missing = ["final_norm: input_layernorm's table", "lm_head: the analytic model (ppsim/cost/kernels.py)"]
     fits.update({k: v for k, v in roofline_fits(shape, device, tp).items()})
     if (mdir / "attention.csv").is_file() and (att := attention_fits(mdir / "attention.csv", tp)):
         fits.update(att)
     else:
-        missing.append(f"attention: no attention.csv for {vm} at TP {tp} on {device}; roofline of the device preset")
+        missing.append(f"attention: no attention.csv for {vm} at TP {tp} on {device}; the analytic model's attention")
     cpu, note = cpu_fits(base, device)
     fits.update(cpu)
     missing += [note] if note else []

@@ -7,7 +7,10 @@ without torch installed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 
 
 def add_engine_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +24,8 @@ def add_engine_parser(sub: argparse._SubParsersAction) -> None:
     a("--threads-per-stage", type=int, default=1, help="torch threads per stage process (default 1)")
     a("--stage-timeout-s", type=float, default=None,
       help="declare a stage dead after this long without progress (default 5 s + 4 x a full step)")
+    a("--startup-timeout-s", type=float, default=60.0,
+      help="give up if a stage is not ready (spawned, joined, weights loaded, warmed up) within this (default 60)")
     a("--kv-blocks", type=int, default=None, help="KV pool size (default: what the workload can hold at once)")
     a("--max-kv-gib", type=float, default=4.0, help="refuse a larger KV cache per stage (default 4)")
     a("--checkpoint", default=None, help="HF-layout safetensors directory (default: random weights from --seed)")
@@ -31,33 +36,65 @@ def add_engine_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_engine(args: argparse.Namespace) -> int:
-    from engine.run import EngineFault, run_engine
-    from ppsim.cli import scenario_from_args
+    from engine.launcher import StageFault
+    from engine.run import EngineFault, Terminated, run_engine
+    from ppsim.cli import report_rejections, scenario_from_args
     from ppsim.metrics.summary import format_summary
+    from ppsim.outputs import check_output_dir
+    from ppsim.rejections import rejections_of
 
     s = scenario_from_args(args)
     opts = engine_options(args)
+    out_dir = check_output_dir(args.output_dir)
     try:
-        run = run_engine(s, args.output_dir, opts, log=lambda m: print(m, flush=True),
-                         dashboard=not args.no_dashboard)
+        with sigterm_as_interrupt():
+            run = run_engine(s, out_dir, opts, log=lambda m: print(m, flush=True),
+                             dashboard=not args.no_dashboard)
     except EngineFault as err:
         print(f"error: {err}", file=sys.stderr)
-        print(f"partial results written to {args.output_dir}/", file=sys.stderr)
+        print(f"partial results written to {out_dir}/", file=sys.stderr)
+        return 1
+    except StageFault as err:  # before any request ran (start-up): nothing is written
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:
         if getattr(err, "partial_results", None):
             print(f"partial results written to {err.partial_results}/", file=sys.stderr)
+        if isinstance(err, Terminated):
+            print("terminated (SIGTERM)", file=sys.stderr)
+            return 128 + signal.SIGTERM
         raise
     print(format_summary(run.summary, "Engine Benchmark Result"))
-    print(f"results written to {args.output_dir}/ (summary.json, requests.csv, tokens.csv, stage_ops.csv, "
+    print(f"results written to {out_dir}/ (summary.json, requests.csv, tokens.csv, stage_ops.csv, "
           "trace.json, config.json, engine.json, tokens.json, timeseries.csv, timeline.csv"
           f"{'' if args.no_dashboard else ', dashboard.png'})")
-    return 0
+    return report_rejections(*rejections_of(run.prep, run.requests, run.summary))
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`engine.run.Terminated` (a KeyboardInterrupt) while the engine runs, so
+    ``timeout``, Slurm and Kubernetes get the partial results Ctrl-C gets. Main thread only."""
+    from engine.run import Terminated
+
+    def raise_terminated(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # EngineOptions field -> the flag that sets it, for one-line error messages
 FLAGS = {"backend": "--backend", "device": "--device", "threads_per_stage": "--threads-per-stage",
-         "stage_timeout_s": "--stage-timeout-s", "kv_num_blocks": "--kv-blocks", "max_kv_gib": "--max-kv-gib",
+         "stage_timeout_s": "--stage-timeout-s", "startup_timeout_s": "--startup-timeout-s",
+         "kv_num_blocks": "--kv-blocks", "max_kv_gib": "--max-kv-gib",
          "checkpoint": "--checkpoint", "inject_fault": "--inject-fault"}
 
 
@@ -71,7 +108,8 @@ def engine_options(args: argparse.Namespace):  # noqa: ANN201 - EngineOptions; e
 
     try:
         return EngineOptions(backend=args.backend, device=args.device, threads_per_stage=args.threads_per_stage,
-                             stage_timeout_s=args.stage_timeout_s, kv_num_blocks=args.kv_blocks,
+                             stage_timeout_s=args.stage_timeout_s, startup_timeout_s=args.startup_timeout_s,
+                             kv_num_blocks=args.kv_blocks,
                              max_kv_gib=args.max_kv_gib, checkpoint=args.checkpoint, inject_fault=args.inject_fault)
     except ValidationError as err:
         msg = format_validation_error(err)

@@ -27,6 +27,29 @@ class StageFault(PPSimError):
     """A stage died, reported an error, or stopped making progress."""
 
 
+class StartupTimeout(StageFault):
+    """A stage did not come up within the start-up timeout."""
+
+
+# start-up phases a stage reports, in order, and where a stage that reported only that one is stuck
+PHASES = {"spawning": "starting its process (importing torch)", "started": "joining the process group",
+          "joined": "building its layers and loading weights", "loaded": "in its warm-up step"}
+
+
+def startup_message(phase: dict[int, str], ready: set[int], timeout_s: float) -> str:
+    """Name the stage(s) furthest behind; those waiting on them at a later phase are only named as waiting."""
+    missing = sorted(set(phase) - ready)
+    order = list(PHASES)
+    first = min(order.index(phase[r]) for r in missing)
+    behind = [r for r in missing if order.index(phase[r]) == first]
+    waiting = [r for r in missing if r not in behind]
+    who = f"stage {behind[0]}" if len(behind) == 1 else f"stages {behind}"
+    msg = f"{who} did not come up within {timeout_s:g} s (stuck {PHASES[order[first]]})"
+    if waiting:
+        msg += f"; stage(s) {waiting} were waiting for it"
+    return msg + "; raise --startup-timeout-s if the host is only slow"
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -105,15 +128,17 @@ class StageGroup:
     def wait_ready(self, timeout_s: float) -> dict[int, tuple[float, float]]:
         """rank -> (stage clock at ready, warm-up step seconds)."""
         ready: dict[int, tuple[float, float]] = {}
+        phase = dict.fromkeys(range(len(self.procs)), "spawning")
         deadline = time.monotonic() + timeout_s
         while len(ready) < len(self.procs):
             left = deadline - time.monotonic()
             if left <= 0:
-                missing = sorted(set(range(len(self.procs))) - set(ready))
-                raise StageFault(f"stages {missing} not ready within {timeout_s:.0f} s")
+                raise StartupTimeout(startup_message(phase, set(ready), timeout_s))
             msg = self.get(min(left, 0.5))
             if msg is not None and msg[0] == "ready":
                 ready[msg[1]] = (msg[2], msg[3])
+            elif msg is not None and msg[0] == "phase":
+                phase[msg[1]] = msg[2]
         return ready
 
     def stop(self, on_message: Any, timeout_s: float) -> None:

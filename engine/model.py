@@ -1,6 +1,7 @@
 """A Llama-style decoder in torch, built one pipeline stage at a time.
 
-Layers follow HF ``LlamaForCausalLM`` (RMSNorm, RoPE, GQA attention, SwiGLU MLP) with vLLM's
+Layers follow HF ``LlamaForCausalLM`` (RMSNorm, RoPE, GQA attention, SwiGLU MLP; or a
+mixture-of-experts MLP in the layers a MoE model routes, :mod:`engine.moe`) with vLLM's
 fused-residual convention (``vllm/model_executor/models/llama.py::LlamaDecoderLayer``): each layer
 takes and returns ``(hidden_states, residual)``, and exactly that pair crosses a stage boundary
 (vLLM's ``IntermediateTensors``). A stage builds only its own layers but keeps *global* layer
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.moe import MoE
 from ppsim.models.shape import ModelShape
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -90,10 +92,12 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, s: ModelShape) -> None:
+    """Attention and an MLP: dense, or a mixture of experts where ``s.layer_is_moe(layer)`` (engine/moe.py)."""
+
+    def __init__(self, s: ModelShape, layer: int = 0, router_zipf: float = 0.0) -> None:
         super().__init__()
         self.self_attn = Attention(s)
-        self.mlp = MLP(s)
+        self.mlp: nn.Module = MoE(s, router_zipf) if s.layer_is_moe(layer) else MLP(s)
         self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
 
@@ -112,14 +116,15 @@ class _Body(nn.Module):
 class StageModel(nn.Module):
     """Global layers ``[start, end)``; the embedding on the first stage, norm + lm_head on the last."""
 
-    def __init__(self, s: ModelShape, start: int, end: int, is_first: bool, is_last: bool) -> None:
+    def __init__(self, s: ModelShape, start: int, end: int, is_first: bool, is_last: bool,
+                 router_zipf: float = 0.0) -> None:
         super().__init__()
         self.shape, self.start, self.end = s, start, end
         self.is_first, self.is_last = is_first, is_last
         self.model = _Body()
         if is_first:
             self.model.embed_tokens = nn.Embedding(s.vocab_size, s.hidden_size)
-        self.model.layers = nn.ModuleDict({str(i): DecoderLayer(s) for i in range(start, end)})
+        self.model.layers = nn.ModuleDict({str(i): DecoderLayer(s, i, router_zipf) for i in range(start, end)})
         if is_last:
             self.model.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
             self.lm_head = nn.Linear(s.hidden_size, s.vocab_size, bias=False)
@@ -127,6 +132,10 @@ class StageModel(nn.Module):
     @property
     def num_layers(self) -> int:
         return self.end - self.start
+
+    def experts_touched(self) -> dict[int, int]:
+        """Global MoE layer -> distinct routed experts its last forward ran."""
+        return {int(i): layer.mlp.touched for i, layer in self.model.layers.items() if isinstance(layer.mlp, MoE)}
 
     def forward(
         self,
@@ -173,9 +182,12 @@ def init_random(m: StageModel, seed: int) -> None:
 
 
 def build_stage(s: ModelShape, start: int, end: int, is_first: bool, is_last: bool, seed: int,
-                dtype: torch.dtype, device: torch.device | str = "cpu") -> StageModel:
-    """A stage with seeded random weights, in ``dtype`` on ``device``, in eval mode."""
-    m = StageModel(s, start, end, is_first, is_last)
+                dtype: torch.dtype, device: torch.device | str = "cpu", router_zipf: float = 0.0) -> StageModel:
+    """A stage with seeded random weights, in ``dtype`` on ``device``, in eval mode.
+
+    ``router_zipf``: MoE router popularity skew (:func:`engine.moe.zipf_bias`); ignored by dense layers.
+    """
+    m = StageModel(s, start, end, is_first, is_last, router_zipf)
     init_random(m, seed)
     return m.to(device=device, dtype=dtype).eval()
 

@@ -35,32 +35,42 @@ from engine.worker import StageConfig
 from ppsim.config import Scenario, scenario_json
 from ppsim.deployment import Prepared, kv_figures, prepare
 from ppsim.errors import PPSimError
-from ppsim.metrics.io import atomic_write, dumps, write_run
+from ppsim.metrics.io import dumps, run_files
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
 from ppsim.models.shape import ModelShape
+from ppsim.outputs import check_output_dir, write_result_set
 from ppsim.policy.pipelines import REPLICATED
 from ppsim.policy.requests import Request
-from ppsim.report.dashboard import write_dashboard
+from ppsim.report.dashboard import drawn_dashboards, series_files
+
+# a stage's own rendezvous timeout outlasts the parent's start-up timeout, so that on a stall the parent
+# names the stage that did not come up instead of a peer that gave up waiting for it
+DIST_TIMEOUT_MARGIN_S = 30.0
 
 
 class EngineOptions(BaseModel):
     """Engine settings that the simulator does not have."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     backend: Literal["gloo", "nccl"] = "gloo"
     device: Literal["cpu", "cuda"] = "cpu"
     threads_per_stage: int = Field(default=1, ge=1, description="torch intra-op threads per stage process")
     # None: 5 s + 4 x the expected time of a full-budget step through all stages (from the warm-up)
     stage_timeout_s: float | None = Field(default=None, gt=0)
-    startup_timeout_s: float = Field(default=180.0, gt=0, description="spawn, rendezvous, weights, warm-up")
+    # spawn, rendezvous, weights, warm-up: tiny models start in about 5 s on an idle CPU host, 20 s on a busy one
+    startup_timeout_s: float = Field(default=60.0, gt=0, description="spawn, rendezvous, weights, warm-up")
     kv_num_blocks: int | None = Field(default=None, ge=1, description="override the KV pool size")
     max_kv_gib: float = Field(default=4.0, gt=0, description="refuse KV caches larger than this per stage")
     checkpoint: str | None = Field(default=None, description="HF-layout safetensors directory")
     warm_tokens: int = Field(default=256, ge=1, description="tokens in the warm-up step")
     # testing the fault path: "kill:STAGE:STEP" (stage exits) or "stall:STAGE:STEP" (stage stops)
     inject_fault: str | None = None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, Slurm, Kubernetes) during a run: handled as Ctrl-C, exit status 143."""
 
 
 class EngineFault(StageFault):
@@ -76,6 +86,9 @@ class EngineRun:
     result: EngineResult
     summary: dict
     info: dict
+    prep: Prepared
+    plans: dict = dataclasses.field(default_factory=dict)  # step id -> the StepPlan launched (validate)
+    stage_cpu_s: dict = dataclasses.field(default_factory=dict)  # (stage, step id) -> compute thread CPU s
 
     @property
     def requests(self):  # noqa: ANN201
@@ -110,10 +123,11 @@ def _checkpoint(s: Scenario, opts: EngineOptions) -> str | None:
 
 
 def check_supported(prep: Prepared) -> None:
-    """The engine runs dense Llama/Qwen2-style models on pipelines (no TP, MoE, MLA, qk-norm, replicas)."""
+    """The engine runs Llama/Qwen2-style decoders, dense or MoE (engine/moe.py), on pipelines
+    (no TP, MLA, qk-norm, replicas)."""
     shape, policy = prep.shape, prep.scenario.engine.policy
-    if getattr(shape, "n_routed_experts", 0) or getattr(shape, "kv_lora_rank", 0) or getattr(shape, "qk_norm", False):
-        raise PPSimError(f"model {shape.name}: the engine runs dense Llama-style decoders only (no MoE, MLA, qk-norm)")
+    if getattr(shape, "kv_lora_rank", 0) or getattr(shape, "qk_norm", False):
+        raise PPSimError(f"model {shape.name}: the engine runs Llama-style decoders, dense or MoE (no MLA, qk-norm)")
     if policy in REPLICATED:
         raise PPSimError(f"policy {policy}: runs data-parallel replicas, which the engine does not; "
                          "use a pipeline policy")
@@ -133,7 +147,8 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
     return [
         StageConfig(st.index, len(prep.topology.stages), url, shape, st.start_layer, st.end_layer, prep.num_blocks,
                     s.engine.block_size, s.seed, ckpt, opts.backend, opts.device, opts.threads_per_stage,
-                    opts.startup_timeout_s, min(opts.warm_tokens, s.engine.max_num_batched_tokens))
+                    opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S,
+                    min(opts.warm_tokens, s.engine.max_num_batched_tokens), router_zipf=s.moe_router_zipf)
         for st in prep.topology.stages
     ]
 
@@ -174,9 +189,9 @@ def _fault_plan(opts: EngineOptions, cfgs: list[StageConfig]) -> list[StageConfi
         return cfgs
     try:
         kind, stage, step = opts.inject_fault.split(":")
-        stage_i, step_i = int(stage), int(step)
+        stage_i, step_i = int(stage), -1 if step == "start" else int(step)
     except ValueError:
-        raise PPSimError("inject_fault: use kill:STAGE:STEP or stall:STAGE:STEP") from None
+        raise PPSimError("inject_fault: use kill:STAGE:STEP or stall:STAGE:STEP (STEP may be start)") from None
     if kind not in ("kill", "stall") or not 0 <= stage_i < len(cfgs):
         raise PPSimError("inject_fault: use kill:STAGE:STEP or stall:STAGE:STEP with an existing stage")
     return [dataclasses.replace(c, fault=(kind, step_i)) if c.rank == stage_i else c for c in cfgs]
@@ -191,6 +206,8 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
     ``result`` has every record up to the fault, unfinished requests marked ``unfinished``.
     """
     opts = options or EngineOptions()
+    if out_dir is not None:
+        out_dir = check_output_dir(out_dir)
     prep0 = prepare(s, requests)
     prep = dataclasses.replace(prep0, num_blocks=engine_num_blocks(prep0, opts))
     cfgs = _fault_plan(opts, stage_configs(prep, opts))
@@ -214,18 +231,23 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
         try:
             ex.run()
             group.stop(ex.on_message, timeout)
-        except KeyboardInterrupt as err:  # Ctrl-C: keep what ran so far, as on a fault; exit code stays 130
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: keep what ran so far, as on a fault
             if out_dir is not None:
-                _finish(prep, ex.result("interrupted"), info, out_dir, dashboard)
+                why = "terminated (SIGTERM)" if isinstance(err, Terminated) else "interrupted"
+                _finish(prep, ex.result(why), info, out_dir, dashboard)
                 err.partial_results = str(out_dir)  # type: ignore[attr-defined]
             raise
         except StageFault as err:
             res = ex.result(str(err).splitlines()[0])
             run = _finish(prep, res, info, out_dir, dashboard)
-            lost = [r.req_id for r in res.requests if r.status == "unfinished"]
+            lost = run.info["unfinished_requests"]
+            where = f" (all in {out_dir}/engine.json, unfinished_requests)" if out_dir is not None else ""
             raise EngineFault(f"{res.fault}; {len(lost)} requests unfinished: {lost[:20]}"
-                              f"{' ...' if len(lost) > 20 else ''}", run.result) from None
-    return _finish(prep, ex.result(), info, out_dir, dashboard)
+                              f"{' ...' if len(lost) > 20 else ''}{where}", run.result) from None
+    run = _finish(prep, ex.result(), info, out_dir, dashboard)
+    run.plans = dict(ex.launched)
+    run.stage_cpu_s = {(rank, t.step_id): t.cpu_s for rank, ts in enumerate(ex.stage_times) for t in ts}
+    return run
 
 
 def _finish(prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path | None,
@@ -233,11 +255,18 @@ def _finish(prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path |
     num_stages = len(prep.topology.stages)
     summary = summarize(res.requests, res.ops, num_stages, kv_figures(prep, res.peak_blocks_used))
     info = {**info, **res.extra, "fault": res.fault, "wall_s": res.end_s,
-            "kv_blocks_used_at_end": res.blocks_used_at_end}
+            "kv_blocks_used_at_end": res.blocks_used_at_end,
+            "unfinished_requests": [r.req_id for r in res.requests if r.status == "unfinished"]}
+    run = EngineRun(res, summary, info, prep)
     if out_dir is not None:
-        write_run(out_dir, scenario_json(prep.scenario), summary, res.requests, res.ops,
-                  chrome_trace(res.ops, "ppsim engine"))
-        atomic_write(Path(out_dir) / "engine.json", dumps(info))
-        atomic_write(Path(out_dir) / "tokens.json", dumps({str(k): v for k, v in res.tokens.items()}))
-        write_dashboard(out_dir, res.series, dashboard)
-    return EngineRun(res, summary, info)
+        write_result_set(out_dir, engine_files(run), derived=drawn_dashboards("") if dashboard else None)
+    return run
+
+
+def engine_files(run: EngineRun) -> dict[str, str | bytes]:
+    """The files of an engine run: the simulator's set plus engine.json, tokens.json and the series."""
+    res = run.result
+    return {**run_files(scenario_json(run.prep.scenario), run.summary, res.requests, res.ops,
+                        chrome_trace(res.ops, "ppsim engine")),
+            "engine.json": dumps(run.info), "tokens.json": dumps({str(k): v for k, v in res.tokens.items()}),
+            **series_files(res.series)}

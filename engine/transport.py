@@ -76,6 +76,7 @@ class StageTimes:
     start_s: float
     end_s: float
     send_start_s: float  # isend of the outputs posted
+    cpu_s: float = -1.0  # thread CPU time of the compute (start_s..end_s): wall minus time not running
 
 
 def _tag(step_id: int, k: int) -> int:

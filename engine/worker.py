@@ -59,6 +59,7 @@ class StageConfig:
     threads: int
     dist_timeout_s: float
     warm_tokens: int
+    router_zipf: float = 0.0  # MoE router popularity skew (engine/moe.py)
     fault: tuple[str, int] | None = None  # ("kill" | "stall", step id): fault injection for tests
 
 
@@ -85,7 +86,7 @@ class Stage:
         self.is_first, self.is_last = cfg.rank == 0, cfg.rank == cfg.world - 1
         dtype = torch_dtype(s.dtype)
         self.model: StageModel = build_stage(s, cfg.start_layer, cfg.end_layer, self.is_first, self.is_last,
-                                             cfg.seed, dtype, self.dev)
+                                             cfg.seed, dtype, self.dev, cfg.router_zipf)
         if cfg.checkpoint:
             load_stage_weights(self.model, cfg.checkpoint)
         self.kv = PagedKVCache(self.model.num_layers, cfg.num_blocks, cfg.block_size, s.num_kv_heads, s.head_dim,
@@ -135,15 +136,16 @@ class Stage:
             hidden, residual = self.link.wait_recv(pending_recv)
             recv_done = time.perf_counter()
         self.link.wait_sends()
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), time.thread_time()
         hidden, residual, req_ids, toks = self.compute(msg, hidden, residual)
         end = send_start = time.perf_counter()
+        cpu = time.thread_time() - cpu0
         if self.is_last:
             self.results.put(("tokens", msg.step_id, req_ids, toks))
             send_start = -1.0
         else:
             self.link.send(msg.step_id, hidden, residual)
-        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start))
+        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start, cpu))
         if len(self.times) >= FLUSH_EVERY:
             self.flush()
 
@@ -205,16 +207,30 @@ class Stage:
         self.flush()
 
 
+def _startup_fault(cfg: StageConfig) -> None:
+    """Fault injection before start-up (step -1): die, or hang as a stage stuck importing or on a driver."""
+    if cfg.fault is None or cfg.fault[1] >= 0:
+        return
+    if cfg.fault[0] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    while True:  # the parent's start-up timeout ends this (SIGTERM)
+        time.sleep(1.0)
+
+
 def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
     """Entry point of a stage process (``torch.multiprocessing`` spawn target)."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(cfg.threads)
     try:
+        _startup_fault(cfg)
+        results.put(("phase", cfg.rank, "started"))
         if cfg.world > 1:
             dist.init_process_group(cfg.backend, init_method=cfg.init_method, rank=cfg.rank,
                                     world_size=cfg.world, timeout=timedelta(seconds=cfg.dist_timeout_s))
+        results.put(("phase", cfg.rank, "joined"))
         stage = Stage(cfg, ctrl, results)
+        results.put(("phase", cfg.rank, "loaded"))
         warm_s = stage.warm_up()
         gc.collect()
         gc.freeze()  # as vLLM after start-up: later collections skip the long-lived model objects

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+from ppsim.config import MAX_TOKENS
 from ppsim.errors import PPSimError
 from ppsim.metrics.io import save_figure
+from ppsim.outputs import OutputError
 
 
 def _floats(text: str, flag: str) -> list[float]:
@@ -72,6 +75,12 @@ def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - Ch
         vals = _floats(args.coefficients, "--coefficients")
         if len(vals) not in (3, 4):
             raise PPSimError("--coefficients: give a,b,c (or a,b,c,gamma for the refined form)")
+        if not all(math.isfinite(v) for v in vals):
+            raise PPSimError(f"--coefficients: {args.coefficients} holds inf or nan; give finite numbers like "
+                             "1e-6,0.02,1.5")
+        if vals[0] <= 0 or vals[1] < 0:
+            raise PPSimError(f"--coefficients: a={vals[0]:g} must be positive and b={vals[1]:g} >= 0 "
+                             "(f(l) = a l^2 + b l + c grows with length), e.g. 1e-6,0.02,1.5")
         return ChunkModel(*vals)
     from ppsim.cost.chunk_fit import fit_from_cost, fit_refined_from_cost
     from ppsim.deployment import prepare
@@ -89,8 +98,8 @@ def cmd_chunk_plan(args: argparse.Namespace) -> int:
     from ppsim.policy.chunking import chunk_plan
 
     reject_flags(args, CHUNK_PLAN_REJECTS)
-    if args.prompt_len is None or args.prompt_len < 1:
-        raise PPSimError("--prompt-len: give the prompt length in tokens (>= 1)")
+    if args.prompt_len is None or not 1 <= args.prompt_len <= MAX_TOKENS:
+        raise PPSimError(f"--prompt-len: give the prompt length in tokens, 1 to {MAX_TOKENS}")
     s = scenario_from_args(args)
     e = s.engine
     model = resolve_model(args, s)
@@ -158,18 +167,33 @@ def plot_fit(result: dict[str, Any], path: Path) -> None:
     save_figure(fig, path, dpi=120)
 
 
+def check_plot_path(plot: str) -> None:
+    """Refuse before the grid search a --plot path that cannot become a PNG file."""
+    from ppsim.outputs import check_output_dir
+
+    p = Path(plot)
+    if p.is_dir():
+        raise PPSimError(f"--plot: {plot} is a directory; give a file name such as {p / 'fit-chunks.png'}")
+    check_output_dir(p.parent, "--plot", replace=False)
+
+
 def cmd_fit_chunks(args: argparse.Namespace) -> int:
     from ppsim.cli import scenario_from_args
 
     reject_flags(args, FIT_CHUNKS_REJECTS)
     s = scenario_from_args(args)
+    if args.plot:
+        check_plot_path(args.plot)
     chunks = _ints(args.chunk_sizes, "--chunk-sizes")
     smooths = _floats(args.smooth_factors, "--smooth-factors")
     if not smooths or any(not 0 <= x <= 1 for x in smooths):
         raise PPSimError("--smooth-factors: use comma-separated values in [0, 1] like 0.5,0.75,1")
     res = fit_chunks(s, chunks, smooths)
     if args.plot:
-        plot_fit(res, Path(args.plot))
+        try:
+            plot_fit(res, Path(args.plot))
+        except OSError as err:
+            raise OutputError(f"--plot: cannot write {args.plot}: {err.strerror or err}") from None
     if args.json:
         print(json.dumps(res))
         return 0

@@ -5,12 +5,26 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ppsim.errors import PPSimError
 from ppsim.metrics.trace import TRACE_WINDOW_S
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and negative numbers as values (``--coefficients -1,0,0``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # "-1", "-1.5", "-1e-6,0,0": values, not flags (no ppsim flag starts with a digit)
+        self._negative_number_matcher = re.compile(r"^-(\d|\.\d)[\d.eE+\-,:]*$")
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
 
 # flag dest -> path in the scenario
 FLAG_PATHS: dict[str, tuple[str, ...]] = {
@@ -19,6 +33,7 @@ FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "quantization": ("weight_dtype",),
     "kv_cache_dtype": ("kv_cache_dtype",),
     "moe_routing_skew": ("cost", "moe_routing_skew"),
+    "moe_router_zipf": ("moe_router_zipf",),
     "seed": ("seed",),
     "pipeline_parallel_size": ("cluster", "pipeline_parallel_size"),
     "tensor_parallel_size": ("cluster", "tensor_parallel_size"),
@@ -28,6 +43,7 @@ FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "policy": ("engine", "policy"),
     "max_num_seqs": ("engine", "max_num_seqs"),
     "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
+    "max_model_len": ("engine", "max_model_len"),
     "enable_chunked_prefill": ("engine", "enable_chunked_prefill"),
     "block_size": ("engine", "block_size"),
     "gpu_memory_utilization": ("engine", "gpu_memory_utilization"),
@@ -74,6 +90,7 @@ def add_scenario_flags(p: argparse.ArgumentParser) -> None:
     a("-q", "--quantization", help="weight dtype: auto (the checkpoint's), bf16, fp8, fp4 (modelopt_fp4)")
     a("--kv-cache-dtype", help="KV cache dtype: auto (activation dtype), bf16, fp8")
     a("--moe-routing-skew", type=float, help="MoE: tokens sharing one expert choice (1 = uniform routing)")
+    a("--moe-router-zipf", type=float, help="MoE engine router: expert e's odds x (e+1)^-s (0 = router alone)")
     a("-pp", "--pipeline-parallel-size", type=int, dest="pipeline_parallel_size")
     a("-tp", "--tensor-parallel-size", type=int, dest="tensor_parallel_size")
     a("--layer-partition", help="vllm | last-heavy | counts like 20,20,20,20")
@@ -82,6 +99,8 @@ def add_scenario_flags(p: argparse.ArgumentParser) -> None:
     a("--policy", help="pipeline policy (default vllm-batch-queue)")
     a("--max-num-seqs", type=int)
     a("--max-num-batched-tokens", type=int)
+    a("--max-model-len", type=int, help="prompt + output tokens per request (default: the model's "
+      "max_position_embeddings); longer requests are rejected")
     a("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
     a("--block-size", type=int)
     a("--gpu-memory-utilization", type=float)
@@ -137,18 +156,28 @@ def scenario_from_args(args: argparse.Namespace):  # noqa: ANN201
 def cmd_simulate(args: argparse.Namespace) -> int:
     from ppsim.metrics.io import DASHBOARD_FILES, DEFAULT_FILES, DETAILED_FILES
     from ppsim.metrics.summary import format_summary
+    from ppsim.outputs import check_output_dir
     from ppsim.run import run_scenario
 
     s = scenario_from_args(args)
     window = None if args.trace_window_s is not None and math.isinf(args.trace_window_s) else args.trace_window_s
-    out = run_scenario(s, args.output_dir, save_detailed=args.save_detailed, lean=True, trace_window_s=window,
+    out_dir = check_output_dir(args.output_dir)
+    out = run_scenario(s, out_dir, save_detailed=args.save_detailed, lean=True, trace_window_s=window,
                        progress=not args.quiet, dashboard=not args.no_dashboard)
     print(format_summary(out.summary))
     files = DEFAULT_FILES + (DETAILED_FILES if args.save_detailed else ()) + DASHBOARD_FILES
     if args.no_dashboard:
         files = files[:-1]
-    print(f"results written to {args.output_dir}/ ({', '.join(files)})")
-    return 0
+    print(f"results written to {out_dir}/ ({', '.join(files)})")
+    return report_rejections(out.rejections, out.all_rejected)
+
+
+def report_rejections(message: str | None, all_rejected: bool) -> int:
+    """Print the line about rejected requests; exit status 1 if no request could be served."""
+    if message is None:
+        return 0
+    print(f"{'error' if all_rejected else 'warning'}: {message}", file=sys.stderr)
+    return 1 if all_rejected else 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -221,9 +250,8 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ppsim", description=DESCRIPTION,
-                                epilog="`ppsim COMMAND --help` lists a command's flags; "
-                                       "flags alone (or nothing) run `ppsim simulate`.")
+    p = Parser(prog="ppsim", description=DESCRIPTION,
+               epilog="`ppsim COMMAND --help` lists a command's flags; flags alone (or nothing) run `ppsim simulate`.")
     p.add_argument("--version", action="version", version=f"ppsim {version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sim = sub.add_parser("simulate", help=COMMANDS["simulate"][1])
@@ -265,13 +293,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except PPSimError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return getattr(err, "exit_code", 2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `ppsim models | head`
         sys.stderr.close()
         return 0
+    except OSError as err:  # a file that vanished or a disk that filled outside the result writers
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -27,8 +27,14 @@ PolicyName = Literal[
 ]
 
 
+# Bounds on what would otherwise be unbounded (a typo of a few zeros must not allocate terabytes):
+MAX_NUM_PROMPTS = 10_000_000  # requests in one run
+MAX_TOKENS = 10_000_000  # tokens in one sequence (the longest context windows served today: 10M)
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # inf and nan are refused everywhere, except where a field says what infinity means
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class ClusterConfig(_Frozen):
@@ -72,6 +78,8 @@ class EngineConfig(_Frozen):
     policy: PolicyName = "vllm-batch-queue"
     max_num_seqs: int = Field(default=256, ge=1, description="running requests at most (vLLM default 256)")
     max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget per step (V1 default 8192)")
+    # vLLM --max-model-len: prompt + output tokens a request may have; None: the model's max_position_embeddings
+    max_model_len: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     enable_chunked_prefill: bool = True  # always on in vLLM V1
     block_size: int = Field(default=16, ge=1, description="tokens per KV block (vLLM default 16)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
@@ -103,10 +111,11 @@ class CostConfig(_Frozen):
 
     kind: Literal["analytic", "profile"] = "analytic"
     profile_dir: str | None = None
-    compute_efficiency: float = Field(default=0.7, gt=0, le=1, description="achieved / peak FLOP/s for GEMMs")
-    memory_efficiency: float = Field(default=0.8, gt=0, le=1, description="achieved / peak HBM bandwidth")
-    layer_overhead_us: float = Field(default=20.0, ge=0, description="kernel launches per layer per step")
-    step_overhead_us: float = Field(default=100.0, ge=0, description="per stage per step (input prep, sync)")
+    # None: the numbers fitted for the device to Vidur's measured kernels (ppsim/cost/kernels.py)
+    compute_efficiency: float | None = Field(default=None, gt=0, le=1, description="achieved / peak FLOP/s for GEMMs")
+    memory_efficiency: float | None = Field(default=None, gt=0, le=1, description="achieved / peak HBM bandwidth")
+    layer_overhead_us: float = Field(default=0.0, ge=0, description="extra per layer per step")
+    step_overhead_us: float | None = Field(default=None, ge=0, description="per stage per step: input preparation")
     # MoE: the step's T tokens route like T / skew independent tokens (1 = uniform routing; see ppsim/models/moe.py)
     moe_routing_skew: float = Field(default=1.0, ge=1, description="tokens sharing one expert choice, on average")
 
@@ -120,16 +129,29 @@ class CostConfig(_Frozen):
 class WorkloadConfig(_Frozen):
     """Named as in ``vllm bench serve`` (random dataset)."""
 
-    num_prompts: int = Field(default=200, ge=1)
-    request_rate: float = Field(default=8.0, gt=0, description="requests/s; inf sends all at t=0")
+    num_prompts: int = Field(default=200, ge=1, le=MAX_NUM_PROMPTS)
+    request_rate: float = Field(default=8.0, gt=0, allow_inf_nan=True, description="requests/s; inf sends all at t=0")
     burstiness: float = Field(default=1.0, gt=0, description="gamma shape; 1 = Poisson")
     max_concurrency: int | None = Field(default=None, ge=1, description="closed loop: requests outstanding at most")
-    random_input_len: int = Field(default=1024, ge=1)
-    random_output_len: int = Field(default=128, ge=1)
+    random_input_len: int = Field(default=1024, ge=1, le=MAX_TOKENS)
+    random_output_len: int = Field(default=128, ge=1, le=MAX_TOKENS)
     random_range_ratio: float = Field(default=0.0, ge=0, lt=1)
     trace: str | None = Field(default=None, description="CSV with arrival_s,input_tokens,output_tokens")
     abort_rate: float = Field(default=0.0, ge=0, le=1, description="fraction of requests the client cancels")
     abort_window_s: float = Field(default=1.0, gt=0, description="time aborts fall in [0, window) after arrival")
+
+    @model_validator(mode="after")
+    def _trace_or_synthetic(self) -> WorkloadConfig:
+        given = sorted(SYNTHETIC_FIELDS & self.model_fields_set)
+        if self.trace and given:
+            raise ValueError(f"--trace replays the requests and arrival times in its file; drop {', '.join(given)} "
+                             "(settings of the synthetic workload)")
+        return self
+
+
+# WorkloadConfig fields that a trace replaces
+SYNTHETIC_FIELDS = {"num_prompts", "request_rate", "burstiness", "random_input_len", "random_output_len",
+                    "random_range_ratio"}
 
 
 class Scenario(_Frozen):
@@ -138,12 +160,14 @@ class Scenario(_Frozen):
     # (quantization_config, else torch_dtype) for weights and the activation dtype for the KV cache.
     weight_dtype: Literal["auto", "bf16", "fp16", "fp32", "fp8", "fp4"] = "auto"
     kv_cache_dtype: Literal["auto", "bf16", "fp16", "fp8"] = "auto"
+    # MoE, live engine and its calibration: router logit bias -s ln(e + 1) on expert e (engine/moe.py; 0 = none)
+    moe_router_zipf: float = Field(default=0.0, ge=0, le=8, description="engine MoE router popularity skew s")
     hardware: str | DeviceSpec = "h100-sxm"
     cluster: ClusterConfig = ClusterConfig()
     engine: EngineConfig = EngineConfig()
     cost: CostConfig = CostConfig()
     workload: WorkloadConfig = WorkloadConfig()
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, description="numpy seeds are non-negative")
 
     @field_validator("weight_dtype", "kv_cache_dtype", mode="before")
     @classmethod
@@ -200,6 +224,8 @@ def build_scenario(config_path: str | None = None, overrides: dict[str, Any] | N
 
 def scenario_json(s: Scenario) -> str:
     d = s.model_dump(mode="json")
-    if math.isinf(s.workload.request_rate):
+    if s.workload.trace:  # the trace replaces these; written, they would make the file contradict itself
+        d["workload"] = {k: v for k, v in d["workload"].items() if k not in SYNTHETIC_FIELDS}
+    elif math.isinf(s.workload.request_rate):
         d["workload"]["request_rate"] = "inf"
     return json.dumps(d, indent=2, sort_keys=True)

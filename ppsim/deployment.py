@@ -83,7 +83,7 @@ class Prepared:
             max_num_batched_tokens=e.max_num_batched_tokens,
             enable_chunked_prefill=e.enable_chunked_prefill,
             pp_throttle=e.pp_throttle,
-            max_model_len=self.shape.max_position_embeddings,
+            max_model_len=self.max_model_len,
             sglang=sglang_knobs(e, self.cost, self.topology.stages[0]) if e.policy == "sglang-ring" else None,
             mrv2_decode_cap=e.mrv2_decode_cap,
             pp_broadcast=e.pp_broadcast,
@@ -92,6 +92,11 @@ class Prepared:
             llamacpp_n_copies=e.llamacpp_n_copies,
             dp_routing=e.dp_routing,
         )
+
+    @property
+    def max_model_len(self) -> int:
+        """vLLM --max-model-len if given, else the model's max_position_embeddings."""
+        return self.scenario.engine.max_model_len or self.shape.max_position_embeddings
 
     def block_pool(self) -> BlockPool:
         return BlockPool(self.num_blocks, self.scenario.engine.block_size)

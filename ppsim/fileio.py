@@ -17,9 +17,11 @@ def read_mapping(path: str | Path, flag: str, what: str, suffixes: tuple[str, ..
     if p.suffix not in suffixes and ".json" not in suffixes:
         raise PPSimError(f"{flag}: {path} must end in {', '.join(suffixes)}")
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as err:
         raise PPSimError(f"{flag}: cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise PPSimError(f"{flag}: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     try:
         if p.suffix == ".toml":
             import tomllib

@@ -11,7 +11,8 @@ from ppsim.deployment import kv_figures, prepare
 from ppsim.metrics.io import write_run
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import TRACE_WINDOW_S, chrome_trace
-from ppsim.report.dashboard import write_dashboard
+from ppsim.rejections import rejections_of
+from ppsim.report.dashboard import drawn_dashboards, series_files
 from ppsim.sim.executor import SimResult, simulate
 from ppsim.sim.progress import RunProgress
 
@@ -20,6 +21,8 @@ from ppsim.sim.progress import RunProgress
 class RunOutput:
     result: SimResult
     summary: dict[str, Any]
+    rejections: str | None = None  # one line: how many requests were rejected and why (None: none)
+    all_rejected: bool = False
 
 
 def run_scenario(s: Scenario, out_dir: str | Path | None = None, *, save_detailed: bool = False,
@@ -43,10 +46,8 @@ def run_scenario(s: Scenario, out_dir: str | Path | None = None, *, save_detaile
         bar.close()
     summary = summarize(res.ledger, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
     if out_dir is not None:
-        if save_detailed:
-            trace = chrome_trace(res.ops, window_s=trace_window_s)
-            write_run(out_dir, scenario_json(s), summary, res.ledger, res.ops, trace)
-        else:
-            write_run(out_dir, scenario_json(s), summary, res.ledger)
-        write_dashboard(out_dir, res.series, dashboard)
-    return RunOutput(res, summary)
+        trace = chrome_trace(res.ops, window_s=trace_window_s) if save_detailed else None
+        ops = res.ops if save_detailed else None
+        write_run(out_dir, scenario_json(s), summary, res.ledger, ops, trace,
+                  extra=series_files(res.series), derived=drawn_dashboards("") if dashboard else None)
+    return RunOutput(res, summary, *rejections_of(prep, res.ledger, summary))

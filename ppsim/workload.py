@@ -158,6 +158,8 @@ def read_trace(path: str) -> Workload:
                 _trace_row(row, at, opt, f"workload.trace: {path} row {i + 2}", cols)
     except OSError as err:
         raise PPSimError(f"workload.trace: cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise PPSimError(f"workload.trace: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     if not cols[0]:
         raise PPSimError(f"workload.trace: {path} needs a header with columns {', '.join(TRACE_COLUMNS)}")
     t, n_in, n_out, ab_n, ab_s = (np.frombuffer(c, dtype=np.float64 if c.typecode == "d" else np.int64)

@@ -57,7 +57,8 @@ def test_decode_cost_grows_with_experts_touched() -> None:
     base = no_spread.moe_layer_time(decode(8)) - no_spread.moe_layer_time(decode(1))
     w_expert, _, _ = c.expert
     expect = (expected_experts_touched(256, 8, 8) - 8) * w_expert / c.bw  # memory-bound expert reads
-    assert (t8 - t1) - base == pytest.approx(expect, rel=1e-9)
+    # the smooth roofline adds the GEMMs' small compute share on top of the weight reads (0.1% here)
+    assert (t8 - t1) - base == pytest.approx(expect, rel=2e-3)
     assert c.experts_touched(8) / c.experts_touched(1) == pytest.approx(57.42 / 8, rel=1e-3)
     # A whole MoE stage: 8 requests cost far more than 1; a dense model's decode barely notices.
     st = StageSpec(1, 31, 61, False, True, 8)
@@ -72,7 +73,7 @@ def test_stage_with_dense_and_moe_layers() -> None:
     st = StageSpec(0, 0, 8, True, False, 8)
     assert c.layer_split(st) == (3, 5)
     p = decode(4)
-    expect = c.step_overhead + 3 * c.layer_time(p) + 5 * c.moe_layer_time(p) + c.first_extra(p)
+    expect = c.step_time(p) + 3 * c.layer_time(p) + 5 * c.moe_layer_time(p) + c.first_extra(p)
     assert c.stage_time(st, p) == pytest.approx(expect, rel=1e-12)
     assert c.moe_layer_time(p) > c.layer_time(p)  # 31 experts' weights vs one 18432-wide MLP
 
@@ -84,7 +85,7 @@ def test_mla_decode_reads_latent_once_for_all_heads() -> None:
     attn = (c.moe_layer_time(long) - c.moe_layer_time(short))
     ctx = long.decode_ctx_tokens - short.decode_ctx_tokens
     # memory-bound absorbed MQA: 576 latent values per context token, shared by the 16 heads per GPU
-    assert attn == pytest.approx(576 * 2 * ctx / c.bw, rel=0.02)
+    assert attn == pytest.approx(576 * 2 * ctx / c.attn_bw, rel=0.02)
     attn8 = c_fp8.moe_layer_time(long) - c_fp8.moe_layer_time(short)
     assert attn8 == pytest.approx(attn / 2, rel=0.02)
 
@@ -101,5 +102,5 @@ def test_gemms_use_the_dtype_peak() -> None:
     bf16, fp8 = cost(shape, tp=1), cost(shape.with_dtypes(weight_dtype="fp8"), tp=1)
     g_bf16 = sum(bf16._groof(f * 8192, w + a * 8192 * 2) for w, f, a in bf16.gemms)
     g_fp8 = sum(fp8._groof(f * 8192, w + a * 8192 * 2) for w, f, a in fp8.gemms)
-    assert g_fp8 == pytest.approx(g_bf16 / 2, rel=0.01)  # compute-bound: the FP8 peak is twice BF16
+    assert g_fp8 == pytest.approx(g_bf16 / 2, rel=0.02)  # compute-bound: the FP8 peak is twice BF16 (+ memory share)
     assert fp8.layer_time(pre) < bf16.layer_time(pre)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ppsim.metrics.records import OpRecord, RequestRecord
-from ppsim.validate.compare import compare_summaries, per_request_errors, signed_error, verdict
+from ppsim.validate.compare import compare_summaries, is_fraction, per_request_errors, signed_error, verdict
 from ppsim.validate.report import format_table, write_validation
 
 
@@ -46,11 +46,34 @@ def _rec(i, sent, times):
 def test_per_request_errors_and_ks():
     eng = [_rec(i, 0.0, [1.0 + i, 2.0 + i]) for i in range(20)]
     sim = [_rec(i, 0.0, [1.1 * (1.0 + i), 2.0 + i]) for i in range(20)]
-    out = per_request_errors(eng, sim)
+    out = per_request_errors([eng], sim)
     assert out["matched_requests"] == 20
     assert out["ttft"]["median_abs_error"] == pytest.approx(0.10)
     assert out["e2el"]["median_abs_error"] == pytest.approx(0.0)
     assert 0 <= out["ttft"]["ks_pvalue"] <= 1
+
+
+def test_per_request_errors_pool_every_repeat():
+    sim = [_rec(i, 0.0, [1.0 + i, 2.0 + i]) for i in range(10)]
+    same = [_rec(i, 0.0, [1.0 + i, 2.0 + i]) for i in range(10)]
+    slow = [_rec(i, 0.0, [2.0 * (1.0 + i), 2.0 * (2.0 + i)]) for i in range(10)]
+    one = per_request_errors([same], sim)
+    both = per_request_errors([same, slow], sim)
+    assert one["ttft"]["ks_statistic"] == pytest.approx(0.0) and one["ttft"]["median_abs_error"] == 0.0
+    assert both["repeats"] == 2 and both["matched_requests"] == 20
+    # the second repeat enters the KS test: at 10 s the pooled CDF is 15/20, the simulated 10/10
+    assert both["ttft"]["ks_statistic"] == pytest.approx(0.25)
+    assert both["ttft"]["p90_abs_error"] == pytest.approx(0.5)  # sim = half the slow run's TTFT
+
+
+def test_verdict_keeps_points_apart_from_percent():
+    rows = compare_summaries([_summary(1.0)], _summary(1.02))
+    bubble = next(r for r in rows if r.metric == "pipeline_bubble_fraction")
+    assert is_fraction(bubble.metric) and bubble.error == pytest.approx(2.0)  # 100 -> 102 "fraction": 2 points
+    v = verdict(rows)
+    assert v["median_abs_error"] == pytest.approx(0.02)  # relative metrics only: the 2-point bubble is not in it
+    assert v["bubble_error_points"] == pytest.approx(2.0) and v["max_abs_fraction_points"] == pytest.approx(2.0)
+    assert "pipeline_bubble_fraction" in v["misses"] and "mean_ttft_ms" not in v["misses"]
 
 
 def test_report_files_and_table(tmp_path):

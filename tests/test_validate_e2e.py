@@ -17,15 +17,35 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     for row in rows.values():
         assert row["engine"] >= 0 and row["simulated"] >= 0
     # same workload on both sides: every request matched, every output token accounted for
-    assert v["per_request"]["matched_requests"] == 8
+    assert v["per_request"]["matched_requests"] == 8 * 2  # every request of both repeats
+    assert v["step_cost"]["steps"] > 0 and set(v["step_cost"]["by_stage"]) == {"0", "1"}
+    assert [r["when"] for r in v["host"]["readings"]] == ["before 0", "after 0", "before 1", "after 1"]
     assert v["sim_summary"]["total_output_tokens"] == v["engine_summaries"][0]["total_output_tokens"] == 64
-    # a calibrated simulator is within a factor of two of the live engine even on a loaded CI machine
-    assert 0.5 < rows["output_throughput"]["simulated"] / rows["output_throughput"]["engine"] < 2.0
+    # No speed ratio is asserted: the shipped profile was measured on another host, and this host may be
+    # busy, so simulated/engine throughput says how loaded the machine is, not whether ppsim is right.
+    # Accuracy is measured by experiments/validation/run.py (calibrated on the same host, idle).
+    assert rows["output_throughput"]["simulated"] > 0 and rows["output_throughput"]["engine"] > 0
     assert (out / "latency_cdf.png").stat().st_size > 1000
     trace = json.loads((out / "trace_combined.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}
 
 
-def test_validate_needs_a_profile(ppsim_cli, tmp_path):
-    r = ppsim_cli("validate", "--model", "tiny", "--num-prompts", "2", "--output-dir", str(tmp_path / "v"))
-    assert r.returncode == 2 and "--profile" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+def test_validate_calibrates_this_host_without_a_profile(ppsim_cli, tmp_path):
+    out = tmp_path / "v"
+    r = ppsim_cli("validate", "--model", "tiny", "--num-prompts", "2", "--random-input-len", "16",
+                  "--random-output-len", "3", "--repeats", "1", "--host-guard", "off", "--output-dir", str(out),
+                  timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "no --profile; calibrating tiny" in r.stderr and "quick grid" in r.stderr
+    meta = json.loads((out / "profile" / "meta.json").read_text())
+    assert meta["grid"] == "quick"
+    v = json.loads((out / "validation.json").read_text())
+    assert v["scenario"]["cost"]["profile_dir"] == str(out / "profile")
+    assert v["step_cost"]["steps"] >= 3 and "step-level cost error" in r.stdout
+
+
+def test_validate_bad_input_fails_before_calibrating(ppsim_cli, tmp_path):
+    r = ppsim_cli("validate", "--model", "tiny", "--num-prompts", "2", "--host-max-drift", "0",
+                  "--output-dir", str(tmp_path / "v"))
+    assert r.returncode == 2 and "--host-max-drift" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "v" / "profile").exists()

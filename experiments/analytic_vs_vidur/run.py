@@ -3,7 +3,8 @@
 For each (device, model) with a Vidur ``mlp.csv`` that ppsim has a preset for, compare the analytic
 per-layer time of the non-attention operators (QKV, O, gate/up, down, norms, RoPE, act, adds) with
 the sum of Vidur's measured medians, at TP=1, over token counts. Writes results.md and results.csv.
-Run: .venv/bin/python experiments/analytic_vs_vidur/run.py
+Held-out split: Llama-3-8B and Llama-3-70B were not used to fit the kernel curves (fit.py); Llama-2
+was. Run: PPSIM_VIDUR_ROOT=/path/to/vidur-profiling .venv/bin/python experiments/analytic_vs_vidur/run.py
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.analytic_vs_vidur.data import VIDUR_ROOT
 from ppsim.config import CostConfig, CpuOverheads
 from ppsim.cost.analytic import AnalyticCost
 from ppsim.hardware.presets import DEVICES, LINKS
@@ -21,7 +23,7 @@ from ppsim.metrics.io import atomic_write
 from ppsim.models.shape import load_model
 from ppsim.policy.plan import PlanItem, make_plan
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "vidur-profiling" / "compute"
+DATA = VIDUR_ROOT / "compute"
 OUT = Path(__file__).parent
 CASES = [
     ("a100", "a100-80gb", "meta-llama/Llama-2-7b-hf", "llama-2-7b"),
@@ -46,20 +48,11 @@ def measured_ms(path: Path, tokens: int) -> float | None:
 
 
 def analytic_ms(model: str, device: str, tokens: int) -> float:
+    """The analytic model's GEMMs and elementwise kernels of one layer (no attention, no collectives)."""
     shape = load_model(model)
-    cost = AnalyticCost(shape, DEVICES[device], LINKS["nvlink"], LINKS["nvlink"], 1,
-                        CostConfig(layer_overhead_us=0.0), CpuOverheads())
-    # a prefill chunk with no prefix; attention is excluded by subtracting its share
-    plan = make_plan(0, [PlanItem(0, 0, tokens, True, True)])
-    no_attn = make_plan(0, [PlanItem(0, 0, tokens, False, True)]) if tokens == 1 else None
-    t = cost.layer_time(plan if no_attn is None else no_attn)
-    q, kv = cost.q_gpu, cost.kv_gpu
-    b = shape.dtype_bytes
-    attn = max(4 * q * plan.prefill_attn_pairs / cost.flops, 2 * kv * b * plan.prefill_kv_tokens / cost.bw)
-    if no_attn is not None:
-        ctx = no_attn.decode_ctx_tokens
-        attn = max(4 * q * ctx / cost.flops, 2 * kv * b * ctx / cost.bw)
-    return (t - attn) * 1e3
+    cost = AnalyticCost(shape, DEVICES[device], LINKS["nvlink"], LINKS["nvlink"], 1, CostConfig(), CpuOverheads())
+    parts = cost.layer_parts(make_plan(0, [PlanItem(0, 0, tokens, True, True)]))
+    return (parts["gemm"] + parts["elementwise"]) * 1e3
 
 
 def main() -> None:

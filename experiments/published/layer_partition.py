@@ -52,13 +52,13 @@ busy fraction / largest, Llama-3-70B (80 layers, TP=1) on H100, 96 requests sent
 (128 in, 64 out), vllm-batch-queue. At P=6 ppsim gives {six['ppsim_loss'] * 100:.2f}%.
 
 Why ppsim differs from the layer count alone: its stages are not just layers. The first stage also
-embeds (a cheap gather) and the last stage runs the final norm and the lm_head (8192 x 128256, about 1.2
-decoder layers of weights read per decode step), so the last stage is the slowest even when it holds
-fewer layers (at P=6 it has 13 layers + lm_head vs 14); per-step overheads that do not scale with
-layers shrink the imbalance; and at P where the layers divide evenly (2, 4, 5, 8) the published loss is 0
-while ppsim still shows the lm_head stage's extra work; at P=3 the 26-layer last stage plus the lm_head
-matches the 27-layer stages, so ppsim's loss is near 0 where the layer count predicts 1.2%. This is why
-the PP reference suggests tuning the partition by hand (VLLM_PP_LAYER_PARTITION).
+embeds (a cheap gather) and the last stage runs the final norm, the lm_head (8192 x 128256, about 1.2
+decoder layers of weights read per decode step) and the sampler (about 0.6 ms a step in Vidur's measured
+engine, docs/analytic-model.md), so the last stage is the slowest even when it holds fewer layers (at
+P=6 it has 13 layers + lm_head + sampler vs 14); per-step overheads paid by every stage shrink the
+imbalance; and at P where the layers divide evenly (2, 4, 5, 8) the published loss is 0 while ppsim
+still shows the last stage's extra work, which grows with P as each stage's share of layers shrinks.
+This is why the PP reference suggests tuning the partition by hand (VLLM_PP_LAYER_PARTITION).
 """
     write_result(args.out, "layer_partition", "Layer-partition loss (80 layers): published vs ppsim", rows,
                  ["P", "partition", "published_loss", "ppsim_loss", "stage_busy"], notes)

@@ -1,12 +1,17 @@
-"""The analytic roofline: per operator, max(FLOPs / achieved FLOP/s, bytes / achieved bandwidth).
+"""The analytic model: every kernel of a step timed from FLOPs and bytes (:mod:`ppsim.cost.kernels`).
 
 Per decoder layer on one GPU of a TP group (:mod:`ppsim.cost.layers` gives the GEMMs): attention
 projections (GQA: QKV, O; MLA: q_a, q_b, kv_a, kv_b, o), then either the dense MLP (gate+up, down)
 or the MoE block (router, shared experts, routed experts); GEMM weights are read once per step.
-Then attention itself, elementwise work (norms, RoPE, residual adds, SiLU) and two ring
-all-reduces when tp > 1. The first stage adds the embedding gather, the last the final norm,
-lm_head (one row per request in the step, as vLLM computes logits only at sampled positions) and
-sampling. Every stage pays ``step_overhead_us`` per step and ``layer_overhead_us`` per layer.
+Each GEMM is a smooth roofline of its compute and memory times. Then attention itself with its KV
+reshapes, the elementwise kernels (two RMSNorms, RoPE, SiLU, two residual adds) each at its
+measured share of the HBM bandwidth, and two NCCL all-reduces when tp > 1 (a fixed call cost plus
+the ring's bytes). Every kernel costs at least a launch floor. The first stage adds the embedding
+gather, the last the final norm, lm_head (one row per request in the step, as vLLM computes logits
+only at sampled positions) and the sampler. Every stage pays input preparation per step
+(``step_overhead_us`` plus a part per request) and ``layer_overhead_us`` per layer (0 by default:
+the kernel floors are the launches). The efficiencies and fixed costs are fitted once to Vidur's
+measured A100 kernels and checked on H100 and A40 (docs/analytic-model.md).
 
 MoE: the routed experts read the weights of the experts the step's tokens touch,
 ``E x (1 - (1 - k/E)^T)`` in expectation (:func:`ppsim.models.moe.expected_experts_touched`, with
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 from ppsim.config import CostConfig, CpuOverheads
 from ppsim.cost.base import StageSpec
+from ppsim.cost.kernels import FIT, KernelFit, device_fit, smooth_roof
 from ppsim.cost.layers import (
     attention_gemms,
     expert_gemm,
@@ -53,15 +59,24 @@ class AnalyticCost:
         tp: int,
         cost: CostConfig,
         cpu: CpuOverheads,
+        fit: KernelFit = FIT,
     ) -> None:
-        self.shape, self.tp, self.cpu = shape, tp, cpu
-        self.flops = device.peak_tflops * 1e12 * cost.compute_efficiency
-        self.gemm_flops = device.gemm_tflops(shape.weight_dtype) * 1e12 * cost.compute_efficiency
-        self.bw = device.hbm_bandwidth_gbps * 1e9 * cost.memory_efficiency
+        self.shape, self.tp, self.cpu, self.fit = shape, tp, cpu, fit
+        self.dev = dev = device_fit(device.name)
+        ce = cost.compute_efficiency if cost.compute_efficiency is not None else dev.compute_eff
+        me = cost.memory_efficiency if cost.memory_efficiency is not None else dev.memory_eff
+        self.peak_bw = device.hbm_bandwidth_gbps * 1e9
+        self.flops = device.peak_tflops * 1e12 * ce
+        self.gemm_flops = device.gemm_tflops(shape.weight_dtype) * 1e12 * ce
+        self.bw = self.peak_bw * me
+        self.attn_flops = device.peak_tflops * 1e12 * fit.attn_compute_eff
+        self.attn_bw = self.peak_bw * fit.attn_memory_eff
+        self.p = fit.gemm_sharpness
+        self.floor, self.gemm_launch = fit.floor_us * 1e-6, fit.gemm_launch_us * 1e-6
         self.link = link
         self.tp_link = tp_link
         self.layer_overhead = cost.layer_overhead_us * 1e-6
-        self.step_overhead = cost.step_overhead_us * 1e-6
+        self.step_overhead = (cost.step_overhead_us if cost.step_overhead_us is not None else dev.prepare_us) * 1e-6
         self.skew = cost.moe_routing_skew
         h, b = shape.hidden_size, shape.dtype_bytes
         self.kv_b = shape.kv_dtype_bytes
@@ -71,10 +86,18 @@ class AnalyticCost:
         attn = attention_gemms(shape, tp)
         # Weight bytes per GPU per layer of each GEMM; FLOPs per token of each GEMM.
         self.gemms = attn + mlp_gemms(shape, shape.intermediate_size, tp)
-        self.elem_bytes_per_token = b * (10 * h + 2 * (self.q_gpu + self.kv_gpu) + 3 * self.i_gpu)
+        rope = self.q_gpu + self.kv_gpu
+        norms = [h, h]
         if shape.attention == "mla":
             self.hg = heads_per_gpu(shape, tp)
-            self.elem_bytes_per_token = b * (10 * h + 2 * self.hg * shape.head_dim + 2 * shape.kv_dim + 3 * self.i_gpu)
+            rope = (self.hg + 1) * shape.qk_rope_head_dim
+            norms += [shape.kv_lora_rank] + ([shape.q_lora_rank] if shape.q_lora_rank else [])
+        # Elementwise kernels of a layer: (bytes per token, achieved fraction of the HBM peak).
+        common = [(2 * n * b, fit.norm_eff) for n in norms] + [
+            (2 * rope * b, fit.rope_eff), (3 * h * b, fit.add_eff), (3 * h * b, fit.add_eff)]
+        self.elementwise = common + [(3 * self.i_gpu * b, fit.act_eff)]
+        # KV reshapes around attention (Vidur's attn_input_reshape / attn_output_reshape), bytes per token
+        self.reshape_bytes = 2 * b * (2 * self.q_gpu + 2 * self.kv_gpu)
         if shape.is_moe:
             k, E = shape.num_experts_per_tok, shape.n_routed_experts
             self.moe_gemms = attn + [router_gemm(shape)]
@@ -82,17 +105,20 @@ class AnalyticCost:
                 self.moe_gemms += mlp_gemms(shape, shape.shared_expert_intermediate_size, tp)
             self.expert = expert_gemm(shape, tp)
             moe_i = (k * shape.moe_intermediate_size + shape.shared_expert_intermediate_size) / tp
-            self.moe_elem_bytes_per_token = self.elem_bytes_per_token + b * (3 * (moe_i - self.i_gpu) + 2 * E)
+            self.moe_elementwise = common + [
+                (3 * moe_i * b, fit.act_eff), (2 * E * 4, fit.act_eff)]  # SiLU; router softmax/top-k in fp32
         self.has_dense = shape.num_moe_layers() < shape.num_layers
         self._touched: dict[int, float] = {}
         self._split: dict[tuple[int, int], tuple[int, int]] = {}
         self._memo: tuple[StepPlan | None, float, float] = (None, 0.0, 0.0)
 
-    def _roof(self, flops: float, nbytes: float) -> float:
-        return max(flops / self.flops, nbytes / self.bw)
-
     def _groof(self, flops: float, nbytes: float) -> float:
-        return max(flops / self.gemm_flops, nbytes / self.bw)
+        """One GEMM kernel: a launch cost plus the smooth roofline of its compute and memory times."""
+        return self.gemm_launch + smooth_roof(flops / self.gemm_flops, nbytes / self.bw, self.p)
+
+    def _elem(self, nbytes: float, eff: float) -> float:
+        """One elementwise kernel moving ``nbytes`` at ``eff`` of the HBM peak, at least a launch floor."""
+        return max(self.floor, nbytes / (self.peak_bw * eff))
 
     def experts_touched(self, num_tokens: int) -> float:
         """Expected distinct routed experts a step of ``num_tokens`` tokens reads, per MoE layer."""
@@ -104,9 +130,10 @@ class AnalyticCost:
             )
         return t
 
-    def _attention_time(self, plan: StepPlan, t: float) -> float:
-        """``t`` plus the attention (QK^T, softmax, PV) of the step's prefill and decode tokens."""
-        b, kvb = self.shape.dtype_bytes, self.kv_b
+    def _attention_time(self, plan: StepPlan) -> float:
+        """Attention (QK^T, softmax, PV) of the step's prefill and decode tokens, with its KV reshapes."""
+        b, kvb, call = self.shape.dtype_bytes, self.kv_b, self.fit.attn_call_us * 1e-6
+        t = 0.0
         if self.shape.attention == "mla":
             s, hg = self.shape, self.hg
             lat = s.kv_dim  # kv_lora_rank + qk_rope_head_dim
@@ -114,42 +141,43 @@ class AnalyticCost:
                 kv = plan.prefill_kv_tokens
                 up = 2 * s.kv_lora_rank * hg * (s.qk_nope_head_dim + s.v_head_dim) * (kv - plan.num_prefill_tokens)
                 fl = 2 * hg * (s.head_dim + s.v_head_dim) * plan.prefill_attn_pairs + up
-                t += self._roof(fl, lat * kvb * kv + 2 * hg * (s.head_dim + s.v_head_dim) * b * kv)
+                t += call + max(fl / self.attn_flops, (lat * kvb * kv + 2 * hg * (s.head_dim + s.v_head_dim) * b * kv)
+                                / self.attn_bw)
             if plan.num_decode_tokens:
                 ctx = plan.decode_ctx_tokens
-                t += self._roof(2 * hg * (lat + s.kv_lora_rank) * ctx, lat * kvb * ctx)
+                t += call + max(2 * hg * (lat + s.kv_lora_rank) * ctx / self.flops, lat * kvb * ctx / self.attn_bw)
             return t
-        hd_q = 2 * self.q_gpu  # QK^T and PV: 2 FLOPs x 2 matmuls per query head dim per pair
+        reshape = self.reshape_bytes / (self.peak_bw * self.fit.reshape_eff)
         if plan.num_prefill_tokens:
-            t += self._roof(2 * hd_q * plan.prefill_attn_pairs, 2 * self.kv_gpu * kvb * plan.prefill_kv_tokens)
+            t += call + 4 * self.q_gpu * plan.prefill_attn_pairs / self.attn_flops + reshape * plan.num_prefill_tokens
         if plan.num_decode_tokens:
-            t += self._roof(2 * hd_q * plan.decode_ctx_tokens, 2 * self.kv_gpu * kvb * plan.decode_ctx_tokens)
+            ctx = plan.decode_ctx_tokens
+            t += call + 2 * self.kv_gpu * kvb * ctx / self.attn_bw + reshape * plan.num_decode_tokens
         return t
 
-    def _layer(self, plan: StepPlan, gemms: list, elem_bytes_per_token: float, extra: float = 0.0) -> float:
-        """One layer on one GPU: its GEMMs, attention, elementwise work, TP all-reduces and launches."""
+    def layer_parts(self, plan: StepPlan, moe: bool = False) -> dict[str, float]:
+        """Seconds of one layer on one GPU by component: gemm, elementwise, attention, allreduce, overhead."""
         T = plan.num_tokens
         b = self.shape.dtype_bytes
-        t = extra
-        for w_bytes, flops_per_tok, act_per_tok in gemms:
-            t += self._groof(flops_per_tok * T, w_bytes + act_per_tok * T * b)
-        t = self._attention_time(plan, t)
-        t += elem_bytes_per_token * T / self.bw
-        if self.tp > 1:
-            t += 2 * self.allreduce_time(T * self.shape.hidden_size * b)
-        return t + self.layer_overhead
+        gemm = 0.0
+        for w_bytes, flops_per_tok, act_per_tok in self.moe_gemms if moe else self.gemms:
+            gemm += self._groof(flops_per_tok * T, w_bytes + act_per_tok * T * b)
+        if moe:
+            w_exp, fl_exp, act_exp = self.expert
+            routed = T * self.shape.num_experts_per_tok
+            gemm += self._groof(fl_exp * routed, self.experts_touched(T) * w_exp + act_exp * routed * b)
+        elem = sum(self._elem(per_tok * T, eff) for per_tok, eff in (self.moe_elementwise if moe else self.elementwise))
+        ar = 2 * self.collective_time(T * self.shape.hidden_size * b) if self.tp > 1 else 0.0
+        return {"gemm": gemm, "elementwise": elem, "attention": self._attention_time(plan), "allreduce": ar,
+                "overhead": self.layer_overhead}
 
     def layer_time(self, plan: StepPlan) -> float:
         """Seconds for one dense decoder layer on one GPU."""
-        return self._layer(plan, self.gemms, self.elem_bytes_per_token)
+        return sum(self.layer_parts(plan).values())
 
     def moe_layer_time(self, plan: StepPlan) -> float:
         """Seconds for one MoE decoder layer on one GPU: attention, router, shared and touched experts."""
-        w_exp, fl_exp, act_exp = self.expert
-        routed = plan.num_tokens * self.shape.num_experts_per_tok
-        experts = self._groof(fl_exp * routed,
-                              self.experts_touched(plan.num_tokens) * w_exp + act_exp * routed * self.shape.dtype_bytes)
-        return self._layer(plan, self.moe_gemms, self.moe_elem_bytes_per_token, experts)
+        return sum(self.layer_parts(plan, moe=True).values())
 
     def allreduce_time(self, nbytes: float) -> float:
         """Ring all-reduce: 2 (N - 1) / N x bytes per rank over the intra-stage link."""
@@ -158,15 +186,33 @@ class AnalyticCost:
             self.tp_link.bandwidth_gbps * 1e9
         )
 
+    def collective_time(self, nbytes: float) -> float:
+        """One TP all-reduce as NCCL runs it: a fixed call cost plus the ring's bytes at the fitted bus efficiency."""
+        n, f = self.tp, self.dev
+        return f.allreduce_call_us * 1e-6 + 2 * (n - 1) / n * nbytes / (
+            self.tp_link.bandwidth_gbps * 1e9 * f.allreduce_bus_eff)
+
+    def step_time(self, plan: StepPlan) -> float:
+        """Per stage per step: input preparation (host), fixed plus per request."""
+        return self.step_overhead + self.dev.prepare_per_req_us * 1e-6 * plan.num_reqs
+
     def first_extra(self, plan: StepPlan) -> float:
-        return 2 * plan.num_tokens * self.shape.hidden_size * self.shape.dtype_bytes / self.bw
+        """The embedding gather."""
+        return self._elem(2 * plan.num_tokens * self.shape.hidden_size * self.shape.dtype_bytes, self.fit.emb_eff)
+
+    def last_parts(self, plan: StepPlan) -> dict[str, float]:
+        """Final norm over the step's tokens, lm_head over one row per request, and the sampler."""
+        s, R, b, f = self.shape, plan.num_reqs, self.shape.dtype_bytes, self.dev
+        v_gpu = s.vocab_size / self.tp
+        return {
+            "final_norm": self._elem(2 * plan.num_tokens * s.hidden_size * b, self.fit.norm_eff),
+            "lm_head": self._groof(2 * R * s.hidden_size * v_gpu,
+                                   (s.hidden_size * v_gpu + R * (s.hidden_size + v_gpu)) * b),
+            "sampler": (f.sampler_us + f.sampler_per_req_us * R) * 1e-6,
+        }
 
     def last_extra(self, plan: StepPlan) -> float:
-        s, R = self.shape, plan.num_reqs
-        v_gpu = s.vocab_size / self.tp
-        lm = self._roof(2 * R * s.hidden_size * v_gpu, (s.hidden_size * v_gpu + R * v_gpu) * s.dtype_bytes)
-        sampling = 3 * R * s.vocab_size * 4 / self.bw  # fp32 logits read by softmax/argmax
-        return lm + sampling + 2 * plan.num_tokens * s.hidden_size * s.dtype_bytes / self.bw
+        return sum(self.last_parts(plan).values())
 
     def layer_split(self, stage: StageSpec) -> tuple[int, int]:
         """(dense layers, MoE layers) of a stage."""
@@ -191,7 +237,7 @@ class AnalyticCost:
             return 0.0
         n_dense, n_moe = self.layer_split(stage)
         dense, moe = self._layer_times(plan)
-        t = self.step_overhead + n_dense * dense
+        t = self.step_time(plan) + n_dense * dense
         if n_moe:
             t += n_moe * moe
         if stage.is_first:
@@ -199,6 +245,18 @@ class AnalyticCost:
         if stage.is_last:
             t += self.last_extra(plan)
         return t
+
+    def stage_parts(self, stage: StageSpec, plan: StepPlan) -> dict[str, float]:
+        """:meth:`stage_time` by component (seconds); the values sum to it."""
+        n_dense, n_moe = self.layer_split(stage)
+        out = {"step": self.step_time(plan)}
+        for n, moe in ((n_dense, False), (n_moe, True)):
+            if n:
+                for k, v in self.layer_parts(plan, moe).items():
+                    out[k] = out.get(k, 0.0) + n * v
+        out["first"] = self.first_extra(plan) if stage.is_first else 0.0
+        out.update({k: v if stage.is_last else 0.0 for k, v in self.last_parts(plan).items()})
+        return out
 
     def link_time(self, nbytes: float) -> float:
         return self.link.latency_us * 1e-6 + nbytes / (self.link.bandwidth_gbps * 1e9)

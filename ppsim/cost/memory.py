@@ -63,6 +63,12 @@ def stage_memory(
     pool = budget - weights
     per_tok = stage.num_layers * kv_bytes_per_token_per_gpu(shape, stage.tp)
     blocks = int(pool // (per_tok * block_size)) if pool > 0 else 0
+    if budget <= 0:
+        raise PPSimError(
+            f"hardware.memory_gib: {memory_gib:g} GiB x gpu_memory_utilization {gpu_memory_utilization:g} leaves "
+            f"nothing after the {activation_reserve_gib:g} GiB activation reserve "
+            "(engine.activation_reserve_gib); use a device with more memory or lower the reserve"
+        )
     if blocks < 1:
         short = (weights + per_tok * block_size - budget) / GIB
         raise PPSimError(

@@ -22,11 +22,20 @@ over all tokens where the fit's feature is ``tokens`` (Vidur's RMSNorm table). E
 pays ``prepare_inputs`` per step. ``send_recv`` times a stage-to-stage send; ``schedule`` and
 ``update`` are the engine core's CPU per step.
 
+Mixture-of-experts layers (``engine/moe.py``) replace the three ``mlp_*`` operators with
+``moe_router`` (gate GEMM, softmax, top-k; over tokens), ``moe_experts`` (the grouped routed experts,
+form ``tok_exp`` over the step's ``T x k`` (token, expert) pairs and the distinct experts touched) and
+``moe_shared`` (the shared experts; over tokens). The distinct experts a step of ``T`` tokens touches
+is the expectation :func:`ppsim.models.moe.expected_experts_touched_load` over the router's expert
+load measured at calibration (``meta.json`` ``moe.expert_load``, per-expert selection probabilities
+summing to k), with ``cost.moe_routing_skew``. Dense layers of a MoE model keep the ``mlp_*`` operators.
+
 Fitted forms (seconds): ``linear`` c0 + c1 x; ``linear_floor`` max(floor, c0 + c1 x) (GEMMs: a
 launch/weight-read floor, then linear in tokens); ``prefill_attn`` per item
 call + tok c + cp c p + cc c^2; ``decode_attn`` call + req B + ctx sum(context);
 ``interp`` piecewise-linear through measured points (Vidur tables: exact at profiled points);
-``tok_req`` c0 + tok T + req R (``layer_glue``: per-step and per-request work between kernels).
+``tok_req`` c0 + tok T + req R (``layer_glue``: per-step and per-request work between kernels);
+``tok_exp`` c0 + pair P + exp N (``moe_experts``: P (token, expert) pairs over N distinct experts).
 """
 
 from __future__ import annotations
@@ -41,22 +50,25 @@ from ppsim.cost.analytic import AnalyticCost
 from ppsim.cost.base import StageSpec
 from ppsim.errors import PPSimError
 from ppsim.hardware.presets import LinkSpec, resolve_link
+from ppsim.models.moe import expected_experts_touched_load
 from ppsim.models.shape import ModelShape
 from ppsim.policy.plan import StepPlan
 
 SCHEMA_VERSION = 1
-FORMS = ("linear", "linear_floor", "prefill_attn", "decode_attn", "interp", "tok_req")
+FORMS = ("linear", "linear_floor", "prefill_attn", "decode_attn", "interp", "tok_req", "tok_exp")
 # Per-layer operators that scale with the step's tokens (``add`` counts twice per layer).
 TOKEN_OPS = (
     "input_layernorm", "attn_qkv", "attn_rope", "attn_o_proj", "post_attention_layernorm",
     "mlp_gate_up", "mlp_act", "mlp_down", "add",
 )
+MLP_OPS = ("mlp_gate_up", "mlp_act", "mlp_down")
+MOE_OPS = ("moe_router", "moe_experts", "moe_shared")  # required for a MoE model (moe_shared: with shared experts)
 REQUIRED_OPS = (*TOKEN_OPS, "attn_prefill", "attn_decode", "embedding", "final_norm", "lm_head", "sampling")
 # ModelShape fields an operator's time depends on; a profile of another value is another model.
 SHAPE_FIELDS = (
     "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "dtype",
     "attention_bias", "attention", "qk_norm", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "weight_dtype", "kv_cache_dtype",
+    "shared_expert_intermediate_size", "weight_dtype", "kv_cache_dtype",
 )
 # Storage dtypes a profile written before they were recorded has: its activation dtype.
 _DTYPE_DEFAULTS = ("weight_dtype", "kv_cache_dtype")
@@ -100,6 +112,11 @@ class OpFit:
         """Seconds for a step of ``tokens`` tokens over ``reqs`` requests (``layer_glue``)."""
         c = self.coef
         return c["c0"] + c["tok"] * tokens + c["req"] * reqs
+
+    def tok_exp(self, pairs: float, experts: float) -> float:
+        """Seconds of the grouped routed experts: ``pairs`` (token, expert) rows over ``experts`` experts."""
+        c = self.coef
+        return c["c0"] + c["pair"] * pairs + c["exp"] * experts
 
     def decode(self, batch: int, ctx_tokens: int) -> float:
         """Seconds of decode attention for ``batch`` requests whose contexts sum to ``ctx_tokens``."""
@@ -193,16 +210,50 @@ class ProfiledCost:
     allreduce_time = AnalyticCost.allreduce_time
 
     def __init__(self, profile: Profile, shape: ModelShape, link: LinkSpec | None, tp: int,
-                 launch_latency_s: float = 0.0, tp_link: LinkSpec | None = None) -> None:
+                 launch_latency_s: float = 0.0, tp_link: LinkSpec | None = None, moe_skew: float = 1.0) -> None:
         self.p, self.shape, self.link, self.tp, self.tp_link = profile, shape, link, tp, tp_link
         if tp > 1 and "all_reduce" not in profile.fits and tp_link is None:
             raise PPSimError("profile: no all_reduce operator and no tp_link preset; set cluster.tp_link")
         self.launch_latency_s = launch_latency_s  # when the profile has no measured control path
         self.f = profile.fits
-        self._tok = [self.f[op] for op in TOKEN_OPS] + [self.f["add"]]  # second residual add
+        self._tok = [self.f[op] for op in TOKEN_OPS if op not in MLP_OPS] + [self.f["add"]]  # second residual add
+        self._mlp = [self.f[op] for op in MLP_OPS]
+        self.moe_skew = moe_skew
+        self.expert_load: list[float] = []
+        self._touched: dict[int, float] = {}
+        if shape.is_moe:
+            need = MOE_OPS if shape.shared_expert_intermediate_size else MOE_OPS[:2]
+            missing = [op for op in need if op not in self.f]
+            if missing:
+                raise PPSimError(f"profile: model {shape.name} is MoE but the profile lacks {', '.join(missing)}; "
+                                 "re-run ppsim calibrate for it")
+            k, E = shape.num_experts_per_tok, shape.n_routed_experts
+            self.expert_load = list(profile.meta.get("moe", {}).get("expert_load") or [k / E] * E)
 
-    def layer_time(self, plan: StepPlan) -> float:
-        """Seconds for one decoder layer on one GPU of the stage's TP group."""
+    def experts_touched(self, num_tokens: int) -> float:
+        """Expected distinct routed experts a step of ``num_tokens`` tokens runs, per MoE layer."""
+        t = self._touched.get(num_tokens)
+        if t is None:
+            t = self._touched[num_tokens] = expected_experts_touched_load(self.expert_load, num_tokens, self.moe_skew)
+        return t
+
+    def mlp_time(self, T: int, moe: bool) -> float:
+        """Seconds of one layer's MLP over ``T`` tokens: dense, or router + routed + shared experts."""
+        if not moe:
+            return sum(op.at(T) for op in self._mlp)
+        f = self.f
+        t = f["moe_router"].at(T) + f["moe_experts"].tok_exp(T * self.shape.num_experts_per_tok,
+                                                             self.experts_touched(T))
+        return t + f["moe_shared"].at(T) if "moe_shared" in f else t
+
+    def layer_time(self, plan: StepPlan, moe: bool | None = None) -> float:
+        """Seconds for one decoder layer on one GPU of the stage's TP group (``moe`` None: the model's
+        heaviest layer kind, MoE for a MoE model)."""
+        moe = self.shape.is_moe if moe is None else moe
+        return max(self.layer_base_time(plan) + self.mlp_time(plan.num_tokens, moe), 0.0)
+
+    def layer_base_time(self, plan: StepPlan) -> float:
+        """One layer without its MLP: norms, attention, adds, glue, TP all-reduces."""
         T = plan.num_tokens
         t = sum(op.at(T) for op in self._tok)
         pre = self.f["attn_prefill"]
@@ -221,13 +272,19 @@ class ProfiledCost:
             nbytes = T * self.shape.hidden_size * self.shape.dtype_bytes
             ar = self.f.get("all_reduce")
             t += 2 * (ar.at(nbytes) if ar is not None else self.allreduce_time(nbytes))
-        return max(t, 0.0)
+        return t
 
     def stage_time(self, stage: StageSpec, plan: StepPlan) -> float:
         if plan.is_empty:
             return 0.0
         T, R, f = plan.num_tokens, plan.num_reqs, self.f
-        t = stage.num_layers * self.layer_time(plan)
+        n_moe = self.shape.num_moe_layers(stage.start_layer, stage.end_layer)
+        t = stage.num_layers * self.layer_base_time(plan)
+        if n_moe < stage.num_layers:
+            t += (stage.num_layers - n_moe) * self.mlp_time(T, False)
+        if n_moe:
+            t += n_moe * self.mlp_time(T, True)
+        t = max(t, 0.0)
         if "prepare_inputs" in f:
             t += f["prepare_inputs"].at(R)
         if stage.is_first:
@@ -283,4 +340,14 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
                              ("update", cpu.update_us, cpu.update_per_req_us)):
         fits.setdefault(kind, OpFit(kind, "linear", "n", {"c0": fixed * 1e-6, "c1": per * 1e-6}))
     tp_link = resolve_link(scenario.cluster.tp_link, "cluster.tp_link")
-    return ProfiledCost(Profile(prof.meta, fits), shape, link, tp, cpu.launch_latency_us * 1e-6, tp_link)
+    check_router(prof, shape, getattr(scenario, "moe_router_zipf", 0.0), profile_dir)
+    return ProfiledCost(Profile(prof.meta, fits), shape, link, tp, cpu.launch_latency_us * 1e-6, tp_link,
+                        moe_skew=scenario.cost.moe_routing_skew)
+
+
+def check_router(profile: Profile, shape: ModelShape, zipf: float, where: str) -> None:
+    """A MoE profile's expert load was measured under one router skew; the scenario must use the same."""
+    got = float(profile.meta.get("moe", {}).get("router_zipf", 0.0))
+    if shape.is_moe and abs(got - zipf) > 1e-9:
+        raise PPSimError(f"--moe-router-zipf: {zipf:g}, but {where} measured the router's expert load at {got:g}; "
+                         f"pass --moe-router-zipf {got:g} or calibrate with --moe-router-zipf {zipf:g}")

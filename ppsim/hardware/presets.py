@@ -6,9 +6,9 @@ Hopper and Blackwell; FP4 on Blackwell). A dtype without its own peak runs at th
 (vLLM's weight-only Marlin kernels dequantize FP8/FP4 weights to 16-bit on such GPUs).
 Link bandwidth is per direction, in GB/s (1e9 bytes/s).
 
-Sources: NVIDIA datasheets (H100/H200 SXM: 989 BF16 / 1,979 FP8 dense; HGX B200: 2.25 / 4.5 / 9
-PFLOP/s BF16 / FP8 / FP4 dense per GPU; L40S 362 / 733), H20 (96 GB HBM3, 4.0 TB/s, 148 TFLOP/s
-BF16, 296 FP8 dense), RTX PRO 6000 Blackwell Server Edition (GB202, 188 SMs, 96 GB GDDR7 at
+Sources: NVIDIA datasheets (A40: 149.7 BF16 dense, 696 GB/s; H100/H200 SXM: 989 BF16 / 1,979 FP8
+dense; HGX B200: 2.25 / 4.5 / 9 PFLOP/s BF16 / FP8 / FP4 dense per GPU; L40S 362 / 733), H20 (96 GB
+HBM3, 4.0 TB/s, 148 TFLOP/s BF16, 296 FP8 dense), RTX PRO 6000 Blackwell Server Edition (GB202, 188 SMs, 96 GB GDDR7 at
 1,792 GB/s, PCIe Gen5 x16, no NVLink; "4,000 AI TOPS" is sparse FP4, so dense FP4 / FP8 / BF16 are
 2,015 / 1,008 / 504 TFLOP/s per the RTX Blackwell architecture whitepaper).
 """
@@ -21,7 +21,7 @@ from ppsim.errors import PPSimError
 
 
 class DeviceSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     peak_tflops: float = Field(gt=0, description="dense BF16 tensor-core peak, TFLOP/s")
@@ -40,7 +40,7 @@ class DeviceSpec(BaseModel):
 
 
 class LinkSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     latency_us: float = Field(ge=0, description="one-way latency of a point-to-point send, microseconds")
@@ -51,6 +51,8 @@ DEVICES: dict[str, DeviceSpec] = {
     d.name: d
     for d in [
         DeviceSpec(name="a100-80gb", peak_tflops=312.0, hbm_bandwidth_gbps=2039.0, memory_gib=80.0),
+        # A40: Ampere GA102, 48 GB GDDR6 at 696 GB/s (nvidia-smi 46,068 MiB), 149.7 TFLOP/s BF16 dense.
+        DeviceSpec(name="a40", peak_tflops=149.7, hbm_bandwidth_gbps=696.0, memory_gib=45.0),
         DeviceSpec(
             name="h100-sxm", peak_tflops=989.0, hbm_bandwidth_gbps=3350.0, memory_gib=79.6, peak_tflops_fp8=1979.0
         ),
@@ -83,6 +85,8 @@ LINKS: dict[str, LinkSpec] = {
     for ln in [
         # NVLink 4 (H100): 900 GB/s bidirectional = 450 GB/s per direction.
         LinkSpec(name="nvlink", latency_us=5.0, bandwidth_gbps=450.0),
+        # NVLink 3 (A100 SXM, NVSwitch): 600 GB/s bidirectional = 300 GB/s per direction.
+        LinkSpec(name="nvlink3", latency_us=5.0, bandwidth_gbps=300.0),
         # InfiniBand NDR: 400 Gb/s = 50 GB/s per direction.
         LinkSpec(name="ib-ndr", latency_us=10.0, bandwidth_gbps=50.0),
         # PCIe Gen4 x16: 32 GB/s per direction nominal.

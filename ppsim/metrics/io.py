@@ -1,4 +1,6 @@
-"""Writing results: every file goes to a temporary name first, then is renamed into place."""
+"""Writing results: a run's files are staged and written as one set
+(:func:`ppsim.outputs.write_result_set`), the CSV files that grow with the run streamed in chunks of
+rows; a single file goes to a temporary name first, then is renamed into place."""
 
 from __future__ import annotations
 
@@ -36,20 +38,30 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
-def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:
-    """Write a matplotlib figure as PNG, atomically, and close it."""
+def figure_png(fig: Any, dpi: int = 110) -> bytes:
+    """A matplotlib figure as PNG bytes; the figure is closed."""
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
-    atomic_write_bytes(Path(path), buf.getvalue())
+    return buf.getvalue()
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> None:
+    """Write a matplotlib figure as PNG, atomically, and close it."""
+    atomic_write_bytes(Path(path), figure_png(fig, dpi))
 
 
 def dumps(obj: Any) -> str:
@@ -152,34 +164,29 @@ DETAILED_FILES = ("tokens.csv", "stage_ops.csv", "trace.json")
 DASHBOARD_FILES = ("timeseries.csv", "timeline.csv", "dashboard.png")  # ppsim.report.dashboard (png last)
 
 
-def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any],
-              requests: Sequence[RequestRecord] | Ledger, ops: Iterable[OpRecord] | None = None,
-              trace: dict[str, Any] | None = None) -> Path:
-    """The files of a run: ``summary.json``, ``requests.csv`` and ``config.json`` always; with ``ops``
-    and ``trace`` (``--save-detailed``) also ``tokens.csv``, ``stage_ops.csv`` and ``trace.json``.
-    Each is streamed to a temporary name; only once all are written are they renamed into place,
-    so a failure leaves no file of this run behind (and none half-written)."""
-    out = Path(out_dir)
-    files: dict[str, Iterable[str]] = {"config.json": [config_json + "\n"], "requests.csv": requests_chunks(requests)}
+def run_files(config_json: str, summary: dict[str, Any], requests: Sequence[RequestRecord] | Ledger,
+              ops: Iterable[OpRecord] | None = None, trace: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The files of one run, name -> text, or text chunks for the CSV files that grow with the run
+    (formatted while they are written, never held whole): ``summary.json``, ``requests.csv`` and
+    ``config.json`` always; with ``ops`` and ``trace`` (``--save-detailed``) also ``tokens.csv``,
+    ``stage_ops.csv`` and ``trace.json``."""
+    files: dict[str, Any] = {"config.json": config_json + "\n", "requests.csv": requests_chunks(requests)}
     if ops is not None and trace is not None:
         files["tokens.csv"] = tokens_chunks(requests)
         files["stage_ops.csv"] = ops_chunks(ops)
-        files["trace.json"] = [json.dumps(trace, allow_nan=False)]
-    files["summary.json"] = [dumps(summary)]
-    out.mkdir(parents=True, exist_ok=True)
-    tmps: list[tuple[Path, Path]] = []
-    try:
-        for name, chunks in files.items():
-            path = out / name
-            tmp = path.with_name(f".{name}.tmp{os.getpid()}")
-            tmps.append((tmp, path))
-            with open(tmp, "w") as f:
-                for chunk in chunks:
-                    f.write(chunk)
-        for tmp, path in tmps:
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp, _ in tmps:
-            tmp.unlink(missing_ok=True)
-        raise
-    return out
+        files["trace.json"] = json.dumps(trace, allow_nan=False)
+    files["summary.json"] = dumps(summary)
+    return files
+
+
+def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any],
+              requests: Sequence[RequestRecord] | Ledger, ops: Iterable[OpRecord] | None = None,
+              trace: dict[str, Any] | None = None, extra: dict[str, str | bytes] | None = None,
+              derived: Any = None) -> Path:
+    """All files of a run (plus ``extra``, and ``derived``'s files drawn from the staged set: the dashboard)
+    as one set: staged in a temporary directory, which replaces the result directory whole or not at
+    all (:func:`ppsim.outputs.write_result_set`)."""
+    from ppsim.outputs import write_result_set
+
+    return write_result_set(out_dir, {**run_files(config_json, summary, requests, ops, trace), **(extra or {})},
+                            derived=derived)

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ppsim.errors import PPSimError
 from ppsim.models.dtypes import (
@@ -256,6 +256,11 @@ class ModelShape(BaseModel):
         return 2 * num_tokens * self.hidden_size * self.dtype_bytes / tp
 
 
+# ModelShape field -> its name in a HF config.json, for error messages
+HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+            "num_kv_heads": "num_key_value_heads", "dtype": "torch_dtype"}
+
+
 def from_hf_config(cfg: dict, name: str) -> ModelShape:
     """Read the fields ppsim needs from a HF ``config.json`` dict (dense, MoE and MLA families)."""
     try:
@@ -263,10 +268,12 @@ def from_hf_config(cfg: dict, name: str) -> ModelShape:
         hidden = int(cfg["hidden_size"])
         dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
         mt = str(cfg.get("model_type", ""))
+        # Qwen (v1) states the two gated halves together: vLLM's QWenMLP is intermediate_size // 2 wide
+        width = int(cfg["intermediate_size"]) // (2 if mt == "qwen" else 1)
         fields: dict[str, Any] = dict(
             name=name,
             hidden_size=hidden,
-            intermediate_size=int(cfg["intermediate_size"]),
+            intermediate_size=width,
             num_layers=int(cfg["num_hidden_layers"]),
             num_heads=heads,
             num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
@@ -275,10 +282,10 @@ def from_hf_config(cfg: dict, name: str) -> ModelShape:
             max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
             dtype=dtype,
             dtype_bytes=DTYPE_BYTES.get(dtype, 2),
-            attention_bias=bool(cfg.get("attention_bias", mt in ("qwen2", "qwen2_moe"))),
+            attention_bias=bool(cfg.get("attention_bias", mt in ("qwen", "qwen2", "qwen2_moe"))),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))),
+            rope_theta=float(cfg.get("rope_theta", cfg.get("rotary_emb_base", 10000.0))),
             qk_norm=mt.startswith("qwen3"),
             weight_dtype=checkpoint_weight_dtype(cfg, canonical_dtype(dtype)),
         )
@@ -287,6 +294,11 @@ def from_hf_config(cfg: dict, name: str) -> ModelShape:
         return ModelShape(**fields)
     except KeyError as err:
         raise PPSimError(f"model config {name}: missing field {err.args[0]!r} in config.json") from None
+    except ValidationError as err:
+        e = err.errors()[0]
+        field = HF_NAMES.get(str(e["loc"][0]), str(e["loc"][0])) if e["loc"] else "?"
+        raise PPSimError(f"model config {name}: field {field} = {e.get('input')!r}: "
+                         f"{e['msg'].removeprefix('Value error, ')}; fix config.json") from None
     except (TypeError, ValueError) as err:
         first = str(err).splitlines()[0]
         raise PPSimError(f"model config {name}: bad value ({first}); fix config.json") from None
@@ -308,7 +320,9 @@ def load_hf_config(model: str) -> tuple[dict, str]:
             "or a path to a HF config.json"
         )
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise PPSimError(f"model: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     except (OSError, json.JSONDecodeError) as err:
         raise PPSimError(f"model: cannot read {path}: {err}") from None
     if not isinstance(cfg, dict):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ppsim.metrics.io import atomic_write, save_figure
+from ppsim.metrics.io import atomic_write, figure_png, save_figure
 from ppsim.metrics.series import SeriesRecorder, series_csv, timeline_csv
 from ppsim.report.runfiles import RunFiles, load_run, run_label
 
@@ -25,13 +25,34 @@ COLORS = {"compute": "tab:blue", "send": "tab:orange", "broadcast": "tab:purple"
 CORE_COLOR = "0.55"
 
 
+def series_files(series: SeriesRecorder | None) -> dict[str, str | bytes]:
+    """``timeseries.csv`` and ``timeline.csv`` of a run (nothing when it recorded no series)."""
+    if series is None:
+        return {}
+    return {"timeseries.csv": series_csv(series), "timeline.csv": timeline_csv(series)}
+
+
+def dashboard_png(run_dir: str | Path) -> bytes:
+    """The dashboard of the run whose files are in ``run_dir``, as PNG bytes."""
+    return figure_png(draw_dashboard(load_run(run_dir)), dpi=100)
+
+
+def drawn_dashboards(*subdirs: str) -> Any:
+    """For :func:`ppsim.outputs.write_result_set`'s ``derived``: a dashboard for each run directory
+    ``subdirs`` of the staged set ("" for the set itself), drawn from its staged files."""
+
+    def draw(staged: Path) -> dict[str, str | bytes]:
+        return {str(Path(sub) / "dashboard.png"): dashboard_png(staged / sub) for sub in subdirs}
+
+    return draw
+
+
 def write_dashboard(out_dir: str | Path, series: SeriesRecorder | None, draw: bool = True) -> Path | None:
-    """Write ``timeseries.csv`` and ``timeline.csv`` of ``series``, then draw ``dashboard.png`` from
-    the run directory's files (``draw=False``: the CSV files only). Returns the PNG's path."""
+    """Write ``timeseries.csv`` and ``timeline.csv`` of ``series`` into an existing run directory, then
+    draw ``dashboard.png`` from its files (``draw=False``: the CSV files only). Returns the PNG's path."""
     out = Path(out_dir)
-    if series is not None:
-        atomic_write(out / "timeseries.csv", series_csv(series))
-        atomic_write(out / "timeline.csv", timeline_csv(series))
+    for name, text in series_files(series).items():
+        atomic_write(out / name, str(text))
     if not draw:
         return None
     return plot_run(out)

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppsim.metrics.io import atomic_write, dumps
+from ppsim.errors import PPSimError
+from ppsim.metrics.io import dumps
+from ppsim.outputs import check_output_dir, write_result_set
 from ppsim.sweep.evaluate import Task, config_key
 from ppsim.sweep.executors import check_executor_flags, run_tasks
 from ppsim.sweep.progress import Progress
@@ -57,7 +59,7 @@ def make_tasks(space: SweepSpace) -> list[Task]:
 def run_sweep(space: SweepSpace, out_dir: str | Path, executor: str = "local", workers: int | None = None,
               ray_address: str | None = None, progress: bool = True) -> SweepReport:
     check_executor_flags(executor, workers, ray_address)
-    out = Path(out_dir)
+    out = check_output_dir(out_dir, names=("sweep.csv", "space.json", "pareto.png"), replace=False)
     t0 = time.perf_counter()
     tasks = make_tasks(space)
     done = load_done(out, [t.key for t in tasks])
@@ -81,10 +83,10 @@ def run_sweep(space: SweepSpace, out_dir: str | Path, executor: str = "local", w
     results = [by_key[t.key] for t in tasks]
     axes = list(space.axes)
     csv_path = out / "sweep.csv"
-    atomic_write(csv_path, to_csv(results, axes))
-    atomic_write(out / "space.json", dumps({"name": space.name, "base": space.base, "axes": space.axes,
-                                            "num_gpus": space.num_gpus, "slo": space.slo,
-                                            "search": vars(space.search), "filtered_by_num_gpus": space.filtered}))
+    space_json = dumps({"name": space.name, "base": space.base, "axes": space.axes, "num_gpus": space.num_gpus,
+                        "slo": space.slo, "search": vars(space.search), "filtered_by_num_gpus": space.filtered})
+    # the folder holds results/ it resumes from: these files join it, nothing there is removed
+    write_result_set(out, {"sweep.csv": to_csv(results, axes), "space.json": space_json}, replace=False)
     png = out / "pareto.png"
     plotted = plot_pareto(results, png, f"{space.name}: SLO {', '.join(f'{k}<={v:g}' for k, v in space.slo.items())}")
     return SweepReport(space, results, len(done), len(fresh), runs, time.perf_counter() - t0, csv_path,
@@ -107,6 +109,8 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     check_executor_flags(args.executor, args.workers, args.ray_address)
+    if args.top < 1:
+        raise PPSimError(f"--top: {args.top} rows; give a positive number of rows to print")
     space = load_space(args.space)
     try:
         rep = run_sweep(space, args.output_dir, args.executor, args.workers, args.ray_address, not args.no_progress)

@@ -1,18 +1,21 @@
-"""Validation outputs: the terminal table, validation.json, CDF overlay PNG, combined Perfetto trace."""
+"""Validation outputs: the terminal table, validation.json, step_costs.csv, CDF overlay PNG, combined trace."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ppsim.metrics.io import atomic_write, dumps, save_figure
+from ppsim.metrics.io import dumps, figure_png, save_figure
 from ppsim.metrics.records import OpRecord, RequestRecord
 from ppsim.metrics.summary import request_latencies
 from ppsim.metrics.trace import trace_events
 from ppsim.validate.compare import MetricRow, is_fraction
+from ppsim.validate.steps import STEP_FIELDS
 
 
 def format_table(rows: list[MetricRow], title: str = "ppsim validate: engine vs simulator") -> str:
@@ -36,6 +39,10 @@ def combined_trace(engine_ops: list[OpRecord], sim_ops: list[OpRecord]) -> dict[
 
 
 def cdf_plot(path: Path, engine: list[RequestRecord], sim: list[RequestRecord]) -> None:
+    save_figure(cdf_figure(engine, sim), path)
+
+
+def cdf_figure(engine: list[RequestRecord], sim: list[RequestRecord]) -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -53,12 +60,32 @@ def cdf_plot(path: Path, engine: list[RequestRecord], sim: list[RequestRecord]) 
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
+
+
+def validation_files(payload: dict[str, Any], engine_recs: list[RequestRecord], sim_recs: list[RequestRecord],
+                     engine_ops: list[OpRecord], sim_ops: list[OpRecord],
+                     steps: list[dict[str, Any]] | None = None) -> dict[str, str | bytes]:
+    """validation.json, the CDF plot, the combined trace and step_costs.csv (one row per engine stage
+    compute: measured and predicted seconds), name -> content."""
+    return {"latency_cdf.png": figure_png(cdf_figure(engine_recs, sim_recs)),
+            "step_costs.csv": steps_csv(steps or []),
+            "trace_combined.json": json.dumps(combined_trace(engine_ops, sim_ops)),
+            "validation.json": dumps(payload)}
+
+
+def steps_csv(steps: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, STEP_FIELDS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(steps)
+    return buf.getvalue()
 
 
 def write_validation(out: Path, payload: dict[str, Any], engine_recs: list[RequestRecord],
-                     sim_recs: list[RequestRecord], engine_ops: list[OpRecord], sim_ops: list[OpRecord]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    cdf_plot(out / "latency_cdf.png", engine_recs, sim_recs)
-    atomic_write(out / "trace_combined.json", json.dumps(combined_trace(engine_ops, sim_ops)))
-    atomic_write(out / "validation.json", dumps(payload))
+                     sim_recs: list[RequestRecord], engine_ops: list[OpRecord], sim_ops: list[OpRecord],
+                     steps: list[dict[str, Any]] | None = None) -> None:
+    """The validation files alone, as one result set in ``out``."""
+    from ppsim.outputs import write_result_set
+
+    write_result_set(out, validation_files(payload, engine_recs, sim_recs, engine_ops, sim_ops, steps))

@@ -4,13 +4,16 @@ Both sides are resolved from one scenario by :func:`ppsim.deployment.prepare` (s
 arrival times, same partition and policy). The simulator uses the engine's KV pool size, so every
 scheduling decision can match, and the cost model of a calibration artifact (``--profile DIR``)
 measured on this machine. The engine runs ``repeats`` times; its run-to-run spread is reported
-beside the simulator's error.
+beside the simulator's error, and the host is read around every repeat (:mod:`ppsim.validate.host`).
+The first figure to read is the step-level cost error (:mod:`ppsim.validate.steps`): the cost
+model against the engine's own micro-batches, free of the batching feedback.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import resource
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,71 +21,123 @@ from typing import Any
 from ppsim.config import Scenario, scenario_json
 from ppsim.deployment import kv_figures, prepare
 from ppsim.errors import PPSimError
-from ppsim.metrics.io import write_run
+from ppsim.metrics.io import run_files
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
-from ppsim.report.dashboard import write_dashboard
+from ppsim.outputs import check_output_dir, write_result_set
+from ppsim.report.dashboard import drawn_dashboards, series_files
 from ppsim.sim.executor import simulate
 from ppsim.validate.compare import compare_summaries, per_request_errors, verdict
-from ppsim.validate.report import format_table, write_validation
+from ppsim.validate.host import HostGuard, host_line
+from ppsim.validate.report import format_table, validation_files
+from ppsim.validate.steps import format_steps, step_costs, summarize_steps
 
 
-def simulate_like_engine(s: Scenario, kv_num_blocks: int) -> tuple[Any, dict[str, Any]]:
-    """The simulator on the engine's scenario and KV pool size."""
+def cpu_seconds() -> tuple[float, float]:
+    """(this process: the engine core and its threads, reaped children: the stage processes), CPU s.
+
+    Children count once they have exited and been waited for, so the stages' share includes their
+    start-up (imports, weights, warm-up)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def cpu_of(run: Any, opts: Any) -> dict[tuple[int, int], float]:
+    """The stages' compute CPU times; none on CUDA, where a stage's thread waits for the GPU."""
+    return run.stage_cpu_s if opts.device == "cpu" else {}
+
+
+def simulate_like_engine(s: Scenario, kv_num_blocks: int) -> tuple[Any, Any, dict[str, Any]]:
+    """The simulator on the engine's scenario and KV pool size: (prepared, result, summary)."""
     prep = dataclasses.replace(prepare(s), num_blocks=kv_num_blocks)
     res = simulate(prep)
     summary = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
-    return res, summary
+    return prep, res, summary
 
 
 def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options: Any = None,
-             log: Callable[[str], None] = print) -> dict[str, Any]:
-    from engine.run import EngineOptions, run_engine
+             log: Callable[[str], None] = print, host: HostGuard | None = None) -> dict[str, Any]:
+    """Engine ``repeats`` times (host read before and after each), the simulator once, compared.
+
+    ``host`` (default: a :class:`HostGuard` in ``flag`` mode) judges the host; in ``refuse`` mode a
+    bad reading raises PPSimError before anything of the validation itself is written."""
+    from engine.run import EngineOptions, engine_files, run_engine
 
     if s.cost.kind != "profile":
         raise PPSimError("validate: needs a calibration artifact of this machine; pass --profile DIR "
                          "(make one with `ppsim calibrate --model MODEL --device cpu`) or --calibrate")
     if repeats < 1:
         raise PPSimError("--repeats: must be >= 1")
-    out = Path(out_dir)
+    out = check_output_dir(out_dir)
     opts = engine_options or EngineOptions()
-    runs = []
+    host = host if host is not None else HostGuard()
+    runs, usage = [], []
     for i in range(repeats):
+        host.read(f"before {i}")
         log(f"validate: engine run {i + 1}/{repeats}")
-        runs.append(run_engine(s, out / f"engine-{i}", opts))
+        before = cpu_seconds()
+        runs.append(run_engine(s, None, opts))
+        after = cpu_seconds()
+        usage.append({"engine_core_cpu_s": after[0] - before[0], "stages_cpu_s": after[1] - before[1],
+                      "run_wall_s": runs[-1].info["wall_s"], "startup_s": runs[-1].info["startup_s"]})
+        host.read(f"after {i}")
     blocks = int(runs[0].info["kv_num_blocks"])
     log("validate: simulating the same workload")
-    res, sim_summary = simulate_like_engine(s, blocks)
-    write_run(out / "sim", scenario_json(s), sim_summary, res.requests, res.ops, chrome_trace(res.ops))
-    write_dashboard(out / "sim", res.series)
+    prep, res, sim_summary = simulate_like_engine(s, blocks)
+    files: dict[str, str | bytes] = {}
+    for i, run in enumerate(runs):
+        files.update({f"engine-{i}/{k}": v for k, v in engine_files(run).items()})
+    sim = {**run_files(scenario_json(s), sim_summary, res.requests, res.ops, chrome_trace(res.ops)),
+           **series_files(res.series)}
+    files.update({f"sim/{k}": v for k, v in sim.items()})
     rows = compare_summaries([r.summary for r in runs], sim_summary)
-    per_req = per_request_errors(runs[0].requests, res.requests)
+    steps = [row for i, r in enumerate(runs)
+             for row in step_costs(prep.cost, prep.topology.stages, r.plans, r.ops, i, cpu_of(r, opts))]
     payload = {
         "scenario": json.loads(scenario_json(s)),
         "repeats": repeats,
+        "step_cost": summarize_steps(steps),
         "rows": [r.to_dict() for r in rows],
-        "per_request": per_req,
+        "per_request": per_request_errors([r.requests for r in runs], res.requests),
         "verdict": verdict(rows),
+        "host": host.to_dict(),
+        "engine_cpu": usage,
         "engine_summaries": [r.summary for r in runs],
         "sim_summary": sim_summary,
     }
-    write_validation(out, payload, runs[0].requests, res.requests, runs[0].ops, res.ops)
+    files.update(validation_files(payload, runs[0].requests, res.requests, runs[0].ops, res.ops, steps))
+    dashboards = drawn_dashboards("sim", *(f"engine-{i}" for i in range(len(runs))))
+    write_result_set(out, {**files, **profile_files(s, out)}, derived=dashboards)
     return payload
+
+
+def profile_files(s: Scenario, out: Path) -> dict[str, str | bytes]:
+    """A profile calibrated into ``OUT/profile`` (``--calibrate``) joins the result set, so it survives
+    the replacement of ``OUT``."""
+    prof = Path(s.cost.profile_dir or "")
+    if s.cost.kind != "profile" or prof.resolve() != (out / "profile").resolve():
+        return {}
+    return {f"profile/{p.name}": p.read_bytes() for p in prof.iterdir() if p.is_file()}
 
 
 def format_report(payload: dict[str, Any]) -> str:
     from ppsim.validate.compare import MetricRow
 
     rows = [MetricRow(**r) for r in payload["rows"]]
-    lines = [format_table(rows)]
+    lines = [format_steps(payload.get("step_cost") or {}), format_table(rows)]
     pr = payload["per_request"]
     for key in ("ttft", "e2el"):
         d = pr.get(key) or {}
         if d:
             lines.append(f"per-request {key.upper():<5} median |error| {d['median_abs_error']:.1%}, "
                          f"KS statistic {d['ks_statistic']:.3f} (p = {d['ks_pvalue']:.3f}), "
-                         f"{pr['matched_requests']} requests")
+                         f"{pr['matched_requests']} requests over {pr.get('repeats', 1)} engine runs")
     v = payload["verdict"]
-    lines.append(f"median |error| over metrics {v['median_abs_error']:.1%}; "
-                 f"outside target (10%, 5% for throughput/TPOT): {', '.join(v['misses']) or 'none'}")
+    bubble = v.get("bubble_error_points")
+    lines.append(f"median |error| over latency/throughput metrics {v['median_abs_error']:.1%}; "
+                 f"bubble error {'-' if bubble is None else f'{bubble:+.3f}'} points, worst busy/bubble "
+                 f"{v.get('max_abs_fraction_points', 0.0):.3f} points; outside target (10%, 5% for "
+                 f"throughput/TPOT, 0.05 points for fractions): {', '.join(v['misses']) or 'none'}")
+    if "host" in payload:
+        lines.append(host_line(payload["host"]))
     return "\n".join(lines)

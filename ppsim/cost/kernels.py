@@ -1,0 +1,91 @@
+"""Per-kernel time of the analytic model: GEMMs, elementwise kernels, attention, collectives, host work.
+
+Each operator of a step is one GPU kernel (or a host call). The curves below were fitted once to
+public measured GPU data, Vidur's profiles (``experiments/analytic_vs_vidur/fit.py``; the numbers
+are in ``fit.json`` beside it). GEMM and elementwise curves are fitted on the training models
+(Llama-2-7B, Llama-2-70B, CodeLlama-34B) and checked on the held-out ones (Llama-3-8B/70B,
+InternLM-20B); the rest has a single source each and is in-sample:
+
+- GEMM (``mlp.csv`` ``attn_pre_proj``, ``attn_post_proj``, ``mlp_up_proj``, ``mlp_down_proj``):
+  ``gemm_launch_us`` plus a smooth roofline ``(c^p + m^p)^(1/p)`` of the compute time ``c`` (FLOPs
+  / (peak x compute_eff)) and the memory time ``m`` (bytes / (bandwidth x memory_eff)), the two
+  efficiencies per device. A plain ``max(c, m)`` (p = inf) is 25-40% fast where both are close
+  (64-256 tokens on a 70B layer): kernels neither reach both roofs at once nor overlap them fully.
+- Elementwise kernels (``input_layernorm``, ``attn_rope``, ``mlp_act``, ``add``, ``emb``): bytes
+  moved over an achieved share of the HBM peak per kernel kind, at least ``floor_us``.
+- Attention (``attention.csv``, FlashInfer, Llama-2-70B TP2 on A100, the only attention file Vidur
+  ships: in-sample, no held-out check): prefill at ``attn_compute_eff`` of the peak over the causal
+  query-key pairs, fitted to the chunk's own c^2 term (Vidur's FlashInfer takes no time off for the
+  mask, so its prefix term is then over-predicted up to 2x; modern kernels skip masked tiles, and a
+  rectangle would make chunking cut attention work, which it does not), plus the KV reshapes;
+  decode reads the context's KV at ``attn_memory_eff`` of the bandwidth; each call costs
+  ``attn_call_us``.
+- All-reduce (``network/<dev>_dgx/all_reduce.csv``, NCCL inside one NVSwitch node, 2-8 GPUs):
+  ``allreduce_call_us`` plus the ring's 2 (N - 1) / N x bytes over the TP link at
+  ``allreduce_bus_eff`` of its bandwidth. The fixed part is an eagerly launched NCCL call (no CUDA
+  graphs, no custom all-reduce in Vidur's runs), and it dominates decode at TP > 1.
+- Host work per step (``cpu_overheads/<dev>.csv``): input preparation and the sampler, each
+  ``c0 + c1 x requests``.
+
+``CostConfig.compute_efficiency`` / ``memory_efficiency`` / ``step_overhead_us`` override the
+device's fitted numbers when set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class KernelFit:
+    """Fitted shares and fixed costs common to every device (see the module docstring)."""
+
+    gemm_sharpness: float = 1.40
+    gemm_launch_us: float = 5.49
+    floor_us: float = 4.06
+    norm_eff: float = 0.422
+    rope_eff: float = 0.540
+    act_eff: float = 0.567
+    add_eff: float = 0.941
+    emb_eff: float = 0.227
+    attn_compute_eff: float = 0.217
+    attn_memory_eff: float = 0.767
+    attn_call_us: float = 15.9
+    reshape_eff: float = 0.245
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFit:
+    """Fitted per device: GEMM efficiencies, the NCCL all-reduce inside a node, the host's per-step work."""
+
+    compute_eff: float
+    memory_eff: float
+    allreduce_call_us: float
+    allreduce_bus_eff: float
+    prepare_us: float
+    prepare_per_req_us: float
+    sampler_us: float
+    sampler_per_req_us: float
+
+
+FIT = KernelFit()
+# experiments/analytic_vs_vidur/fit.json, rounded. H100: A100's host costs (Vidur has no H100 host
+# data); A40: no all-reduce data, A100's. A device without Vidur data uses A100's numbers.
+DEVICE_FITS = {
+    "a100-80gb": DeviceFit(0.740, 0.832, 42.5, 0.534, 148.0, 0.97, 599.0, 3.27),
+    "h100-sxm": DeviceFit(0.741, 0.929, 29.9, 0.786, 148.0, 0.97, 599.0, 3.27),
+    "a40": DeviceFit(0.799, 0.857, 42.5, 0.534, 949.0, 24.1, 5124.0, 1.36),
+}
+
+
+def device_fit(name: str) -> DeviceFit:
+    return DEVICE_FITS.get(name, DEVICE_FITS["a100-80gb"])
+
+
+def smooth_roof(compute_s: float, memory_s: float, p: float) -> float:
+    """``(c^p + m^p)^(1/p)``: the roofline's max, rounded where the two limits meet."""
+    hi = max(compute_s, memory_s)
+    if hi <= 0.0:
+        return 0.0
+    lo = min(compute_s, memory_s)
+    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)

@@ -1,0 +1,210 @@
+"""Result directories: checked before any work, written whole or not at all.
+
+Every command that writes a set of results (``simulate``, ``engine``, ``validate``, ``sweep``,
+``calibrate``, ``import-vidur``) builds all its files in memory, then calls
+:func:`write_result_set`: the files go into a temporary sibling directory ``.NAME.tmp-PID``,
+which is renamed onto ``NAME`` at the end. A previous result directory there is moved aside first
+and removed only once the new one is in place, so a run that fails (bad input, a fault, a full
+disk, Ctrl-C) leaves the previous results as they were and never a partial set; the temporary
+directory is removed on every path.
+
+Which directories may be replaced: a missing or empty one, or one a ppsim command wrote (it holds
+the marker file ``.ppsim-result``, or, for results written before the marker existed, only names
+ppsim writes). A directory holding anything else is refused before the run, so ``--output-dir .``
+in a source tree or a home directory never deletes a file. :func:`check_output_dir` makes the same
+checks up front (one line, exit 2) so that a bad path is found before minutes of simulation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from ppsim.errors import PPSimError
+
+MARKER = ".ppsim-result"
+# what ppsim commands wrote into a result directory before the marker existed
+KNOWN_NAMES = {
+    "summary.json", "requests.csv", "tokens.csv", "stage_ops.csv", "trace.json", "config.json", "engine.json",
+    "tokens.json", "validation.json", "latency_cdf.png", "trace_combined.json", "meta.json", "fits.json",
+    "samples.csv", "sweep.csv", "space.json", "pareto.png", "results", "sim", "profile", "dashboard.png",
+}
+KNOWN_PATTERN = re.compile(r"engine-\d+|\..*\.tmp-?\d+")
+
+
+class OutputError(PPSimError):
+    """Writing the results failed (disk full, permissions changed mid-run): one line, exit status 1."""
+
+    exit_code = 1
+
+
+def _abs(out: str | Path, flag: str) -> Path:
+    if str(out).strip() == "":
+        raise PPSimError(f"{flag}: empty path; give a directory such as ppsim-results")
+    d = Path(os.path.abspath(os.path.expanduser(str(out))))
+    if d.is_symlink():
+        d = d.resolve()
+    if d.parent == d:
+        raise PPSimError(f"{flag}: {d} cannot hold results; give a directory such as ppsim-results")
+    return d
+
+
+def _existing_ancestor(d: Path) -> Path:
+    p = d
+    while not p.exists() and not p.is_symlink() and p.parent != p:
+        p = p.parent
+    return p
+
+
+def _can_create(where: Path) -> OSError | None:
+    """Create and remove a directory in ``where`` (the only test that holds for root and /proc too);
+    the error if that fails."""
+    probe = where / f".ppsim-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as err:
+        return err
+    return None
+
+
+def is_result_dir(d: Path) -> bool:
+    """True if ``d`` is empty or was written by a ppsim command (so replacing it loses nothing else)."""
+    names = [p.name for p in d.iterdir()]
+    if not names or MARKER in names:
+        return True
+    return all(n in KNOWN_NAMES or KNOWN_PATTERN.fullmatch(n) for n in names)
+
+
+def check_output_dir(out: str | Path, flag: str = "--output-dir", names: Iterable[str] = (),
+                     replace: bool = True) -> Path:
+    """Raise (one line) unless the results can be written to ``out``; return it as an absolute path.
+
+    ``names``: the files about to be written (one taken by a directory is refused). ``replace``:
+    the directory is replaced whole, so it must be empty or a previous ppsim result.
+    """
+    d = _abs(out, flag)
+    if d.exists() and not d.is_dir():
+        raise PPSimError(f"{flag}: {d} exists and is not a directory; remove it or pick another path")
+    anc = _existing_ancestor(d)
+    if not anc.is_dir():
+        raise PPSimError(f"{flag}: cannot create {d}: {anc} is a file, not a directory; pick another path")
+    # the set is staged beside ``d``, or inside it when only ``d`` itself is writable
+    if not d.exists():
+        err = _can_create(anc)
+    else:
+        err = _can_create(d.parent)
+        err = _can_create(d) if err is not None else None
+    if err is not None:
+        where = anc if not d.exists() else d
+        raise PPSimError(f"{flag}: cannot create {d}: {where} is not writable ({err.strerror}); "
+                         "pick another directory")
+    if d.exists():
+        for name in names:
+            if (d / name).is_dir():
+                raise PPSimError(f"{flag}: {d / name} is a directory where the result file {name} goes; "
+                                 "remove it or pick another directory")
+        if replace and not is_result_dir(d):
+            others = sorted(p.name for p in d.iterdir())[:3]
+            raise PPSimError(f"{flag}: {d} is not a ppsim result directory (it holds {', '.join(others)}, ...) "
+                             "and would be replaced; pick a new or empty directory")
+    return d
+
+
+def _write_tree(root: Path, files: Mapping[str, str | bytes | Iterable[str]]) -> None:
+    for name, content in files.items():
+        p = root / name
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                p.write_bytes(content)
+            elif isinstance(content, str):
+                p.write_text(content, encoding="utf-8")
+            else:  # text chunks: a large CSV formatted as it is written (ppsim.metrics.io)
+                with open(p, "w", encoding="utf-8") as f:
+                    for chunk in content:
+                        f.write(chunk)
+        except OSError as err:
+            err.filename = err.filename or str(p)  # a failed write (ENOSPC) carries no file name
+            raise
+
+
+def write_result_set(out: str | Path, files: Mapping[str, str | bytes | Iterable[str]], flag: str = "--output-dir",
+                     replace: bool = True,
+                     derived: Callable[[Path], Mapping[str, str | bytes]] | None = None) -> Path:
+    """Write ``files`` (relative name -> text, bytes or an iterable of text chunks) as the directory
+    ``out``, all or nothing.
+
+    ``replace=True``: ``out`` becomes exactly these files (an old result directory is replaced whole).
+    ``replace=False`` (a sweep's folder, which it resumes from): each file is renamed into ``out``
+    and everything else there is kept. Any ``OSError`` is one :class:`OutputError` naming the path.
+    ``derived(staging_dir)`` returns more files drawn from the staged ones (the dashboard PNG): they
+    join the set before it is moved into place.
+    """
+    top = {n.split("/", 1)[0] for n in files}
+    d = check_output_dir(out, flag, [n for n in top if "/" not in n and n in files], replace)
+    # staged beside ``d`` (renamed onto it at the end), or inside it if its parent is not writable
+    inside = d.exists() and _can_create(d.parent) is not None
+    tmp = d / f".ppsim.tmp-{os.getpid()}" if inside else d.parent / f".{d.name}.tmp-{os.getpid()}"
+    old = d.parent / f".{d.name}.old-{os.getpid()}"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        _write_tree(tmp, files)
+        if derived is not None:
+            more = derived(tmp)
+            _write_tree(tmp, more)
+            files = {**files, **more}
+        marker = {MARKER: json.dumps({"written_by": "ppsim", "files": sorted(files)}) + "\n"}
+        _write_tree(tmp, marker)
+        files = {**files, **marker}
+        if inside or (d.exists() and not replace):
+            _move_into(tmp, d, files, replace)
+        else:
+            try:
+                _swap(tmp, d, old)
+            except OSError as err:
+                if err.errno not in (errno.EBUSY, errno.EXDEV):  # EBUSY: ``d`` is a mount point
+                    raise
+                _move_into(tmp, d, files, replace)
+    except OSError as err:
+        kept = f"; {d} is as it was" if replace and not inside else ""
+        where = str(err.filename or d).replace(str(tmp), str(d))  # name the file, not the staging directory
+        raise OutputError(f"{flag}: cannot write {where}: {err.strerror or err}{kept}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            if old.exists() and d.exists():
+                shutil.rmtree(old)
+    return d
+
+
+def _swap(tmp: Path, d: Path, old: Path) -> None:
+    """Rename ``tmp`` onto ``d``; an existing ``d`` is moved to ``old`` first and back if that fails."""
+    if d.exists():
+        os.rename(d, old)
+    try:
+        os.rename(tmp, d)
+    except BaseException:
+        if old.exists() and not d.exists():
+            os.rename(old, d)
+        raise
+
+
+def _move_into(tmp: Path, d: Path, files: Mapping[str, str | bytes], replace: bool) -> None:
+    """Rename each staged file into ``d``: a sweep's folder (``replace=False``: nothing else is touched),
+    or a directory whose parent is read-only or that is a mount point (``replace=True``: the old
+    entries are removed first; a failure here can leave a partial set, the one case that can)."""
+    if replace:
+        for p in d.iterdir():
+            if p != tmp:
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for name in files:
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(tmp / name, d / name)  # a rename, or a copy across file systems

@@ -1,0 +1,179 @@
+"""Every bad input of tests/bad_inputs.py ends in one line naming the field, exit 2, nothing written;
+result directories are written whole or not at all; requests that cannot be served are named."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+from bad_inputs import CASES, TINY, run_case
+
+from ppsim.cli import main
+from ppsim.outputs import MARKER, write_result_set
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_refused_in_one_line(case, tmp_path):
+    if case.needs_torch:
+        pytest.importorskip("torch")
+    end = run_case(case, tmp_path)
+    assert end.kind == "refused", f"{end.kind} (exit {end.code}): {end.stderr}"
+    assert case.fragment in end.stderr, end.stderr
+    assert not list(tmp_path.glob(".*.tmp*")) and not list(tmp_path.glob(".*.old-*"))
+
+
+def _simulate(out: Path, *extra: str) -> int:
+    return main(["simulate", *TINY, "--output-dir", str(out), *extra])
+
+
+def test_previous_results_survive_a_failed_write(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    assert _simulate(out) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = Path.write_text
+
+    def full_disk(self, text, *a, **k):
+        if self.name == "trace.json":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return real(self, text, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    capsys.readouterr()
+    assert _simulate(out, "--seed", "7") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out}/trace.json" in err and "No space left on device" in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old set, untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary directory left
+
+
+def test_full_disk_on_a_small_tmpfs(tmp_path, capsys):
+    """The real thing where the host allows a mount (root): a 64 KiB tmpfs."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        out = disk / "run"
+        assert _simulate(out, "--no-dashboard") == 0  # a dashboard PNG alone would not fit in 64 KiB
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        capsys.readouterr()
+        assert main(["simulate", *TINY, "--num-prompts", "60", "--no-dashboard", "--output-dir", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --output-dir: cannot write {out}/") and "No space left" in err, err
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+        assert os.listdir(disk) == ["run"]
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_a_new_run_replaces_another_commands_results(tmp_path):
+    out = tmp_path / "out"
+    write_result_set(out, {"engine.json": "{}\n", "tokens.json": "{}\n", "summary.json": "{}\n"})
+    assert _simulate(out) == 0
+    names = {p.name for p in out.iterdir()}
+    assert "engine.json" not in names and "tokens.json" not in names
+    assert {"summary.json", "requests.csv", "config.json", MARKER} <= names
+
+
+def test_legacy_result_dir_without_marker_is_replaced(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "engine.json").write_text("{}")
+    (out / "engine-0").mkdir()
+    assert _simulate(out) == 0
+    assert not (out / "engine.json").exists() and not (out / "engine-0").exists()
+
+
+def test_fit_chunks_plot_leaves_no_temp_file(tmp_path, capsys):
+    plot = tmp_path / "plots" / "fit.png"
+    args = ["fit-chunks", *TINY, "--chunk-sizes", "64", "--smooth-factors", "0.5", "--plot", str(plot)]
+    assert main(args) == 0
+    assert plot.stat().st_size > 1000 and os.listdir(plot.parent) == ["fit.png"]
+
+
+def test_merge_mode_keeps_other_files(tmp_path):
+    out = tmp_path / "sweep"
+    (out / "results").mkdir(parents=True)
+    (out / "results" / "a.json").write_text("{}")
+    write_result_set(out, {"sweep.csv": "x\n"}, replace=False)
+    assert (out / "results" / "a.json").exists() and (out / "sweep.csv").read_text() == "x\n"
+
+
+# --- requests that cannot be served --------------------------------------------------------------------
+
+
+def test_rejected_requests_are_named_with_the_fix(tmp_path, capsys):
+    # tiny has max_position_embeddings 4096 (see ppsim/models/presets/tiny.json)
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,16,4\n0,5000,4\n0.1,16,4\n")
+    assert main(["simulate", "--model", "tiny", "-pp", "2", "--trace", str(trace),
+                 "--output-dir", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: 1 of 3 requests rejected: 1 longer than max_model_len")
+    assert "--max-model-len" in err[0]
+
+
+def test_every_request_rejected_exits_1(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _simulate(out, "--max-model-len", "10") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: 4 of 4 requests rejected: 4 longer than max_model_len 10")
+    assert json.loads((out / "summary.json").read_text())["completed"] == 0
+
+
+def test_kv_cache_too_small_names_blocks(tmp_path, capsys):
+    pytest.importorskip("torch")
+    assert main(["engine", *TINY, "--request-rate", "inf", "--kv-blocks", "1", "--block-size", "4",
+                 "--output-dir", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: 4 of 4 requests rejected: 4 need up to 5 KV blocks, the cache has 1"), err
+
+
+def test_max_model_len_extends_past_the_config(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,5000,4\n")
+    out = tmp_path / "out"
+    assert main(["simulate", "--model", "tiny", "-pp", "2", "--trace", str(trace), "--max-model-len", "8192",
+                 "--output-dir", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["completed"] == 1
+    assert capsys.readouterr().err == ""
+
+
+def test_output_dir_that_is_a_mount_point(tmp_path):
+    """Renaming a mount point fails (EBUSY): the set is moved into it instead."""
+    import subprocess
+
+    out = tmp_path / "mnt"
+    out.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(out)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        (out / "engine.json").write_text("{}")
+        assert _simulate(out) == 0
+        assert _simulate(out, "--seed", "3") == 0
+        names = {p.name for p in out.iterdir()}
+        assert "engine.json" not in names and {"summary.json", MARKER} <= names
+        assert not [n for n in names if ".tmp" in n] and sorted(os.listdir(tmp_path)) == ["mnt"]
+    finally:
+        subprocess.run(["umount", str(out)], capture_output=True)
+
+
+def test_read_only_parent_stages_inside(tmp_path, monkeypatch):
+    """Only the directory itself is writable (a user's folder in a root-owned one): staged inside it."""
+    import ppsim.outputs as outputs
+
+    out = tmp_path / "out"
+    assert _simulate(out) == 0
+    real = outputs._can_create
+    monkeypatch.setattr(outputs, "_can_create", lambda where: OSError(13, "Permission denied")
+                        if where == tmp_path else real(where))
+    (out / "engine.json").write_text("{}")
+    assert _simulate(out, "--seed", "5") == 0
+    names = {p.name for p in out.iterdir()}
+    assert "engine.json" not in names and not [n for n in names if ".tmp" in n] and "summary.json" in names
+    assert sorted(os.listdir(tmp_path)) == ["out"]

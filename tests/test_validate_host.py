@@ -1,0 +1,92 @@
+"""The host guard: readings are injected (fake probe and load average), so nothing here depends on
+how fast or how busy the machine running the tests is."""
+
+from __future__ import annotations
+
+import pytest
+
+from ppsim.errors import PPSimError
+from ppsim.validate.host import HostGuard, cpu_probe, host_line
+from tests.conftest import ROOT
+
+
+def fake(probes):
+    """A probe returning the given (wall seconds, core share) readings in turn."""
+    it = iter(probes)
+    return lambda: next(it)
+
+
+def guard(probes, mode="flag", **kw):
+    return HostGuard(mode, probe=fake(probes), loadavg=lambda: (0.2, 0.1, 0.1), **kw)
+
+
+def test_quiet_host_is_ok():
+    g = guard([(0.030, 0.99), (0.031, 0.98), (0.030, 1.0), (0.0305, 0.97)])
+    for i in range(2):
+        g.read(f"before {i}")
+        g.read(f"after {i}")
+    d = g.to_dict()
+    assert d["ok"] and d["problem"] is None and len(d["readings"]) == 4
+    assert d["probe_drift"] == pytest.approx(0.031 / 0.030 - 1)
+    assert host_line(d).startswith("host guard: ok")
+
+
+def test_drift_is_flagged_in_one_line():
+    g = guard([(0.030, 0.99), (0.030, 0.99), (0.040, 0.99)])  # the host got 33% slower mid-run
+    for when in ("before 0", "after 0", "before 1"):
+        g.read(when)
+    d = g.to_dict()
+    assert not d["ok"] and "drifted 33%" in d["problem"]
+    line = host_line(d)
+    assert line.startswith("host guard: FLAGGED") and "\n" not in line
+
+
+def test_shared_cores_are_flagged_even_without_drift():
+    g = guard([(0.045, 0.66), (0.045, 0.66)])  # a neighbour all along: steady, but a third of a core gone
+    g.read("before 0")
+    g.read("after 0")
+    assert g.drift() == 0.0 and "66% of a core at 'before 0'" in g.problem()
+
+
+def test_refuse_stops_at_the_first_bad_reading():
+    g = guard([(0.030, 0.99), (0.030, 0.50)], mode="refuse")
+    g.read("before 0")
+    with pytest.raises(PPSimError, match="host guard: .*50% of a core at 'after 0'.*refused"):
+        g.read("after 0")
+
+
+def test_off_takes_no_readings_and_bounds_are_checked():
+    g = HostGuard("off", probe=lambda: pytest.fail("probed"))
+    g.read("before 0")
+    assert g.to_dict()["readings"] == [] and "off" in host_line(g.to_dict())
+    with pytest.raises(PPSimError, match="--host-max-drift"):
+        HostGuard("flag", max_drift=0)
+    with pytest.raises(PPSimError, match="--host-min-core-share"):
+        HostGuard("flag", min_core_share=1.5)
+
+
+def test_real_probe_reads_something():
+    wall, share = cpu_probe(processes=1)
+    assert wall > 0 and 0 < share <= 1.0
+
+
+def test_validate_records_and_flags_an_injected_drift(tmp_path):
+    """A real (tiny) engine run between readings: the drift lands in validation.json and the report;
+    in refuse mode the validation stops before it writes anything of its own."""
+    pytest.importorskip("torch")
+    from ppsim.config import build_scenario
+    from ppsim.validate.run import format_report, validate
+
+    s = build_scenario(None, {"model": "tiny", "cluster": {"pipeline_parallel_size": 1},
+                              "cost": {"kind": "profile", "profile_dir": str(ROOT / "profiles" / "tiny-cpu")},
+                              "workload": {"num_prompts": 2, "request_rate": float("inf"),
+                                           "random_input_len": 16, "random_output_len": 3}})
+    g = guard([(0.030, 0.99), (0.045, 0.98)])
+    payload = validate(s, tmp_path / "flag", 1, log=lambda m: None, host=g)
+    h = payload["host"]
+    assert [r["when"] for r in h["readings"]] == ["before 0", "after 0"] and not h["ok"]
+    assert "drifted 50%" in format_report(payload).splitlines()[-1]
+    assert payload["step_cost"]["steps"] >= 3  # 2 prompts x 3 tokens on one stage: every micro-batch timed
+    with pytest.raises(PPSimError, match="refused"):
+        validate(s, tmp_path / "refuse", 2, log=lambda m: None, host=guard([(0.03, 0.99), (0.03, 0.4)], "refuse"))
+    assert not (tmp_path / "refuse" / "validation.json").exists()

@@ -1,0 +1,63 @@
+"""Step-level cost error: every engine micro-batch against the cost model's time for the same plan."""
+
+import pytest
+
+from ppsim.cost.base import StageSpec
+from ppsim.metrics.records import OpRecord
+from ppsim.policy.plan import PlanItem, make_plan
+from ppsim.validate.report import steps_csv
+from ppsim.validate.steps import bucket_of, format_steps, step_costs, summarize_steps
+
+
+class LinearCost:
+    """1 ms per token per layer, +2 ms on the last stage: easy to predict by hand."""
+
+    def stage_time(self, stage, plan):
+        return 1e-3 * plan.num_tokens * stage.num_layers + (2e-3 if stage.is_last else 0.0)
+
+
+STAGES = (StageSpec(0, 0, 2, True, False), StageSpec(1, 2, 4, False, True))
+
+
+def _plan(step, n_decode, prefill=0):
+    items = [PlanItem(i, 100, 1, False, True) for i in range(n_decode)]
+    if prefill:
+        items.append(PlanItem(99, 0, prefill, True, True))
+    return make_plan(step, items)
+
+
+def test_each_engine_compute_is_timed_with_its_own_plan():
+    plans = {0: _plan(0, 4), 1: _plan(1, 1, prefill=60)}
+    ops = [OpRecord("stage0", "compute", 0, 0.0, 0.010, 4, 4),  # predicted 8 ms: -20%
+           OpRecord("stage1", "compute", 0, 0.010, 0.020, 4, 4),  # predicted 10 ms: 0%
+           OpRecord("stage0", "compute", 1, 0.020, 0.142, 61, 2),  # predicted 122 ms: 0%
+           OpRecord("link0->1", "send", 0, 0.010, 0.011, 4, 4),  # not a compute
+           OpRecord("stage0", "compute", 7, 0.2, 0.3, 1, 1)]  # plan unknown: skipped
+    cpu = {(0, 0): 0.005, (1, 0): 0.010}  # stage 0 ran 5 of its 10 ms: waited 5 ms for a core
+    rows = step_costs(LinearCost(), STAGES, plans, ops, run=3, cpu_s=cpu)
+    assert [(r["stage"], r["step_id"]) for r in rows] == [(0, 0), (1, 0), (0, 1)]
+    assert rows[0]["cpu_error"] == pytest.approx(0.6) and rows[1]["cpu_error"] == pytest.approx(0.0)
+    assert rows[2]["cpu_s"] == -1.0 and rows[2]["cpu_error"] is None  # no CPU reading: left out of cpu stats
+    assert [r["error"] for r in rows] == pytest.approx([-0.2, 0.0, 0.0])
+    assert rows[0]["predicted_s"] == pytest.approx(0.008) and rows[0]["run"] == 3
+    assert rows[2]["decode_ctx_tokens"] == 101 and rows[2]["num_prefill_tokens"] == 60
+    s = summarize_steps(rows)
+    assert s["steps"] == 3 and s["median_error"] == pytest.approx(0.0)
+    assert s["median_cpu_error"] == pytest.approx(0.3) and s["median_cpu_share"] == pytest.approx(0.75)
+    assert s["by_stage"]["0"]["steps"] == 2 and s["by_stage"]["1"]["median_abs_error"] == pytest.approx(0.0)
+    assert s["by_tokens"]["2-4"]["median_error"] == pytest.approx(-0.1)  # the two 4-token steps
+    assert s["by_tokens"]["17-64"]["steps"] == 1
+    table = format_steps(s)
+    assert "step-level cost error" in table and "stage 1" in table and "17-64 tokens" in table
+    assert steps_csv(rows).splitlines()[0].startswith("run,stage,step_id")
+    assert "by_run" not in s  # one repeat: nothing to compare
+    again = step_costs(LinearCost(), STAGES, plans, [OpRecord("stage0", "compute", 0, 0.0, 0.016, 4, 4)], run=4)
+    two = summarize_steps(rows + again)
+    assert two["by_run"]["4"]["median_error"] == pytest.approx(-0.5) and "engine run 3" in format_steps(two)
+    assert "cpu/wall" in table and "+60.0%" in format_steps(summarize_steps(rows[:1]))
+    assert summarize_steps([]) == {} and "no engine micro-batch" in format_steps({})
+
+
+def test_token_buckets_cover_every_size():
+    assert [bucket_of(n) for n in (1, 3, 8, 9, 64, 65, 300, 10**6)] == \
+        ["1", "2-4", "5-8", "9-16", "17-64", "65-256", ">=257", ">=257"]

@@ -1,0 +1,69 @@
+"""The held-out validation set: drawn at run time, reproducible from its seed, every engine policy,
+knobs within their ranges; and the results tables keep development and held-out apart."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.validation.scenarios import ENGINE_POLICIES, held_out
+from experiments.validation.tables import result_row, results_md
+from ppsim.policy.pipelines import REPLICATED
+from tests.conftest import ROOT
+
+PROFILE = str(ROOT / "profiles" / "tiny-cpu")
+
+
+def capacity(_s):
+    return 10.0  # requests/s: injected, so the drawn rates do not depend on the cost model
+
+
+def test_same_seed_same_set_every_policy():
+    a = held_out(7, 2, "tiny", PROFILE, capacity)
+    b = held_out(7, 2, "tiny", PROFILE, capacity)
+    c = held_out(8, 2, "tiny", PROFILE, capacity)
+    assert [k for k, _ in a.values()] == [k for k, _ in b.values()]
+    assert [k for k, _ in a.values()] != [k for k, _ in c.values()]
+    knobs = [k for k, _ in a.values()]
+    assert sorted(k["policy"] for k in knobs) == sorted(ENGINE_POLICIES * 2)
+    assert not set(ENGINE_POLICIES) & REPLICATED
+
+
+def test_draws_stay_in_their_ranges_and_build():
+    drawn = held_out(3, 3, "tiny", PROFILE, capacity)
+    for name, (k, s) in drawn.items():
+        assert k["pp"] in (1, 2) and s.cluster.pipeline_parallel_size == k["pp"]
+        assert s.engine.policy == k["policy"] and k["policy"] in name
+        assert 16 <= s.workload.num_prompts <= 40 and k["max_num_batched_tokens"] in (64, 128, 256, 512)
+        assert 0 <= s.workload.random_range_ratio <= 0.8 and 0 <= s.workload.abort_rate <= 0.3
+        if k["load"] == "offline":
+            assert s.workload.request_rate == float("inf")
+        else:
+            assert 0.15 <= k["load"] <= 1.2 and s.workload.request_rate == pytest.approx(10.0 * k["load"], abs=1e-3)
+        assert s.cost.kind == "profile" and s.cost.profile_dir == PROFILE
+    loads = [k["load"] for k, _ in drawn.values()]
+    assert "offline" in loads and any(x != "offline" and x < 0.4 for x in loads)  # light to offline both drawn
+    assert any(k.get("abort_rate", 0) > 0 for k, _ in drawn.values())
+
+
+def _payload(err: float, bubble_pts: float) -> dict:
+    metrics = ["output_throughput", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_e2el_ms", "p99_e2el_ms",
+               "pipeline_bubble_fraction"]
+    rows = [{"metric": m, "engine": 1.0, "engine_spread": 0.02, "simulated": 1.0 + err,
+             "error": bubble_pts if m == "pipeline_bubble_fraction" else err} for m in metrics]
+    return {"rows": rows, "step_cost": {"median_error": -0.1, "p90_abs_error": 0.2, "median_cpu_error": -0.05,
+                                        "median_cpu_share": 0.9},
+            "per_request": {"ttft": {"ks_pvalue": 0.5}, "e2el": {"ks_pvalue": 0.4}},
+            "host": {"ok": False, "problem": "drifted"}}
+
+
+def test_results_tables_keep_sets_apart():
+    rows = [result_row("development", "d1", {"policy": "vllm-sync", "pp": 1}, _payload(0.04, 0.01)),
+            result_row("held-out", "h1", {"policy": "vllm-sync", "pp": 2, "seed": 5}, _payload(-0.3, -0.2))]
+    md = results_md(rows, ["# t"])
+    line = next(x for x in md.splitlines() if x.startswith("| vllm-sync |"))
+    assert "| 1 | 4.0% (±2.0%) | 1 | 30.0% (±2.0%) |" in line  # dev and held-out side by side, spread beside
+    assert "0.010 (±0.020) / 0.200 (±0.020)" in line  # bubble in points, never in the percent medians
+    assert "## Held-out draws" in md and json.dumps({"policy": "vllm-sync", "pp": 2, "seed": 5}, sort_keys=True) in md
+    assert "Host guard: 2 of 2 scenarios flagged" in md
