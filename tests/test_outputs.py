@@ -15,7 +15,7 @@ SMALL = {"model": "tiny", "cluster": {"pipeline_parallel_size": 2},
          "workload": {"num_prompts": 12, "random_input_len": 40, "random_output_len": 5, "request_rate": 200.0}}
 
 
-BOUNDED = ["config.json", "requests.csv", "summary.json", "timeline.csv", "timeseries.csv"]
+BOUNDED = [".ppsim-result", "config.json", "requests.csv", "summary.json", "timeline.csv", "timeseries.csv"]
 
 
 def test_default_outputs_are_summary_requests_config(tmp_path):

@@ -221,6 +221,8 @@ class ProfiledCost:
         self.moe_skew = moe_skew
         self.expert_load: list[float] = []
         self._touched: dict[int, float] = {}
+        self._base: tuple[StepPlan | None, float] = (None, 0.0)  # the last plan's layer_base_time
+        self._mlp_memo: dict[tuple[int, bool], float] = {}  # (tokens, moe) -> mlp_time
         if shape.is_moe:
             need = MOE_OPS if shape.shared_expert_intermediate_size else MOE_OPS[:2]
             missing = [op for op in need if op not in self.f]
@@ -238,7 +240,14 @@ class ProfiledCost:
         return t
 
     def mlp_time(self, T: int, moe: bool) -> float:
-        """Seconds of one layer's MLP over ``T`` tokens: dense, or router + routed + shared experts."""
+        """Seconds of one layer's MLP over ``T`` tokens: dense, or router + routed + shared experts
+        (memoised: a pure function of the token count)."""
+        t = self._mlp_memo.get((T, moe))
+        if t is None:
+            t = self._mlp_memo[(T, moe)] = self._mlp_time(T, moe)
+        return t
+
+    def _mlp_time(self, T: int, moe: bool) -> float:
         if not moe:
             return sum(op.at(T) for op in self._mlp)
         f = self.f
@@ -253,7 +262,15 @@ class ProfiledCost:
         return max(self.layer_base_time(plan) + self.mlp_time(plan.num_tokens, moe), 0.0)
 
     def layer_base_time(self, plan: StepPlan) -> float:
-        """One layer without its MLP: norms, attention, adds, glue, TP all-reduces."""
+        """One layer without its MLP: norms, attention, adds, glue, TP all-reduces. The last plan's is
+        kept, as every stage times the same plan in turn."""
+        last, t = self._base
+        if last is not plan:
+            t = self._layer_base_time(plan)
+            self._base = (plan, t)
+        return t
+
+    def _layer_base_time(self, plan: StepPlan) -> float:
         T = plan.num_tokens
         t = sum(op.at(T) for op in self._tok)
         pre = self.f["attn_prefill"]
