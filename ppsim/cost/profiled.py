@@ -223,6 +223,7 @@ class ProfiledCost:
         self._touched: dict[int, float] = {}
         self._base: tuple[StepPlan | None, float] = (None, 0.0)  # the last plan's layer_base_time
         self._mlp_memo: dict[tuple[int, bool], float] = {}  # (tokens, moe) -> mlp_time
+        self._n_moe: dict[tuple[int, int], int] = {}  # a stage's (start, end) layers -> its MoE layers
         if shape.is_moe:
             need = MOE_OPS if shape.shared_expert_intermediate_size else MOE_OPS[:2]
             missing = [op for op in need if op not in self.f]
@@ -295,7 +296,10 @@ class ProfiledCost:
         if plan.is_empty:
             return 0.0
         T, R, f = plan.num_tokens, plan.num_reqs, self.f
-        n_moe = self.shape.num_moe_layers(stage.start_layer, stage.end_layer)
+        key = (stage.start_layer, stage.end_layer)
+        n_moe = self._n_moe.get(key)
+        if n_moe is None:  # the stage's layer range does not change: count its MoE layers once
+            n_moe = self._n_moe[key] = self.shape.num_moe_layers(*key)
         t = stage.num_layers * self.layer_base_time(plan)
         if n_moe < stage.num_layers:
             t += (stage.num_layers - n_moe) * self.mlp_time(T, False)
