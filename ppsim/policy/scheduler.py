@@ -118,7 +118,10 @@ class Scheduler:
         cap, decode_cap = lim.max_batch_reqs, lim.decode_cap
         spacing, placeholders_on = lim.decode_spacing, lim.async_placeholders
         step, allocate, append = self.step, self.kv.allocate, items.append
-        while i < len(running) and budget > 0 and (cap is None or len(items) < cap):
+        n_run = len(running)  # changes only when a preemption pops the last one
+        while i < n_run and budget > 0:
+            if cap is not None and len(items) >= cap:
+                break
             st = running[i]
             i += 1  # preemption pops from the end only, so the next request stays at index i
             req = st.req
@@ -136,6 +139,7 @@ class Scheduler:
                 n = budget
             while not allocate(req.req_id, start + n):
                 victim = running.pop()
+                n_run -= 1
                 self._preempt(victim)
                 preempted = True
                 if victim is st:
