@@ -35,8 +35,8 @@ VIDUR = ["--model", "llama-2-70b", "--hardware", "a100-80gb", "-tp", "2", "-pp",
          "--max-num-batched-tokens", "4096"]
 OFFLINE = ["--model", "llama-3-8b", "--hardware", "h100-sxm", "-pp", "4", "--request-rate", "inf",
            "--random-input-len", "512", "--random-output-len", "128"]
-MILLION = ["--model", "llama-3-8b", "--hardware", "h100-sxm", "-pp", "4", "--random-input-len", "256",
-           "--random-output-len", "32"]
+MILLION = ["--model", "llama-3-8b", "--hardware", "h100-sxm", "-pp", "4"]
+MILLION_LENGTHS = ["--random-input-len", "256", "--random-output-len", "32"]  # the generated stream's
 MILLION_RATE = 150.0
 
 
@@ -109,13 +109,14 @@ def main() -> None:
             rows.append(("(b) offline Llama-3-8B PP=4", n_b,
                          *run_child(simulate([*OFFLINE, "--num-prompts", str(n_b)], t / "b")), "<= 5 s"))
         if "c" in cases:
-            gen = [*MILLION, "--request-rate", str(MILLION_RATE), "--num-prompts", str(n_c)]
+            gen = [*MILLION, *MILLION_LENGTHS, "--request-rate", str(MILLION_RATE), "--num-prompts", str(n_c)]
             rows.append(("(c) generated Poisson", n_c, *run_child(simulate(gen, t / "c1")), "<= 1 GB"))
             trace = t / "trace.csv"
             write_trace(trace, n_c, MILLION_RATE)
             rows.append(("(c) trace CSV", n_c, *run_child(simulate([*MILLION, "--trace", str(trace)], t / "c2")),
                          "<= 1 GB"))
-            same = all((t / "c1" / f).read_bytes() == (t / "c2" / f).read_bytes() for f in ("summary.json",))
+            c1, c2 = t / "c1" / "summary.json", t / "c2" / "summary.json"
+            same = c1.is_file() and c2.is_file() and c1.read_bytes() == c2.read_bytes()
             print(f"(c) the trace replays the generated requests: same summary.json: {same}")
     print(f"{'case':<44}{'requests':>10}{'wall s':>9}{'peak MB':>9}{'sim req/s':>11}  target")
     for label, n, wall, rss, rc, target in rows:
