@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ppsim.config import Scenario, build_scenario
-from ppsim.errors import PPSimError
 from ppsim.deployment import prepare
+from ppsim.errors import PPSimError
 
 # the policies the live engine runs (no-pp runs data-parallel replicas, which the engine does not)
 ENGINE_POLICIES = ("vllm-sync", "vllm-batch-queue", "vllm-async", "vllm-mrv2", "sglang-ring", "trtllm-slots",
