@@ -224,6 +224,8 @@ class ProfiledCost:
         self._base: tuple[StepPlan | None, float] = (None, 0.0)  # the last plan's layer_base_time
         self._mlp_memo: dict[tuple[int, bool], float] = {}  # (tokens, moe) -> mlp_time
         self._n_moe: dict[tuple[int, int], int] = {}  # a stage's (start, end) layers -> its MoE layers
+        self._base_parts: dict[tuple[int, int], tuple] = {}  # (tokens, requests) -> _base_terms
+        self._stage_terms: dict[tuple, tuple] = {}  # (stage layers, first, last, tokens, requests) -> _stage_parts
         if shape.is_moe:
             need = MOE_OPS if shape.shared_expert_intermediate_size else MOE_OPS[:2]
             missing = [op for op in need if op not in self.f]
@@ -272,47 +274,87 @@ class ProfiledCost:
         return t
 
     def _layer_base_time(self, plan: StepPlan) -> float:
-        T = plan.num_tokens
-        t = sum(op.at(T) for op in self._tok)
-        pre = self.f["attn_prefill"]
-        n_dec = 0
-        for it in plan.items:
-            if it.is_prefill:
-                t += pre.prefill(it.num_tokens, it.start)
-            else:
-                n_dec += 1
+        T, R = plan.num_tokens, plan.num_reqs
+        parts = self._base_parts.get((T, R))
+        if parts is None:
+            parts = self._base_parts[(T, R)] = self._base_terms(T, R)
+        tok, glue, ar = parts
+        t = tok
+        if plan.num_prefill_tokens:
+            pre = self.f["attn_prefill"]
+            n_dec = 0
+            for it in plan.items:
+                if it.is_prefill:
+                    t += pre.prefill(it.num_tokens, it.start)
+                else:
+                    n_dec += 1
+        else:  # no prefill item (a prefill item has at least one token)
+            n_dec = R
         if n_dec:
             t += self.f["attn_decode"].decode(n_dec, plan.decode_ctx_tokens)
-        glue = self.f.get("layer_glue")
         if glue is not None:
-            t += glue.tok_req(T, plan.num_reqs) if glue.form == "tok_req" else glue.at(T)
+            t += glue
+        if ar is not None:
+            t += ar
+        return t
+
+    def _base_terms(self, T: int, R: int) -> tuple[float, float | None, float | None]:
+        """The terms of a layer's base time that depend only on the token and request counts (memoised:
+        each is computed as the unmemoised sum computed it, so the result is the same to the bit)."""
+        tok = sum(op.at(T) for op in self._tok)
+        glue_fit = self.f.get("layer_glue")
+        glue = None
+        if glue_fit is not None:
+            glue = glue_fit.tok_req(T, R) if glue_fit.form == "tok_req" else glue_fit.at(T)
+        ar = None
         if self.tp > 1:
             nbytes = T * self.shape.hidden_size * self.shape.dtype_bytes
-            ar = self.f.get("all_reduce")
-            t += 2 * (ar.at(nbytes) if ar is not None else self.allreduce_time(nbytes))
-        return t
+            ar_fit = self.f.get("all_reduce")
+            ar = 2 * (ar_fit.at(nbytes) if ar_fit is not None else self.allreduce_time(nbytes))
+        return tok, glue, ar
 
     def stage_time(self, stage: StageSpec, plan: StepPlan) -> float:
         if plan.is_empty:
             return 0.0
-        T, R, f = plan.num_tokens, plan.num_reqs, self.f
+        T, R = plan.num_tokens, plan.num_reqs
+        key = (stage.start_layer, stage.end_layer, stage.is_first, stage.is_last, T, R)
+        terms = self._stage_terms.get(key)
+        if terms is None:
+            terms = self._stage_terms[key] = self._stage_parts(stage, T, R)
+        num_layers, dense, moe, prep, emb, last = terms
+        t = num_layers * self.layer_base_time(plan)
+        if dense is not None:
+            t += dense
+        if moe is not None:
+            t += moe
+        if t < 0.0:  # max(t, 0.0)
+            t = 0.0
+        if prep is not None:
+            t += prep
+        if emb is not None:
+            t += emb
+        if last is not None:
+            t += last
+        return t
+
+    def _stage_parts(self, stage: StageSpec, T: int, R: int) -> tuple:
+        """The terms of ``stage_time`` that depend only on the stage and the token and request counts, in
+        the order they are added: layers, dense MLPs, MoE MLPs, prepare_inputs, embedding, the last stage's
+        final norm + lm_head + sampling (None: absent)."""
+        f = self.f
         key = (stage.start_layer, stage.end_layer)
         n_moe = self._n_moe.get(key)
         if n_moe is None:  # the stage's layer range does not change: count its MoE layers once
             n_moe = self._n_moe[key] = self.shape.num_moe_layers(*key)
-        t = stage.num_layers * self.layer_base_time(plan)
-        if n_moe < stage.num_layers:
-            t += (stage.num_layers - n_moe) * self.mlp_time(T, False)
-        if n_moe:
-            t += n_moe * self.mlp_time(T, True)
-        t = max(t, 0.0)
-        if "prepare_inputs" in f:
-            t += f["prepare_inputs"].at(R)
-        if stage.is_first:
-            t += f["embedding"].at(T)
+        nl = stage.num_layers
+        dense = (nl - n_moe) * self.mlp_time(T, False) if n_moe < nl else None
+        moe = n_moe * self.mlp_time(T, True) if n_moe else None
+        prep = f["prepare_inputs"].at(R) if "prepare_inputs" in f else None
+        emb = f["embedding"].at(T) if stage.is_first else None
+        last = None
         if stage.is_last:
-            t += sum(f[op].at(T if f[op].x == "tokens" else R) for op in ("final_norm", "lm_head", "sampling"))
-        return t
+            last = sum(f[op].at(T if f[op].x == "tokens" else R) for op in ("final_norm", "lm_head", "sampling"))
+        return nl, dense, moe, prep, emb, last
 
     def link_time(self, nbytes: float) -> float:
         if "send_recv" in self.f:

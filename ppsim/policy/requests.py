@@ -36,7 +36,7 @@ class ReqState:
     """
 
     __slots__ = ("req", "num_computed", "num_output", "status", "epoch", "preemptions", "next_eligible_step",
-                 "placeholders", "last_sample_step")
+                 "placeholders", "last_sample_step", "run_seq")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -48,6 +48,7 @@ class ReqState:
         self.next_eligible_step = 0
         self.placeholders = 0  # async scheduling: sampled tokens scheduled but not yet returned
         self.last_sample_step = -1  # the step that will sample this request's newest token
+        self.run_seq = -1  # order of entering the running list (the scheduler's ready index)
 
     @property
     def req_id(self) -> int:

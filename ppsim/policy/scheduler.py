@@ -45,6 +45,11 @@ class Scheduler:
         self.step = 0
         self.num_preemptions = 0
         self._deps: set[int] = set()
+        # running requests with tokens to schedule (num_new_tokens > 0), by when they entered running:
+        # the running list is in that order, so the running loop visits these in order and skips the
+        # rest (a request whose sampled token is in flight) without looking at them
+        self._ready: dict[int, ReqState] = {}
+        self._seq = 0
 
     # --- requests ---------------------------------------------------------------------------
     def add_request(self, req: Request) -> bool:
@@ -68,6 +73,7 @@ class Scheduler:
             self.waiting.remove(st)
         else:
             self.running.remove(st)
+            self._ready.pop(st.run_seq, None)
         self.kv.free(req_id)
         st.status = Status.ABORTED
         return True
@@ -97,6 +103,7 @@ class Scheduler:
         return item
 
     def _preempt(self, st: ReqState) -> None:
+        self._ready.pop(st.run_seq, None)
         self.kv.free(st.req.req_id)
         st.status = Status.WAITING
         st.num_computed = 0
@@ -109,21 +116,27 @@ class Scheduler:
 
     def _schedule_running(self, items: list[PlanItem], budget: int) -> tuple[int, bool]:
         """Running requests in order, each ``min(num_new_tokens, budget)`` tokens (``_item`` inlined:
-        this loop runs once per running request per step)."""
+        this loop runs once per ready request per step). Only requests with tokens to schedule are
+        visited (``_ready``); the others would be skipped (``num_new_tokens == 0``)."""
+        ready = self._ready
+        if not ready:
+            return budget, False
         lim = self.limits
         preempted = False
         decodes = 0
         running = self.running
-        i = 0
         cap, decode_cap = lim.max_batch_reqs, lim.decode_cap
         spacing, placeholders_on = lim.decode_spacing, lim.async_placeholders
         step, allocate, append = self.step, self.kv.allocate, items.append
-        n_run = len(running)  # changes only when a preemption pops the last one
-        while i < n_run and budget > 0:
-            if cap is not None and len(items) >= cap:
+        # allocate's no-op case, inlined: a request's blocks already hold its tokens (a decode needs a new
+        # block only every block_size tokens)
+        tables, bs = self.kv._tables, self.kv.block_size
+        for seq in sorted(ready) if len(ready) > 1 else list(ready):
+            if budget <= 0 or (cap is not None and len(items) >= cap):
                 break
-            st = running[i]
-            i += 1  # preemption pops from the end only, so the next request stays at index i
+            st = ready.get(seq)
+            if st is None:  # preempted in this loop: preemption pops from the end of running, so
+                break  # every later one went too
             req = st.req
             prompt, num_out, ph, start = req.prompt_len, st.num_output, st.placeholders, st.num_computed
             total = prompt + num_out + ph  # num_tokens + placeholders
@@ -137,13 +150,14 @@ class Scheduler:
                 continue
             if n > budget:
                 n = budget
-            while not allocate(req.req_id, start + n):
-                victim = running.pop()
-                n_run -= 1
-                self._preempt(victim)
-                preempted = True
-                if victim is st:
-                    return budget, preempted
+            table = tables.get(req.req_id)
+            if table is None or -(-(start + n) // bs) > len(table):
+                while not allocate(req.req_id, start + n):
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is st:
+                        return budget, preempted
             samples = start + n == total
             append(PlanItem(req.req_id, start, n, n > 1 or start < prompt, samples, st.epoch))
             st.num_computed = start + n
@@ -154,6 +168,8 @@ class Scheduler:
                     if ph:
                         self._deps.add(st.last_sample_step)
                     st.placeholders = ph + 1
+                else:
+                    del ready[seq]  # its token is now in flight
                 st.last_sample_step = step
             decodes += is_decode
             budget -= n
@@ -178,6 +194,10 @@ class Scheduler:
             st.status = Status.RUNNING
             self.running.append(st)
             items.append(self._item(st, n))
+            st.run_seq = seq = self._seq
+            self._seq = seq + 1
+            if st.req.prompt_len + st.num_output + st.placeholders > st.num_computed:
+                self._ready[seq] = st
             budget -= n
             admitted += 1
 
@@ -199,7 +219,7 @@ class Scheduler:
         """Apply a finished micro-batch: each sampling item appends one token to its request."""
         outs: list[TokenOutput] = []
         finished = False
-        reqs = self.requests
+        reqs, ready = self.requests, self._ready
         for it in plan.items:
             if not it.samples:
                 continue
@@ -213,7 +233,10 @@ class Scheduler:
             if done:
                 st.status = Status.FINISHED
                 self.kv.free(it.req_id)
+                ready.pop(st.run_seq, None)
                 finished = True
+            elif st.req.prompt_len + st.num_output + st.placeholders > st.num_computed:
+                ready[st.run_seq] = st  # its token is back: schedulable again
             outs.append(TokenOutput(it.req_id, st.num_output, done))
         if finished:
             self.running = [s for s in self.running if s.status is Status.RUNNING]

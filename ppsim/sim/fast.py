@@ -100,6 +100,10 @@ class FastPipeline:
         cost, ops, stage_free, send_free = self.cost, self.ops, self.stage_free, self.send_free
         step, n_tok, n_req = plan.step_id, plan.num_tokens, plan.num_reqs
         end = t
+        nbytes = link = 0.0
+        if len(self.stages) > 1:  # every seam carries the same bytes (pure functions of the token count)
+            nbytes = self.seam_bytes(n_tok)
+            link = cost.link_time(nbytes)
         for st in self.stages:
             i = st.index
             start = t if t > stage_free[i] else stage_free[i]
@@ -117,9 +121,8 @@ class FastPipeline:
             ops.add(track, "compute", step, start, end, n_tok, n_req, plan.num_prefill_tokens,
                     plan.num_decode_tokens, 0.0)
             if not st.is_last:
-                nbytes = self.seam_bytes(n_tok)
                 begin = end if end > send_free[i] else send_free[i]
-                t = send_free[i] = begin + cost.link_time(nbytes)
+                t = send_free[i] = begin + link
                 ops.add(link_track, "send", step, begin, t, n_tok, n_req, 0, 0, nbytes)
             elif self.track_tokens and plan.num_samples:
                 self._tokens_out(plan, end)
