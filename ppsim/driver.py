@@ -7,7 +7,7 @@ dispatch of the core's actions (:mod:`ppsim.policy.actions`). An executor (:clas
 supplies only time and the pipeline: ``launch``, ``wait``, ``poll``, ``cpu`` (sleep) and
 ``idle``, plus a timer for a time-based cancellation (``abort_after``). ``wait``, ``cpu`` and ``idle``
 are generators: the simulator yields SimPy events from them, the engine blocks inside them and
-yields nothing.
+yields nothing (the simulator's ``cpu`` returns ``()`` when it moves the clock without an event).
 
 A request that ends (finished, cancelled, rejected) is forgotten by the scheduler once its
 preemption count is recorded, so a long run holds state only for requests still in the engine.
@@ -15,7 +15,7 @@ preemption count is recorded, so a long run holds state only for requests still 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Protocol
 
 from ppsim.metrics.ledger import Ledger
@@ -71,7 +71,7 @@ class Backend(Protocol):
     def launch(self, plan: StepPlan) -> None: ...
     def wait(self, plan: StepPlan) -> Generator[Any, Any, None]: ...
     def poll(self, plan: StepPlan) -> bool: ...
-    def cpu(self, act: Cpu) -> Generator[Any, Any, None]: ...
+    def cpu(self, act: Cpu) -> Iterable[Any]: ...  # a generator, or () when no wait is needed
     def idle(self) -> Generator[Any, Any, None]: ...
     def abort_after(self, delay_s: float, req_id: int, sent_s: float) -> None: ...
     def stalled(self, message: str) -> None: ...  # raises
@@ -136,6 +136,9 @@ class Driver:
     def _emit(self, outputs: tuple[TokenOutput, ...]) -> None:
         now = self.backend.now()
         live, ledger, abort, hook = self.live, self.ledger, self.scheduler.abort, self.on_output
+        if hook is None:  # the same rule in the ledger's one loop
+            ledger.on_tokens(outputs, now, live, abort, self._ended)
+            return
         for o in outputs:
             if hook is not None:
                 hook(o)

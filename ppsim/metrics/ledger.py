@@ -79,6 +79,43 @@ class Ledger:
             return True
         return False
 
+    def on_tokens(self, outputs: Sequence, now: float, live: dict, abort: Callable[[int], bool],
+                  ended: Callable[[int], None]) -> None:
+        """:meth:`on_token` for every output of one engine-core step (``(req_id, index, finished)``
+        tuples) reaching the client at ``now``, the same rule in one loop. ``live`` maps a request id
+        to its ``(row, Request)`` while it is in the engine; ``ended(req_id)`` is called at once for
+        each that ended. An output of a request no longer live (cancelled while the output was on its
+        way) is still recorded, and ends nothing."""
+        ntok, first, last, gaps, times = self.ntok, self.first, self.last, self.gaps, self.times
+        for req_id, index, finished in outputs:
+            entry = live.get(req_id)
+            if entry is None:
+                row, abort_after = self.wl.row_of(req_id), None
+            else:
+                row, req = entry
+                abort_after = req.abort_after_tokens
+            n = ntok[row]
+            if n:
+                if times is None:
+                    buf = gaps.get(row)
+                    if buf is None:
+                        buf = gaps[row] = []
+                    buf.append(now - last[row])
+            else:
+                first[row] = now
+            last[row] = now
+            ntok[row] = n + 1
+            if times is not None:
+                times[row].append(now)
+            if finished:
+                self._end(row, now, FINISHED)
+            elif abort_after is not None and index >= abort_after and abort(req_id):
+                self._end(row, now, ABORTED)
+            else:
+                continue
+            if entry is not None:
+                ended(req_id)
+
     def on_aborted(self, row: int, now: float) -> None:
         """The client cancelled the request (after a time) and the engine core dropped it."""
         self._end(row, now, ABORTED)

@@ -9,7 +9,7 @@ model. ``no-pp`` runs one driver per data-parallel replica on one clock, behind 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +66,7 @@ class SimBackend:
                              opts.token_path, opts.broadcast_serialized, opts.overlap_sends)
         self.pipe.track_tokens = async_tokens
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
+        self._cpu_dt: dict[tuple[str, int, int], float] = {}  # (kind, n, relay) -> CPU seconds
         self.wakeup: simpy.Event | None = None
         self.series: SeriesRecorder | None = None  # set with the pool by the simulation
         self.pool: Any = None
@@ -89,25 +90,37 @@ class SimBackend:
     def poll(self, plan: StepPlan) -> bool:
         return self.pipe.done[plan.step_id].triggered
 
-    def cpu(self, act: Cpu) -> Generator[simpy.Event, Any, None]:
-        dt = self.cost.cpu_time(act.kind, act.n)
-        if act.relay and self.relay_time is not None:
-            dt += self.relay_time(act.relay)
+    def cpu(self, act: Cpu) -> Iterable[simpy.Event]:
+        """The CPU stretch: nothing to wait for (``()``) when nothing else is due before it ends, as
+        then nothing can change meanwhile and the clock moves as the timeout would (to now + dt);
+        else a generator that waits for its timeout."""
+        key = (act.kind, act.n, act.relay)
+        dt = self._cpu_dt.get(key)
+        if dt is None:  # a pure function of the action: memoised
+            dt = self.cost.cpu_time(act.kind, act.n)
+            if act.relay and self.relay_time is not None:
+                dt += self.relay_time(act.relay)
+            self._cpu_dt[key] = dt
         if dt > 0:
             env = self.env
-            start = env.now
+            start = env._now
             end = start + dt
-            if env.peek() > end and not self.every_event:
-                # nothing else is due before the CPU work ends, so nothing can change meanwhile: move
-                # the clock as the timeout would (its time is now + dt), without an event
-                env._now = end
-            else:
-                yield env.timeout(dt)
-            self.ops.add("core", act.kind, -1, start, env.now, 0, act.n)
+            if self.every_event or env.peek() <= end:
+                return self._cpu_wait(act, dt)
+            env._now = end
+            self.ops.add("core", act.kind, -1, start, end, 0, act.n)
+        return ()
+
+    def _cpu_wait(self, act: Cpu, dt: float) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        start = env.now
+        yield env.timeout(dt)
+        self.ops.add("core", act.kind, -1, start, env.now, 0, act.n)
 
     def sample_kv(self) -> None:
         """After every action: KV blocks in use, for the dashboard's series (a change is recorded)."""
-        used = self.pool.num_used
+        pool = self.pool
+        used = pool.num_blocks - len(pool._free)  # num_used, inlined: called after every action
         if used != self.series.kv_used:
             self.series.sample_kv(self.env._now, used)
 
