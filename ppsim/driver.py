@@ -154,6 +154,8 @@ class Driver:
     def _launched(self, plan: StepPlan) -> None:
         """Requests in their first micro-batch are scheduled now (one cancelled after the schedule,
         before the launch, still counts: it was in the launched micro-batch)."""
+        if not plan.num_prefill_tokens:  # a first micro-batch holds a prefill
+            return
         now = self.backend.now()
         row_of, on_launch = self.ledger.wl.row_of, self.ledger.on_launch
         for it in plan.items:

@@ -54,15 +54,14 @@ class StepPlan:
 def make_plan(step_id: int, items: list[PlanItem] | tuple[PlanItem, ...], deps: tuple[int, ...] = ()) -> StepPlan:
     n_tok = n_pre = n_dec = n_samp = pre_kv = dec_ctx = 0
     pairs = 0.0
-    for it in items:
-        n_tok += it.num_tokens
-        n_samp += it.samples
-        if it.is_prefill:
-            c, p = it.num_tokens, it.start
+    for _req_id, start, c, is_prefill, samples, _epoch in items:  # PlanItem fields, unpacked
+        n_tok += c
+        n_samp += samples
+        if is_prefill:
             n_pre += c
-            pairs += c * (p + (c + 1) / 2)
-            pre_kv += p + c
+            pairs += c * (start + (c + 1) / 2)
+            pre_kv += start + c
         else:
-            n_dec += it.num_tokens
-            dec_ctx += it.start + it.num_tokens
+            n_dec += c
+            dec_ctx += start + c
     return StepPlan(step_id, tuple(items), n_tok, n_pre, n_dec, n_samp, pairs, pre_kv, dec_ctx, deps)

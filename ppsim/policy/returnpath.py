@@ -29,6 +29,8 @@ def relay_tokens(plan: StepPlan) -> int:
     ``all_token_ids[num_computed : num_computed + num_scheduled]`` for each. New requests carry their
     prompt in ``NewRequestData`` and cost nothing extra.
     """
+    if not plan.num_prefill_tokens:  # every item a decode, so cached (a request's first item is a prefill)
+        return plan.num_tokens
     return sum(it.num_tokens for it in plan.items if it.start > 0)
 
 

@@ -18,6 +18,8 @@ from ppsim.policy.kv import BlockPool
 from ppsim.policy.plan import PlanItem, StepPlan, make_plan
 from ppsim.policy.requests import ReqState, Request, Status, TokenOutput
 
+_tuple_new = tuple.__new__  # PlanItem / TokenOutput built without their Python-level __new__ (hot loops)
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerLimits:
@@ -159,7 +161,7 @@ class Scheduler:
                     if victim is st:
                         return budget, preempted
             samples = start + n == total
-            append(PlanItem(req.req_id, start, n, n > 1 or start < prompt, samples, st.epoch))
+            append(_tuple_new(PlanItem, (req.req_id, start, n, n > 1 or start < prompt, samples, st.epoch)))
             st.num_computed = start + n
             if samples:  # as _item
                 if spacing:
@@ -219,25 +221,27 @@ class Scheduler:
         """Apply a finished micro-batch: each sampling item appends one token to its request."""
         outs: list[TokenOutput] = []
         finished = False
-        reqs, ready = self.requests, self._ready
-        for it in plan.items:
-            if not it.samples:
+        reqs, ready, running_status = self.requests, self._ready, Status.RUNNING
+        for req_id, _start, _n, _pre, samples, epoch in plan.items:  # PlanItem fields, unpacked
+            if not samples:
                 continue
-            st = reqs.get(it.req_id)  # None: ended and forgotten by the executor while in flight
-            if st is None or st.epoch != it.epoch or st.status is not Status.RUNNING:
+            st = reqs.get(req_id)  # None: ended and forgotten by the executor while in flight
+            if st is None or st.epoch != epoch or st.status is not running_status:
                 continue  # preempted or aborted while in flight: the token is dropped
-            st.num_output += 1
-            if st.placeholders:
-                st.placeholders -= 1
-            done = st.num_output >= st.req.output_len
+            num_out = st.num_output = st.num_output + 1
+            ph = st.placeholders
+            if ph:
+                st.placeholders = ph = ph - 1
+            req = st.req
+            done = num_out >= req.output_len
             if done:
                 st.status = Status.FINISHED
-                self.kv.free(it.req_id)
+                self.kv.free(req_id)
                 ready.pop(st.run_seq, None)
                 finished = True
-            elif st.req.prompt_len + st.num_output + st.placeholders > st.num_computed:
+            elif req.prompt_len + num_out + ph > st.num_computed:
                 ready[st.run_seq] = st  # its token is back: schedulable again
-            outs.append(TokenOutput(it.req_id, st.num_output, done))
+            outs.append(_tuple_new(TokenOutput, (req_id, num_out, done)))
         if finished:
-            self.running = [s for s in self.running if s.status is Status.RUNNING]
+            self.running = [s for s in self.running if s.status is running_status]
         return outs
