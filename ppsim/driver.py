@@ -69,7 +69,7 @@ class Backend(Protocol):
 
     def now(self) -> float: ...
     def launch(self, plan: StepPlan) -> None: ...
-    def wait(self, plan: StepPlan) -> Generator[Any, Any, None]: ...
+    def wait(self, plan: StepPlan) -> Iterable[Any]: ...
     def poll(self, plan: StepPlan) -> bool: ...
     def cpu(self, act: Cpu) -> Iterable[Any]: ...  # a generator, or () when no wait is needed
     def idle(self) -> Generator[Any, Any, None]: ...
@@ -93,7 +93,10 @@ class Driver:
         self.on_output: Callable[[TokenOutput], None] | None = None  # executor hook, before the record
         self.before_action: Callable[[], None] | None = None  # executor hook, before the core runs (the engine
         # pumps its client and notes the time: real CPU time passes inside the core's generator)
-        self.after_action: Callable[[], None] | None = None  # executor hook (KV series sampling)
+        self.after_action: Callable[[], None] | None = None  # executor hook
+        # (pool, series): after every action, a change of the KV blocks in use is sampled into the
+        # series at the current time (the simulator's KV series; inlined, as it runs after every action)
+        self.kv_watch: tuple[Any, Any] | None = None
 
     # --- client side -----------------------------------------------------------------------------
     def submit(self, row: int, req: Request, now: float) -> bool:
@@ -166,6 +169,7 @@ class Driver:
         """Drive the core until every request of the client has ended."""
         be, client, observer = self.backend, self.client, self.observer
         before, after = self.before_action, self.after_action
+        pool, series = self.kv_watch or (None, None)
         gen = self.core.run()
         reply: Any = None
         spins = 0
@@ -177,6 +181,10 @@ class Driver:
             self.actions += 1
             if after is not None:
                 after()
+            if pool is not None:
+                used = pool.num_blocks - len(pool._free)  # pool.num_used
+                if used != series.kv_used:
+                    series.sample_kv(be.now(), used)
             if observer is not None:
                 observer(act)
             kind = type(act)

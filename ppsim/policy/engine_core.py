@@ -35,13 +35,14 @@ class BatchQueueCore:
         self.depth = depth
         self.relay = relay
         self.queue: deque[StepPlan] = deque()
+        self._cpu: dict[tuple[str, int, int], Cpu] = {}  # actions are immutable values: one of each, reused
 
     def run(self) -> Generator[Action, Any, None]:
         sched, queue = self.scheduler, self.queue
         while True:
             if sched.has_requests():
                 plan = sched.schedule()
-                yield Cpu("schedule", plan.num_reqs, relay_tokens(plan) if self.relay else 0)
+                yield self._cpu_action("schedule", plan.num_reqs, relay_tokens(plan) if self.relay else 0)
                 yield Launch(plan)
                 queue.appendleft(plan)
                 if not plan.is_empty and len(queue) < self.depth:
@@ -54,6 +55,13 @@ class BatchQueueCore:
             plan = queue.pop()
             yield Await(plan)
             outs = sched.update_from_output(plan)
-            yield Cpu("update", plan.num_reqs)
+            yield self._cpu_action("update", plan.num_reqs, 0)
             if outs:
                 yield Emit(tuple(outs))
+
+    def _cpu_action(self, kind: str, n: int, relay: int) -> Cpu:
+        key = (kind, n, relay)
+        act = self._cpu.get(key)
+        if act is None:
+            act = self._cpu[key] = Cpu(kind, n, relay)
+        return act

@@ -65,6 +65,7 @@ class SimBackend:
         self.pipe = pipeline(env, prep.topology.stages, prep.cost, lambda n: prep.shape.seam_bytes(n, tp), ops,
                              opts.token_path, opts.broadcast_serialized, opts.overlap_sends)
         self.pipe.track_tokens = async_tokens
+        self.fast_pipe = pipeline is FastPipeline
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
         self._cpu_dt: dict[tuple[str, int, int], float] = {}  # (kind, n, relay) -> CPU seconds
         self.wakeup: simpy.Event | None = None
@@ -82,7 +83,14 @@ class SimBackend:
     def launch(self, plan: StepPlan) -> None:
         self.pipe.launch(plan)
 
-    def wait(self, plan: StepPlan) -> Generator[simpy.Event, Any, None]:
+    def wait(self, plan: StepPlan) -> Iterable[simpy.Event]:
+        """The micro-batch's completion event, to yield; its entry goes once it is awaited (no one
+        polls a plan then; the fast pipeline's completion holds the event itself)."""
+        if self.fast_pipe:
+            return (self.pipe.done.pop(plan.step_id),)
+        return self._wait(plan)
+
+    def _wait(self, plan: StepPlan) -> Generator[simpy.Event, Any, None]:
         done = self.pipe.done
         yield done[plan.step_id]
         del done[plan.step_id]
@@ -105,7 +113,8 @@ class SimBackend:
             env = self.env
             start = env._now
             end = start + dt
-            if self.every_event or env.peek() <= end:
+            q = env._queue  # env.peek(), inlined
+            if self.every_event or (q and q[0][0] <= end):
                 return self._cpu_wait(act, dt)
             env._now = end
             self.ops.add("core", act.kind, -1, start, end, 0, act.n)
@@ -116,13 +125,6 @@ class SimBackend:
         start = env.now
         yield env.timeout(dt)
         self.ops.add("core", act.kind, -1, start, env.now, 0, act.n)
-
-    def sample_kv(self) -> None:
-        """After every action: KV blocks in use, for the dashboard's series (a change is recorded)."""
-        pool = self.pool
-        used = pool.num_blocks - len(pool._free)  # num_used, inlined: called after every action
-        if used != self.series.kv_used:
-            self.series.sample_kv(self.env._now, used)
 
     def idle(self) -> Generator[simpy.Event, Any, None]:
         self.wakeup = self.env.event()
@@ -169,7 +171,7 @@ class Simulation:
             drv = Driver(core, self.ledger, self.client, be, observer)
             be.abort = drv.abort
             drv.on_ended.append(self._ended)
-            drv.after_action = be.sample_kv
+            drv.kv_watch = (pool, series)  # be.sample_kv, inlined in the driver's loop
             be.series, be.pool = series, pool
             self.drivers.append(drv)
             self.backends.append(be)
