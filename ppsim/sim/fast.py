@@ -68,6 +68,7 @@ class FastPipeline:
         self.token_ready: dict[int, float] = {}  # step -> its sampled tokens are at the first stage
         self.tracks = [(f"stage{s.index}", f"link{s.index}->{s.index + 1}") for s in stages]
         self.launches = 0
+        self.messages: dict[int, tuple[float, float]] = {}  # requests -> (launch_time, return_time)
         self.ret0: float | None = None  # an empty plan's return message (a pure function of the count)
 
     def _finish_cb(self, ev: simpy.Event) -> Callable[[Any], None]:
@@ -87,10 +88,14 @@ class FastPipeline:
             return ev
         self.in_flight += 1
         now = env.now
-        arrive = max(now + cost.launch_time(plan.num_reqs), self.last_launch_arrival)
+        n_req = len(plan.items)
+        msg = self.messages.get(n_req)
+        if msg is None:  # pure functions of the request count
+            msg = self.messages[n_req] = (cost.launch_time(n_req), cost.return_time(n_req))
+        arrive = max(now + msg[0], self.last_launch_arrival)
         self.last_launch_arrival = arrive
         end = self._path(plan, arrive)
-        ret = end + cost.return_time(plan.num_reqs)
+        ret = end + msg[1]
         env.timeout(ret - now).callbacks.append(self._finish_cb(ev))
         self.launches += 1
         if self.launches % PRUNE_EVERY == 0 and self.token_ready:
@@ -101,7 +106,8 @@ class FastPipeline:
     def _path(self, plan: StepPlan, t: float) -> float:
         """Times ``plan`` through every stage from its arrival ``t`` at the first; returns the last end."""
         cost, ops, stage_free, send_free = self.cost, self.ops, self.stage_free, self.send_free
-        step, n_tok, n_req = plan.step_id, plan.num_tokens, plan.num_reqs
+        step, n_tok, n_req = plan.step_id, plan.num_tokens, len(plan.items)
+        n_pre, n_dec = plan.num_prefill_tokens, plan.num_decode_tokens
         end = t
         nbytes = link = 0.0
         if len(self.stages) > 1:  # every seam carries the same bytes (pure functions of the token count)
@@ -121,8 +127,7 @@ class FastPipeline:
             end = start + cost.stage_time(st, plan)
             stage_free[i] = end
             track, link_track = self.tracks[i]
-            ops.add(track, "compute", step, start, end, n_tok, n_req, plan.num_prefill_tokens,
-                    plan.num_decode_tokens, 0.0)
+            ops.add(track, "compute", step, start, end, n_tok, n_req, n_pre, n_dec, 0.0)
             if not st.is_last:
                 begin = end if end > send_free[i] else send_free[i]
                 t = send_free[i] = begin + link
