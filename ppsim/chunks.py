@@ -42,6 +42,7 @@ WORKLOAD_DESTS = ("num_prompts", "request_rate", "burstiness", "max_concurrency"
 
 # dest -> why the command cannot honour the flag
 CHUNK_PLAN_REJECTS: dict[str, str] = {
+    "policy": "chunk-plan always plans sglang-ring's chunks; drop it",
     "enable_dynamic_chunking": "chunk-plan always plans dynamic chunking; drop it (--smooth-factor 0: fixed chunks)",
     **{d: "chunk-plan plans one prompt and runs no workload; drop it and give --prompt-len"
        for d in WORKLOAD_DESTS},
@@ -65,6 +66,17 @@ def reject_flags(args: argparse.Namespace, rejects: dict[str, str]) -> None:
             raise PPSimError(f"{flag}: {why}")
 
 
+def sglang_scenario(args: argparse.Namespace):  # noqa: ANN201 - Scenario
+    """The scenario of the flags, as an ``sglang-ring`` one (both commands are about its chunks)."""
+    from ppsim.cli import scenario_from_args
+
+    args.policy = "sglang-ring"
+    try:
+        return scenario_from_args(args)
+    finally:
+        args.policy = None
+
+
 def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - ChunkModel
     from ppsim.policy.chunking import ChunkModel
 
@@ -79,26 +91,26 @@ def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - Ch
     prep = prepare(scenario, requests=[])
     stage0 = prep.topology.stages[0]
     c = scenario.engine.chunked_prefill_size
-    if args.refined:
+    if args.refined or scenario.engine.dynamic_chunking_form == "refined":
         return fit_refined_from_cost(prep.cost, stage0, c, max(args.prompt_len, c))
     return fit_from_cost(prep.cost, stage0, c)
 
 
 def cmd_chunk_plan(args: argparse.Namespace) -> int:
-    from ppsim.cli import scenario_from_args
     from ppsim.policy.chunking import chunk_plan
 
     reject_flags(args, CHUNK_PLAN_REJECTS)
     if args.prompt_len is None or args.prompt_len < 1:
         raise PPSimError("--prompt-len: give the prompt length in tokens (>= 1)")
-    s = scenario_from_args(args)
+    s = sglang_scenario(args)
     e = s.engine
     model = resolve_model(args, s)
-    sizes = chunk_plan(args.prompt_len, e.chunked_prefill_size, model, e.smooth_factor, e.page_size)
+    sizes = chunk_plan(args.prompt_len, e.chunked_prefill_size, model, e.smooth_factor, e.page_size,
+                       e.max_prefill_tokens)
     if args.json:
         print(json.dumps(sizes))
         return 0
-    form = "refined" if model.gamma else "quadratic"
+    form = "refined" if model.gamma or args.refined or e.dynamic_chunking_form == "refined" else "quadratic"
     print(f"model ({form}, ms): a={model.a:.4g} b={model.b:.4g} c={model.c:.4g}"
           + (f" gamma={model.gamma:.4g}" if model.gamma else ""))
     print(f"prompt {args.prompt_len} tokens, initial chunk {e.chunked_prefill_size}, "
@@ -159,10 +171,8 @@ def plot_fit(result: dict[str, Any], path: Path) -> None:
 
 
 def cmd_fit_chunks(args: argparse.Namespace) -> int:
-    from ppsim.cli import scenario_from_args
-
     reject_flags(args, FIT_CHUNKS_REJECTS)
-    s = scenario_from_args(args)
+    s = sglang_scenario(args)
     chunks = _ints(args.chunk_sizes, "--chunk-sizes")
     smooths = _floats(args.smooth_factors, "--smooth-factors")
     if not smooths or any(not 0 <= x <= 1 for x in smooths):

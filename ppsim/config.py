@@ -68,6 +68,34 @@ class CpuOverheads(_Frozen):
     )
 
 
+# Which policies read each policy-specific engine knob (the others refuse a non-default value, see
+# EngineConfig._foreign_knobs). Sources of every default: docs/policies.md.
+POLICY_KNOBS: dict[str, tuple[str, ...]] = {
+    "pp_throttle": ("vllm-batch-queue", "vllm-mrv2"),
+    # TensorRT-LLM's max_num_tokens and llama.cpp's n_batch play this part; SGLang has its own budgets
+    "max_num_batched_tokens": ("vllm-sync", "vllm-batch-queue", "vllm-async", "vllm-mrv2", "trtllm-slots",
+                               "llamacpp", "no-pp"),
+    "pp_async_batch_depth": ("sglang-ring",),
+    "pp_max_micro_batch_size": ("sglang-ring",),
+    "chunked_prefill_size": ("sglang-ring",),
+    "max_prefill_tokens": ("sglang-ring",),
+    "enable_dynamic_chunking": ("sglang-ring",),
+    "smooth_factor": ("sglang-ring",),
+    "page_size": ("sglang-ring",),
+    "dynamic_chunking_coefficients": ("sglang-ring",),
+    "dynamic_chunking_form": ("sglang-ring",),
+    "mrv2_decode_cap": ("vllm-mrv2",),
+    "pp_broadcast": ("vllm-mrv2",),
+    "max_batch_size": ("trtllm-slots",),
+    "trtllm_relay": ("trtllm-slots",),
+    "llamacpp_ubatch_tokens": ("llamacpp",),
+    "llamacpp_n_copies": ("llamacpp",),
+    "dp_routing": ("no-pp",),
+}
+KNOB_HINTS = {("max_num_batched_tokens", "sglang-ring"): "SGLang bounds a prefill batch by --max-prefill-tokens "
+              "and --chunked-prefill-size; give those"}
+
+
 class EngineConfig(_Frozen):
     policy: PolicyName = "vllm-batch-queue"
     max_num_seqs: int = Field(default=256, ge=1, description="running requests at most (vLLM default 256)")
@@ -76,26 +104,48 @@ class EngineConfig(_Frozen):
     block_size: int = Field(default=16, ge=1, description="tokens per KV block (vLLM default 16)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     activation_reserve_gib: float = Field(default=2.0, ge=0, description="per GPU, kept out of the KV pool")
-    pp_throttle: bool = True  # cap new admissions per step at max(1, max_num_seqs // pp)
+    # vLLM V1 has no PP throttle (Scheduler.schedule admits up to max_num_seqs); on: the proposed cap of
+    # new admissions per step at max(1, max_num_seqs // pp)
+    pp_throttle: bool = False
     # sglang-ring (SGLang server_args.py names and defaults; see ppsim/policy/sglang.py)
     pp_async_batch_depth: int = Field(default=0, ge=0, description="extra micro-batch slots (SGLang default 0)")
     pp_max_micro_batch_size: int | None = Field(default=None, ge=1, description="None: max(max_num_seqs // pp, 1)")
     chunked_prefill_size: int = Field(default=8192, ge=1, description="SGLang prefill chunk (8192 on 80-GB GPUs)")
+    max_prefill_tokens: int = Field(default=16384, ge=1, description="SGLang prefill-batch token budget")
     enable_dynamic_chunking: bool = False  # SGLang --enable-dynamic-chunking
     smooth_factor: float = Field(default=0.75, ge=0, le=1, description="SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR")
     page_size: int = Field(default=1, ge=1, description="SGLang --page-size (chunk alignment max(page, 64))")
-    # f(l) = a l^2 + b l + c of one stage's prefill; None: fitted from the cost model at start-up
-    dynamic_chunking_coefficients: tuple[float, float, float] | None = None
+    # f(l) = a l^2 + b l + c of one stage's prefill (or a,b,c,gamma of the refined form);
+    # None: fitted from the cost model at start-up
+    dynamic_chunking_coefficients: tuple[float, float, float] | tuple[float, float, float, float] | None = None
+    # quadratic: SGLang's f(l) fit; refined: ppsim's t(L, x) with per-chunk prefix work (ppsim/policy/chunking.py)
+    dynamic_chunking_form: Literal["quadratic", "refined"] = "quadratic"
     # vllm-mrv2 (ppsim/policy/pipelines.py): cap decodes per step at ceil(max_num_seqs / pp)
     mrv2_decode_cap: bool = False
     # vllm-mrv2: sampled-token broadcast on its own NCCL group/stream, or serialized with the p2p sends
     pp_broadcast: Literal["overlapped", "serialized"] = "overlapped"
+    # trtllm-slots: requests per micro-batch (TRT-LLM --max_batch_size, default 2048); at most
+    # max_batch_size x pp requests in flight
+    max_batch_size: int = Field(default=2048, ge=1, description="TRT-LLM requests per micro-batch")
     # trtllm-slots: sample state relayed inline on the executor thread (TRT-LLM default) or a relay thread
     trtllm_relay: Literal["sync", "async"] = "sync"
     llamacpp_ubatch_tokens: int = Field(default=512, ge=1, description="llama.cpp -ub (n_ubatch, default 512)")
     llamacpp_n_copies: int = Field(default=4, ge=1, description="GGML_SCHED_MAX_COPIES pipeline buffer copies")
     dp_routing: Literal["round-robin", "least-loaded"] = "round-robin"  # no-pp: request router
     cpu: CpuOverheads = CpuOverheads()
+
+    @model_validator(mode="after")
+    def _foreign_knobs(self) -> EngineConfig:
+        """A knob another policy reads, set away from its default, would be ignored: refuse it."""
+        fields = type(self).model_fields
+        for name, owners in POLICY_KNOBS.items():
+            value = getattr(self, name)
+            if self.policy not in owners and value != fields[name].default:
+                flag = "--" + name.replace("_", "-")
+                hint = KNOB_HINTS.get((name, self.policy), f"drop it or use --policy {owners[0]}")
+                whose = " and ".join(owners) if len(owners) <= 2 else "the other policies"
+                raise ValueError(f"{flag} is not a knob of {self.policy} (it is of {whose}); {hint}")
+        return self
 
 
 class CostConfig(_Frozen):
@@ -156,6 +206,10 @@ class Scenario(_Frozen):
     def _check(self) -> Scenario:
         if self.engine.max_num_batched_tokens < self.engine.block_size:
             raise ValueError("engine.max_num_batched_tokens must be >= engine.block_size")
+        if self.engine.policy == "vllm-async" and self.cluster.pipeline_parallel_size > 1:
+            # vllm/config/vllm.py::VllmConfig.max_concurrent_batches: async + PP gets pp + 1 only with the V2 runner
+            raise ValueError("vllm-async is vLLM's V1 model runner, which runs async scheduling only at "
+                             "pipeline_parallel_size 1; use --policy vllm-mrv2 for async scheduling with PP")
         return self
 
 

@@ -96,12 +96,34 @@ def test_chunk_i_plus_1_enters_stage0_while_chunk_i_is_on_stage1():
 def test_chunked_pipeline_prefill_ttft_speedup(pp, length, chunk):
     """TTFT = (L + (P - 1) S) t with chunks vs L P t without: speedup P / (1 + (P - 1) S / L)."""
     def ttft(c):
-        s = scenario(pp=pp, chunked_prefill_size=c, max_num_batched_tokens=length)
+        s = scenario(pp=pp, chunked_prefill_size=c, max_prefill_tokens=length)
         _, res = run(s, [Request(0, 0.0, length, 1)], LinearCost())
         return res.requests[0].first_token_s
 
     speedup = ttft(length) / ttft(chunk)
     assert speedup == pytest.approx(pp / (1 + (pp - 1) * chunk / length), rel=1e-9)
+
+
+@pytest.mark.parametrize("chunk,max_prefill,expect", [(12288, None, 12288), (12288, 8192, 8192), (4096, None, 4096)])
+def test_prefill_budget_is_sglangs_own(chunk, max_prefill, expect):
+    """PrefillAdder: a chunk of chunked_prefill_size within max_prefill_tokens (default 16384); vLLM's
+    max_num_batched_tokens (8192 by default) plays no part."""
+    eng = {"chunked_prefill_size": chunk} | ({"max_prefill_tokens": max_prefill} if max_prefill else {})
+    sim, _ = run(scenario(pp=2, **eng), [Request(0, 0.0, 30000, 1)], LinearCost())
+    assert sim.scheduler.limits.max_num_batched_tokens == expect
+    assert scenario(pp=2).engine.max_prefill_tokens == 16384
+
+
+def test_prefill_chunks_follow_chunked_prefill_size():
+    from ppsim.policy.actions import Launch
+
+    sizes = []
+    s = build_scenario(None, {"model": "qwen2.5-7b", "cluster": {"pipeline_parallel_size": 2},
+                              "engine": {"policy": "sglang-ring", "chunked_prefill_size": 12288}})
+    prep = dataclasses.replace(prepare(s, [Request(0, 0.0, 30000, 1)]), cost=LinearCost())
+    Simulation(prep, observer=lambda a: sizes.append(a.plan.num_tokens) if type(a) is Launch and a.plan.items
+               else None).run()
+    assert sizes == [12288, 12288, 30000 - 2 * 12288]
 
 
 def test_async_depth_hides_the_straggler():
