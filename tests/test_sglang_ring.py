@@ -158,3 +158,37 @@ def test_fit_chunks_cli(ppsim_cli, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "best: --chunked-prefill-size" in r.stdout and "fixed-chunk baseline" in r.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2])
+def test_last_rank_defers_the_output_send_by_depth_iterations(depth):
+    """event_loop_pp: with pp_async_batch_depth = d the last rank sends micro-batch b's outputs at its
+    iteration b + d (after receiving that iteration's hidden states), not when b finishes."""
+    import simpy
+
+    from ppsim.bubble import ConstantCost
+    from ppsim.cost.base import StageSpec
+    from ppsim.policy.plan import PlanItem, make_plan
+    from ppsim.sim.pipeline import PipelineSim
+
+    env = simpy.Environment()
+    stages = (StageSpec(0, 0, 1, True, False), StageSpec(1, 1, 2, False, True))
+    pipe = PipelineSim(env, stages, ConstantCost(1e-3), lambda n: 0.0, [], overlap_sends=True,
+                       defer_outputs=depth)
+    plans = [make_plan(i, [PlanItem(i, 0, 4, True, True)]) for i in range(3)]
+    done_at = {}
+
+    def core():
+        for p in plans:  # one plan every 5 ms: the pipeline (2 ms deep) drains in between
+            pipe.launch(p).callbacks.append(lambda _e, s=p.step_id: done_at.setdefault(s, env.now))
+            yield env.timeout(5e-3)
+        for p in plans:
+            pipe.awaiting(p.step_id)
+            yield pipe.done[p.step_id]
+
+    env.run(until=env.process(core()))
+    # plan 0 finishes on the last stage at 2 ms; plan k reaches the last stage at 5k + 1 ms
+    expect0 = 2e-3 if depth == 0 else (5 * depth + 1) * 1e-3
+    assert done_at[0] == pytest.approx(expect0)
+    if depth:
+        assert done_at[2] == pytest.approx(15e-3)  # no later iteration: sent when the core waits for it

@@ -67,6 +67,7 @@ class PipeOptions:
     token_path: Literal["core", "broadcast"] = "core"
     broadcast_serialized: bool = False
     overlap_sends: bool = False
+    defer_outputs: int = 0  # SGLang: the last rank sends outputs pp_async_batch_depth iterations later
 
 
 def pp_throttle_cap(max_num_seqs: int, pp: int) -> int:
@@ -186,6 +187,9 @@ def build_core(knobs: PolicyKnobs, kv: BlockPool) -> EngineCore:
 def pipe_options(knobs: PolicyKnobs) -> PipeOptions:
     if knobs.policy == "vllm-mrv2":
         return PipeOptions("broadcast", knobs.pp_broadcast == "serialized")
-    if knobs.policy in ("sglang-ring", "trtllm-slots"):
+    if knobs.policy == "sglang-ring":
+        depth = knobs.sglang.async_batch_depth if knobs.sglang is not None else 0
+        return PipeOptions(overlap_sends=True, defer_outputs=depth)
+    if knobs.policy == "trtllm-slots":
         return PipeOptions(overlap_sends=True)
     return PipeOptions()

@@ -13,7 +13,9 @@ Follows ``python/sglang/srt/managers/scheduler_pp_mixin.py::SchedulerPPMixin.eve
   and process them. With ``pp_async_batch_depth > 0`` the outputs are received *before* the launch
   (``_pp_commit_send_output_work_and_preprocess_output_tensors``), so rank 0's GPU keeps working on
   the previous slot while the CPU waits; with depth 0 the launch comes first and the ring hop plus
-  the last rank's post-processing (the "straggler") show as a bubble on every iteration.
+  the last rank's post-processing (the "straggler") show as a bubble on every iteration. With depth d
+the last rank also sends a batch's outputs d of its iterations later (the executor's pipeline models
+that deferral: ``PipeOptions.defer_outputs``; plan step ids count the loop's iterations).
 - ``get_new_batch_prefill`` / ``get_num_allocatable_reqs``: a prefill batch admits at most
   ``pp_max_micro_batch_size - running_bs(slot)`` requests (default ``max(max_running // pp, 1)``)
   and at most the chunk budget of tokens; a prompt longer than the budget becomes the
@@ -219,6 +221,8 @@ class SGLangRingCore:
                         plan = None
                     else:
                         yield Cpu("schedule", plan.num_reqs)
+                else:
+                    sched.step += 1  # step ids count the loop's iterations (the output deferral counts them)
                 self.mbs[mb_id] = plan
                 if self.depth > 0:
                     yield from self._collect(nxt)

@@ -46,7 +46,8 @@ class Simulation:
         opts = pipe_options(knobs)
         self.pipe = PipelineSim(self.env, prep.topology.stages, prep.cost,
                                 lambda n: prep.shape.seam_bytes(n, tp), self.ops,
-                                opts.token_path, opts.broadcast_serialized, opts.overlap_sends)
+                                opts.token_path, opts.broadcast_serialized, opts.overlap_sends,
+                                opts.defer_outputs)
         self.pipe.track_tokens = getattr(self.scheduler.limits, "async_placeholders", False)
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
         self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len)
@@ -156,6 +157,7 @@ class Simulation:
                     self._on_launch(plan)
                 pipe.launch(plan)
             elif kind is Await:
+                pipe.awaiting(act.plan.step_id)
                 yield pipe.done[act.plan.step_id]
                 del pipe.done[act.plan.step_id]
             elif kind is Poll:
