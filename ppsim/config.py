@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ppsim.errors import PPSimError
 from ppsim.fileio import read_mapping
-from ppsim.hardware.presets import DeviceSpec, LinkSpec
+from ppsim.hardware.presets import DeviceSpec, LinkSpec, resolve_device
 
 PolicyName = Literal[
     "vllm-sync",
@@ -29,6 +29,16 @@ PolicyName = Literal[
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def sglang_chunked_prefill_size(memory_gib: float) -> int:
+    """SGLang's ``chunked_prefill_size`` for a GPU (``server_args.py::ServerArgs._handle_gpu_memory_settings``,
+    thresholds on the GPU's memory in MiB): 2048 below 35 GiB, 4096 below 60, 8192 below 160, else 16384."""
+    mib = memory_gib * 1024
+    for limit_gib, chunk in ((35, 2048), (60, 4096), (160, 8192)):
+        if mib < limit_gib * 1024:
+            return chunk
+    return 16384
 
 
 class ClusterConfig(_Frozen):
@@ -110,7 +120,8 @@ class EngineConfig(_Frozen):
     # sglang-ring (SGLang server_args.py names and defaults; see ppsim/policy/sglang.py)
     pp_async_batch_depth: int = Field(default=0, ge=0, description="extra micro-batch slots (SGLang default 0)")
     pp_max_micro_batch_size: int | None = Field(default=None, ge=1, description="None: max(max_num_seqs // pp, 1)")
-    chunked_prefill_size: int = Field(default=8192, ge=1, description="SGLang prefill chunk (8192 on 80-GB GPUs)")
+    # None: SGLang's default for the GPU's memory (ServerArgs._handle_gpu_memory_settings), set by Scenario
+    chunked_prefill_size: int | None = Field(default=None, ge=1, description="SGLang prefill chunk")
     max_prefill_tokens: int = Field(default=16384, ge=1, description="SGLang prefill-batch token budget")
     enable_dynamic_chunking: bool = False  # SGLang --enable-dynamic-chunking
     smooth_factor: float = Field(default=0.75, ge=0, le=1, description="SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR")
@@ -206,6 +217,9 @@ class Scenario(_Frozen):
     def _check(self) -> Scenario:
         if self.engine.max_num_batched_tokens < self.engine.block_size:
             raise ValueError("engine.max_num_batched_tokens must be >= engine.block_size")
+        if self.engine.policy == "sglang-ring" and self.engine.chunked_prefill_size is None:
+            chunk = sglang_chunked_prefill_size(resolve_device(self.hardware).memory_gib)
+            return self.model_copy(update={"engine": self.engine.model_copy(update={"chunked_prefill_size": chunk})})
         if self.engine.policy == "vllm-async" and self.cluster.pipeline_parallel_size > 1:
             # vllm/config/vllm.py::VllmConfig.max_concurrent_batches: async + PP gets pp + 1 only with the V2 runner
             raise ValueError("vllm-async is vLLM's V1 model runner, which runs async scheduling only at "

@@ -78,3 +78,14 @@ def test_refined_chunk_form_drives_a_simulation():
 def test_dynamic_chunking_form_is_refused_for_a_vllm_policy():
     with pytest.raises(PPSimError, match="--dynamic-chunking-form is not a knob of vllm-sync"):
         build_scenario(None, {"engine": {"policy": "vllm-sync", "dynamic_chunking_form": "refined"}})
+
+
+@pytest.mark.parametrize("hardware, chunk", [("l40s", 4096), ("h100-sxm", 8192), ("h200", 8192), ("b200", 16384)])
+def test_sglang_chunk_default_follows_the_gpu_memory(hardware, chunk):
+    """server_args.py::_handle_gpu_memory_settings: 4096 below 60 GB, 8192 below 160 GB, 16384 above."""
+    s = build_scenario(None, {"hardware": hardware, "engine": {"policy": "sglang-ring"}})
+    assert s.engine.chunked_prefill_size == chunk
+    assert s.engine.max_prefill_tokens == 16384 and s.engine.pp_async_batch_depth == 0
+    eng = {"policy": "sglang-ring", "chunked_prefill_size": 12288}
+    given = build_scenario(None, {"hardware": hardware, "engine": eng})
+    assert given.engine.chunked_prefill_size == 12288
