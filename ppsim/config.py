@@ -31,6 +31,36 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def vllm_batch_defaults(device: DeviceSpec) -> tuple[int, int]:
+    """``vllm serve``'s (max_num_seqs, max_num_batched_tokens): ``vllm/engine/arg_utils.py::
+    EngineArgs.get_batch_defaults``, OPENAI_API_SERVER context: (1024, 8192) on a GPU of >= 70 GiB that
+    is not an A100, else (256, 2048)."""
+    big = device.memory_gib >= 70 and "a100" not in device.name.lower()
+    return (1024, 8192) if big else (256, 2048)
+
+
+TRTLLM_MAX_NUM_TOKENS = 8192  # tensorrt_llm/llmapi/llm_args.py::BaseLlmArgs.max_num_tokens
+LLAMACPP_N_BATCH = 2048  # llama.cpp common/common.h: common_params.n_batch
+
+
+def policy_defaults(e: EngineConfig, device: DeviceSpec, pp: int) -> dict[str, Any]:
+    """The engine's own value for each ``None`` field of ``e`` (what the real engine would use)."""
+    seqs, tokens = vllm_batch_defaults(device)
+    out: dict[str, Any] = {}
+    if e.policy == "trtllm-slots":  # PyTorchModelEngine.get_max_num_sequences = max_batch_size x pp
+        seqs, tokens = e.max_batch_size * pp, TRTLLM_MAX_NUM_TOKENS
+    elif e.policy == "llamacpp":
+        tokens = LLAMACPP_N_BATCH
+    if e.max_num_seqs is None:
+        out["max_num_seqs"] = seqs  # sglang-ring: stands in for max_running_requests (SGLang sizes it by memory)
+    if e.policy == "sglang-ring":
+        if e.chunked_prefill_size is None:
+            out["chunked_prefill_size"] = sglang_chunked_prefill_size(device.memory_gib)
+    elif e.max_num_batched_tokens is None:
+        out["max_num_batched_tokens"] = tokens
+    return out
+
+
 def sglang_chunked_prefill_size(memory_gib: float) -> int:
     """SGLang's ``chunked_prefill_size`` for a GPU (``server_args.py::ServerArgs._handle_gpu_memory_settings``,
     thresholds on the GPU's memory in MiB): 2048 below 35 GiB, 4096 below 60, 8192 below 160, else 16384."""
@@ -108,8 +138,9 @@ KNOB_HINTS = {("max_num_batched_tokens", "sglang-ring"): "SGLang bounds a prefil
 
 class EngineConfig(_Frozen):
     policy: PolicyName = "vllm-batch-queue"
-    max_num_seqs: int = Field(default=256, ge=1, description="running requests at most (vLLM default 256)")
-    max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget per step (V1 default 8192)")
+    # None: the engine's own default for the policy and GPU, set by Scenario (see policy_defaults)
+    max_num_seqs: int | None = Field(default=None, ge=1, description="running requests at most")
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, description="token budget per step")
     enable_chunked_prefill: bool = True  # always on in vLLM V1
     block_size: int = Field(default=16, ge=1, description="tokens per KV block (vLLM default 16)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
@@ -144,6 +175,13 @@ class EngineConfig(_Frozen):
     llamacpp_n_copies: int = Field(default=4, ge=1, description="GGML_SCHED_MAX_COPIES pipeline buffer copies")
     dp_routing: Literal["round-robin", "least-loaded"] = "round-robin"  # no-pp: request router
     cpu: CpuOverheads = CpuOverheads()
+
+    @property
+    def step_token_budget(self) -> int:
+        """Tokens one step may take: ``max_num_batched_tokens``, or SGLang's prefill budget."""
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        return min(self.chunked_prefill_size or self.max_prefill_tokens, self.max_prefill_tokens)
 
     @model_validator(mode="after")
     def _foreign_knobs(self) -> EngineConfig:
@@ -215,11 +253,11 @@ class Scenario(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
-        if self.engine.max_num_batched_tokens < self.engine.block_size:
+        fill = policy_defaults(self.engine, resolve_device(self.hardware), self.cluster.pipeline_parallel_size)
+        if fill:
+            return self.model_copy(update={"engine": self.engine.model_copy(update=fill)})._check()
+        if self.engine.step_token_budget < self.engine.block_size:
             raise ValueError("engine.max_num_batched_tokens must be >= engine.block_size")
-        if self.engine.policy == "sglang-ring" and self.engine.chunked_prefill_size is None:
-            chunk = sglang_chunked_prefill_size(resolve_device(self.hardware).memory_gib)
-            return self.model_copy(update={"engine": self.engine.model_copy(update={"chunked_prefill_size": chunk})})
         if self.engine.policy == "vllm-async" and self.cluster.pipeline_parallel_size > 1:
             # vllm/config/vllm.py::VllmConfig.max_concurrent_batches: async + PP gets pp + 1 only with the V2 runner
             raise ValueError("vllm-async is vLLM's V1 model runner, which runs async scheduling only at "

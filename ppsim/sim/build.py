@@ -69,7 +69,7 @@ class Prepared:
             policy=e.policy,
             pp=len(self.topology.stages),
             max_num_seqs=e.max_num_seqs,
-            max_num_batched_tokens=e.max_num_batched_tokens,
+            max_num_batched_tokens=e.step_token_budget,
             enable_chunked_prefill=e.enable_chunked_prefill,
             pp_throttle=e.pp_throttle,
             max_model_len=self.shape.max_position_embeddings,
