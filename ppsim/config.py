@@ -31,6 +31,13 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def step_budget_fields(policy: str, tokens: int) -> dict[str, int]:
+    """The engine fields that give ``policy`` a per-step token budget of ``tokens`` (SGLang's are its own)."""
+    if policy == "sglang-ring":
+        return {"chunked_prefill_size": tokens, "max_prefill_tokens": tokens}
+    return {"max_num_batched_tokens": tokens}
+
+
 def vllm_batch_defaults(device: DeviceSpec) -> tuple[int, int]:
     """``vllm serve``'s (max_num_seqs, max_num_batched_tokens): ``vllm/engine/arg_utils.py::
     EngineArgs.get_batch_defaults``, OPENAI_API_SERVER context: (1024, 8192) on a GPU of >= 70 GiB that

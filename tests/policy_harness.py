@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ppsim.config import POLICY_KNOBS, build_scenario
+from ppsim.config import POLICY_KNOBS, build_scenario, step_budget_fields
 from ppsim.policy.actions import Emit, Launch
 from ppsim.policy.plan import StepPlan
 from ppsim.policy.requests import Request
@@ -29,13 +29,6 @@ class Trace:
                 self.emitted[o.req_id].append(o.index)
 
 
-def policy_budget(policy: str, tokens: int) -> dict[str, int]:
-    """A per-step token budget in the policy's own knobs (SGLang's are not vLLM's)."""
-    if policy == "sglang-ring":
-        return {"chunked_prefill_size": tokens, "max_prefill_tokens": tokens}
-    return {"max_num_batched_tokens": tokens}
-
-
 def own_knobs(policy: str, engine: dict[str, Any]) -> dict[str, Any]:
     """``engine`` without the knobs of other policies (the scenario refuses those)."""
     return {k: v for k, v in engine.items() if k not in POLICY_KNOBS or policy in POLICY_KNOBS[k]}
@@ -44,7 +37,7 @@ def own_knobs(policy: str, engine: dict[str, Any]) -> dict[str, Any]:
 def run_policy(policy: str, pp: int, requests: list[Request], *, max_num_seqs: int = 8,
                max_num_batched_tokens: int = 128, num_blocks: int | None = None, cost: Any = None,
                engine: dict[str, Any] | None = None, model: str = "tiny") -> tuple[SimResult, Trace]:
-    eng = {"policy": policy, "max_num_seqs": max_num_seqs, **policy_budget(policy, max_num_batched_tokens),
+    eng = {"policy": policy, "max_num_seqs": max_num_seqs, **step_budget_fields(policy, max_num_batched_tokens),
            **own_knobs(policy, engine or {})}
     s = build_scenario(None, {"model": model, "cluster": {"pipeline_parallel_size": pp}, "engine": eng})
     prep = prepare(s, requests)

@@ -12,17 +12,10 @@ torch = pytest.importorskip("torch")
 
 from engine.model import build_stage, reference_generate  # noqa: E402
 from engine.run import EngineOptions, make_prompts, run_engine  # noqa: E402
-from ppsim.config import build_scenario  # noqa: E402
+from ppsim.config import build_scenario, step_budget_fields  # noqa: E402
 from ppsim.policy.requests import Request  # noqa: E402
 from ppsim.run import run_scenario  # noqa: E402
 from ppsim.sim.build import prepare  # noqa: E402
-
-
-def budget(policy: str, tokens: int) -> dict:
-    """The per-step token budget in the policy's own knobs (SGLang bounds prefill batches itself)."""
-    if policy == "sglang-ring":
-        return {"chunked_prefill_size": tokens, "max_prefill_tokens": tokens}
-    return {"max_num_batched_tokens": tokens}
 
 
 def scenario(pp: int = 2, policy: str = "vllm-batch-queue", **engine):
@@ -30,7 +23,7 @@ def scenario(pp: int = 2, policy: str = "vllm-batch-queue", **engine):
     return build_scenario(None, {
         "model": "tiny", "hardware": "h100-sxm", "seed": 3,
         "cluster": {"pipeline_parallel_size": pp},
-        "engine": {"policy": policy, **budget(policy, 32), **engine},
+        "engine": {"policy": policy, **step_budget_fields(policy, 32), **engine},
         "workload": {"num_prompts": 6, "request_rate": float("inf"), "random_input_len": 40,
                      "random_output_len": 6, "random_range_ratio": 0.9},
     })

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ppsim.config import build_scenario
+from ppsim.config import build_scenario, step_budget_fields
 from ppsim.metrics.io import atomic_write, save_figure
 from ppsim.validate.run import validate
 
@@ -41,7 +41,7 @@ SHOWN = ["output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "me
 
 
 def scenario(engine: dict, pp: int, wl: dict, profile: str):
-    eng = {"max_num_seqs": 16, "max_num_batched_tokens": 512, **engine}
+    eng = {"max_num_seqs": 16, **step_budget_fields(engine["policy"], 512), **engine}
     return build_scenario(overrides={"model": "tiny", "cluster": {"pipeline_parallel_size": pp}, "engine": eng,
                                      "workload": {**BASE_WL, **wl}, "cost": {"kind": "profile",
                                                                              "profile_dir": profile}})
