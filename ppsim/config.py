@@ -63,8 +63,11 @@ def policy_defaults(e: EngineConfig, device: DeviceSpec, pp: int) -> dict[str, A
     if e.policy == "sglang-ring":
         if e.chunked_prefill_size is None:
             out["chunked_prefill_size"] = sglang_chunked_prefill_size(device.memory_gib)
-    elif e.max_num_batched_tokens is None:
-        out["max_num_batched_tokens"] = tokens
+    else:
+        if e.max_num_batched_tokens is None:
+            out["max_num_batched_tokens"] = tokens
+        if e.enable_chunked_prefill is None:
+            out["enable_chunked_prefill"] = e.policy != "trtllm-slots"
     return out
 
 
@@ -117,11 +120,12 @@ class CpuOverheads(_Frozen):
 
 # Which policies read each policy-specific engine knob (the others refuse a non-default value, see
 # EngineConfig._foreign_knobs). Sources of every default: docs/policies.md.
+NOT_SGLANG = ("vllm-sync", "vllm-batch-queue", "vllm-async", "vllm-mrv2", "trtllm-slots", "llamacpp", "no-pp")
 POLICY_KNOBS: dict[str, tuple[str, ...]] = {
     "pp_throttle": ("vllm-batch-queue", "vllm-mrv2"),
     # TensorRT-LLM's max_num_tokens and llama.cpp's n_batch play this part; SGLang has its own budgets
-    "max_num_batched_tokens": ("vllm-sync", "vllm-batch-queue", "vllm-async", "vllm-mrv2", "trtllm-slots",
-                               "llamacpp", "no-pp"),
+    "max_num_batched_tokens": NOT_SGLANG,
+    "enable_chunked_prefill": NOT_SGLANG,
     "pp_async_batch_depth": ("sglang-ring",),
     "pp_max_micro_batch_size": ("sglang-ring",),
     "chunked_prefill_size": ("sglang-ring",),
@@ -140,7 +144,8 @@ POLICY_KNOBS: dict[str, tuple[str, ...]] = {
     "dp_routing": ("no-pp",),
 }
 KNOB_HINTS = {("max_num_batched_tokens", "sglang-ring"): "SGLang bounds a prefill batch by --max-prefill-tokens "
-              "and --chunked-prefill-size; give those"}
+              "and --chunked-prefill-size; give those",
+              ("enable_chunked_prefill", "sglang-ring"): "SGLang chunks prompts by --chunked-prefill-size; give that"}
 
 
 class EngineConfig(_Frozen):
@@ -148,7 +153,9 @@ class EngineConfig(_Frozen):
     # None: the engine's own default for the policy and GPU, set by Scenario (see policy_defaults)
     max_num_seqs: int | None = Field(default=None, ge=1, description="running requests at most")
     max_num_batched_tokens: int | None = Field(default=None, ge=1, description="token budget per step")
-    enable_chunked_prefill: bool = True  # always on in vLLM V1
+    # None: the engine's default: on in vLLM V1 (always chunks), off in TensorRT-LLM
+    # (TorchLlmArgs.enable_chunked_prefill = False); SGLang chunks by --chunked-prefill-size instead
+    enable_chunked_prefill: bool | None = None
     block_size: int = Field(default=16, ge=1, description="tokens per KV block (vLLM default 16)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     activation_reserve_gib: float = Field(default=2.0, ge=0, description="per GPU, kept out of the KV pool")

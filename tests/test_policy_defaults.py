@@ -89,3 +89,14 @@ def test_sglang_chunk_default_follows_the_gpu_memory(hardware, chunk):
     eng = {"policy": "sglang-ring", "chunked_prefill_size": 12288}
     given = build_scenario(None, {"hardware": hardware, "engine": eng})
     assert given.engine.chunked_prefill_size == 12288
+
+
+def test_chunked_prefill_default_is_the_engines():
+    """vLLM V1 always chunks; TensorRT-LLM's TorchLlmArgs.enable_chunked_prefill defaults to False."""
+    def eng(policy, **kw):
+        return build_scenario(None, {"engine": {"policy": policy, **kw}}).engine
+    assert eng("vllm-batch-queue").enable_chunked_prefill is True
+    assert eng("trtllm-slots").enable_chunked_prefill is False
+    assert eng("trtllm-slots", enable_chunked_prefill=True).enable_chunked_prefill is True
+    with pytest.raises(PPSimError, match="--enable-chunked-prefill is not a knob of sglang-ring"):
+        eng("sglang-ring", enable_chunked_prefill=False)

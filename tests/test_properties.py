@@ -112,13 +112,16 @@ def check_run(policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt
        blocks=hs.integers(6, 40), decode_cap=hs.booleans(), serialized=hs.booleans(),
        ub=hs.integers(8, 64), copies=hs.integers(1, 4), relay=hs.sampled_from(["sync", "async"]),
        routing=hs.sampled_from(["round-robin", "least-loaded"]), throttle=hs.booleans(),
-       depth=hs.integers(0, 2), mb_cap=hs.one_of(hs.none(), hs.integers(1, 4)))
+       depth=hs.integers(0, 2), mb_cap=hs.one_of(hs.none(), hs.integers(1, 4)), chunked=hs.booleans())
 def test_policy_invariants(policy, reqs, pp, max_num_seqs, mnbt, blocks, decode_cap, serialized, ub, copies,
-                           relay, routing, throttle, depth, mb_cap):
+                           relay, routing, throttle, depth, mb_cap, chunked):
     engine = {"mrv2_decode_cap": decode_cap, "pp_broadcast": "serialized" if serialized else "overlapped",
               "llamacpp_ubatch_tokens": ub, "llamacpp_n_copies": copies, "trtllm_relay": relay,
               "dp_routing": routing, "block_size": 16, "pp_throttle": throttle,
-              "pp_async_batch_depth": depth, "pp_max_micro_batch_size": mb_cap, "max_batch_size": mb_cap or 2048}
+              "pp_async_batch_depth": depth, "pp_max_micro_batch_size": mb_cap, "max_batch_size": mb_cap or 2048,
+              "enable_chunked_prefill": chunked}
+    if not chunked:  # every prompt must then fit one step (the scenario refuses it otherwise)
+        mnbt = max(mnbt, *(r.prompt_len for r in reqs))
     engine = own_knobs(policy, engine)
     if policy == "vllm-async":
         pp = 1  # vLLM runs V1 async scheduling at PP=1 only (the scenario refuses more)

@@ -45,6 +45,8 @@ def run_one(label: str, pp: int, wl: str, rate: float) -> dict:
     policy, knobs = VARIANTS.get(label, (label, {}))
     if label == "trtllm-slots+mbs":
         knobs = {"max_batch_size": 128 // pp}
+    if policy == "trtllm-slots" and wl == "32k":  # TRT-LLM chunks only when asked (enable_chunked_prefill)
+        knobs = {**knobs, "enable_chunked_prefill": True}
     s = build_scenario(None, {
         "model": str(OUT / "llama-3.1-70b.json"), "hardware": "h200", "seed": 0,
         "cluster": {"pipeline_parallel_size": pp, "tensor_parallel_size": 2},

@@ -70,7 +70,7 @@ class Prepared:
             pp=len(self.topology.stages),
             max_num_seqs=e.max_num_seqs,
             max_num_batched_tokens=e.step_token_budget,
-            enable_chunked_prefill=e.enable_chunked_prefill,
+            enable_chunked_prefill=e.enable_chunked_prefill is not False,
             pp_throttle=e.pp_throttle,
             max_model_len=self.shape.max_position_embeddings,
             sglang=sglang_knobs(e, self.cost, self.topology.stages[0],
@@ -112,7 +112,7 @@ def check_tensor_parallel(shape: ModelShape, tp: int) -> None:
 
 def check_prompt_budget(s: Scenario, requests: list[Request]) -> None:
     """Without chunked prefill a prompt must fit one step's token budget (vLLM refuses such a config)."""
-    if s.engine.enable_chunked_prefill or not requests:
+    if s.engine.enable_chunked_prefill is not False or not requests:
         return
     longest = max(r.prompt_len for r in requests)
     if longest > s.engine.max_num_batched_tokens:
