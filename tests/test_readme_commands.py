@@ -44,7 +44,6 @@ def test_relative_links_resolve():
             if re.match(r"[a-z]+://", target):
                 continue
             path = (page.parent / target).resolve()
-            rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
             if not path.exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
