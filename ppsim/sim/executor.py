@@ -63,9 +63,10 @@ class SimBackend:
         # the per-event reference pipeline on request, or where the closed form does not hold
         pipeline = PipelineSim if reference or needs_reference(opts.broadcast_serialized) else FastPipeline
         self.pipe = pipeline(env, prep.topology.stages, prep.cost, lambda n: prep.shape.seam_bytes(n, tp), ops,
-                             opts.token_path, opts.broadcast_serialized, opts.overlap_sends)
+                             opts.token_path, opts.broadcast_serialized, opts.overlap_sends, opts.defer_outputs)
         self.pipe.track_tokens = async_tokens
-        self.fast_pipe = pipeline is FastPipeline
+        self.defer = opts.defer_outputs > 0
+        self.fast_pipe = pipeline is FastPipeline and not self.defer
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
         self._cpu_dt: dict[tuple[str, int, int], float] = {}  # (kind, n, relay) -> CPU seconds
         self.wakeup: simpy.Event | None = None
@@ -85,12 +86,15 @@ class SimBackend:
 
     def wait(self, plan: StepPlan) -> Iterable[simpy.Event]:
         """The micro-batch's completion event, to yield; its entry goes once it is awaited (no one
-        polls a plan then; the fast pipeline's completion holds the event itself)."""
+        polls a plan then; the fast pipeline's completion holds the event itself, unless outputs are
+        deferred)."""
         if self.fast_pipe:
             return (self.pipe.done.pop(plan.step_id),)
         return self._wait(plan)
 
     def _wait(self, plan: StepPlan) -> Generator[simpy.Event, Any, None]:
+        if self.defer:  # SGLang's deferred output send leaves once the core waits for it
+            self.pipe.awaiting(plan.step_id)
         done = self.pipe.done
         yield done[plan.step_id]
         del done[plan.step_id]
