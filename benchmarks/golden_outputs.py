@@ -34,6 +34,11 @@ def scenarios(profile: str | None) -> dict[str, list[str]]:
         out[f"{p}-kv"] = ["--model", "llama-2-70b", "--hardware", "h100-sxm", "-pp", "4", "--policy", p,
                           "--num-prompts", "60", "--random-input-len", "2000", "--random-output-len", "200",
                           "--request-rate", "inf", "--gpu-memory-utilization", "0.44", "--max-num-seqs", "64"]
+    for name, args in out.items():  # vLLM's V1 runner schedules asynchronously only without PP
+        if name.startswith("vllm-async"):
+            i = args.index("-pp")
+            out[name] = [*args[:i], "-pp", "1", *args[i + 2:]]
+    out["sglang-defer"] = [*BASE, "--policy", "sglang-ring", "--pp-async-batch-depth", "2", "--request-rate", "20"]
     out["mrv2-serialized"] = [*BASE, "--policy", "vllm-mrv2", "--pp-broadcast", "serialized", "--request-rate", "20"]
     out["batch-queue-small-budget"] = [*BASE, "--request-rate", "30", "--max-num-batched-tokens", "256"]
     if profile:
