@@ -192,7 +192,7 @@ class Driver:
                 yield from be.cpu(act)
             elif kind is Launch:
                 plan = act.plan
-                if plan.is_empty and be.in_flight == 0:
+                if not plan.items and be.in_flight == 0:
                     spins += 1
                     if spins > MAX_IDLE_SPINS:
                         be.stalled("scheduler stalled: requests wait but none can be scheduled "

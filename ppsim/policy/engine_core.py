@@ -42,10 +42,10 @@ class BatchQueueCore:
         while True:
             if sched.has_requests():
                 plan = sched.schedule()
-                yield self._cpu_action("schedule", plan.num_reqs, relay_tokens(plan) if self.relay else 0)
+                yield self._cpu_action("schedule", len(plan.items), relay_tokens(plan) if self.relay else 0)
                 yield Launch(plan)
                 queue.appendleft(plan)
-                if not plan.is_empty and len(queue) < self.depth:
+                if plan.items and len(queue) < self.depth:
                     oldest_done = yield Poll(queue[-1])
                     if not oldest_done:
                         continue
@@ -55,7 +55,7 @@ class BatchQueueCore:
             plan = queue.pop()
             yield Await(plan)
             outs = sched.update_from_output(plan)
-            yield self._cpu_action("update", plan.num_reqs, 0)
+            yield self._cpu_action("update", len(plan.items), 0)
             if outs:
                 yield Emit(tuple(outs))
 

@@ -206,8 +206,10 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         """Plan the next micro-batch (possibly empty). Advances the step counter."""
         items: list[PlanItem] = []
-        budget, preempted = self._schedule_running(items, self.limits.max_num_batched_tokens)
-        if not preempted:
+        budget, preempted = self.limits.max_num_batched_tokens, False
+        if self._ready:  # else every running request's token is in flight
+            budget, preempted = self._schedule_running(items, budget)
+        if not preempted and self.waiting:
             self._schedule_waiting(items, budget)
         deps = self._deps
         plan = make_plan(self.step, items, tuple(sorted(deps)) if deps else ())
