@@ -1,8 +1,8 @@
 """Same answers before and after a speed change: run a set of CLI scenarios, save or compare outputs.
 
   python benchmarks/golden_outputs.py save DIR      # on the code before the change
-  python benchmarks/golden_outputs.py compare DIR   # on the code after: requests.csv and summary.json
-                                                    # must be identical, byte for byte
+  python benchmarks/golden_outputs.py compare DIR   # on the code after: requests.csv, summary.json and
+                                                    # the dashboard series must be identical, byte for byte
 Scenarios: every policy, aborts, a closed loop, preemption under KV pressure, the Vidur profile (if given
 by --profile-dir, from `ppsim import-vidur`).
 """
@@ -79,8 +79,8 @@ def main() -> int:
                 print(f"{name}: {'same (both fail)' if same else 'DIFFERENT: ' + (err or 'no saved output')}")
                 bad += not same
                 continue
-            diffs = [f for f in ("requests.csv", "summary.json")
-                     if not filecmp.cmp(Path(tmp) / "o" / f, dest / f, shallow=False)]
+            diffs = [f for f in ("requests.csv", "summary.json", "timeseries.csv", "timeline.csv")
+                     if (dest / f).exists() and not filecmp.cmp(Path(tmp) / "o" / f, dest / f, shallow=False)]
             print(f"{name}: {'DIFFERENT ' + ' '.join(diffs) if diffs else 'identical'}{saved_err}")
             bad += bool(diffs)
     return 1 if bad else 0

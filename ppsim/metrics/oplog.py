@@ -42,6 +42,30 @@ class OpLog:
             self.records.append(OpRecord(track, kind, step_id, start_s, end_s, num_tokens, num_reqs,
                                          num_prefill_tokens, num_decode_tokens, nbytes))
 
+    def add_compute(self, track: str, step_id: int, start_s: float, end_s: float, num_tokens: int, num_reqs: int,
+                    num_prefill_tokens: int, num_decode_tokens: int) -> None:
+        """``add(track, "compute", ...)``: the same, without the dispatch on ``kind`` (the fast pipeline's
+        hot path)."""
+        busy = self.busy
+        busy[track] = busy.get(track, 0.0) + (end_s - start_s)
+        if start_s < self.t0:
+            self.t0 = start_s
+        if end_s > self.t1:
+            self.t1 = end_s
+        if self.series is not None:
+            self.series.add_compute(track, start_s, end_s)
+        if self.keep:
+            self.records.append(OpRecord(track, "compute", step_id, start_s, end_s, num_tokens, num_reqs,
+                                         num_prefill_tokens, num_decode_tokens, 0.0))
+
+    def add_other(self, track: str, kind: str, step_id: int, start_s: float, end_s: float, num_tokens: int,
+                  num_reqs: int, nbytes: float = 0.0) -> None:
+        """``add`` for a ``kind`` other than compute (a send, a core step): the same, without the dispatch."""
+        if self.series is not None:
+            self.series.add_op(track, kind, start_s, end_s)
+        if self.keep:
+            self.records.append(OpRecord(track, kind, step_id, start_s, end_s, num_tokens, num_reqs, 0, 0, nbytes))
+
     def append(self, o: OpRecord) -> None:
         self.add(o.track, o.kind, o.step_id, o.start_s, o.end_s, o.num_tokens, o.num_reqs,
                  o.num_prefill_tokens, o.num_decode_tokens, o.nbytes)

@@ -121,6 +121,26 @@ class SeriesRecorder:
         if end_s > self._wa_s and start_s < self._wb_s:
             self._window(track, kind, start_s, end_s)
 
+    def add_compute(self, track: str, start_s: float, end_s: float) -> None:
+        """``add_op(track, "compute", ...)`` with ``add_busy`` inlined (once per stage per micro-batch)."""
+        stage = self._stage.get(track)
+        if stage is None:
+            self.add_op(track, "compute", start_s, end_s)
+            return
+        a, b = int(start_s * 1e9 + 0.5), int(end_s * 1e9 + 0.5)
+        if a < 0:
+            a = 0
+        if b > a:
+            if b > self.end_ns:
+                self._cover(b)
+            w = self.width_ns
+            if a // w == (b - 1) // w:
+                self.busy_ns[stage][a // w] += b - a
+            else:
+                self._spread(self.busy_ns[stage], a, b)
+        if end_s > self._wa_s and start_s < self._wb_s:
+            self._window(track, "compute", start_s, end_s)
+
     def add_ops(self, ops: Iterable[Any]) -> None:
         """Every record with ``track, kind, start_s, end_s`` fields (e.g. ``OpRecord``), in start order."""
         for o in ops:

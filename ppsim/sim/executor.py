@@ -121,7 +121,7 @@ class SimBackend:
             if self.every_event or (q and q[0][0] <= end):
                 return self._cpu_wait(act, dt)
             env._now = end
-            self.ops.add("core", act.kind, -1, start, end, 0, act.n)
+            self.ops.add_other("core", act.kind, -1, start, end, 0, act.n)
         return ()
 
     def _cpu_wait(self, act: Cpu, dt: float) -> Generator[simpy.Event, Any, None]:

@@ -177,11 +177,11 @@ class FastPipeline:
             end = start + cost.stage_time(st, plan)
             stage_free[i] = end
             track, link_track = self.tracks[i]
-            ops.add(track, "compute", step, start, end, n_tok, n_req, n_pre, n_dec, 0.0)
+            ops.add_compute(track, step, start, end, n_tok, n_req, n_pre, n_dec)
             if not st.is_last:
                 begin = end if end > send_free[i] else send_free[i]
                 t = send_free[i] = begin + link
-                ops.add(link_track, "send", step, begin, t, n_tok, n_req, 0, 0, nbytes)
+                ops.add_other(link_track, "send", step, begin, t, n_tok, n_req, nbytes)
             elif self.track_tokens and plan.num_samples:
                 self._tokens_out(plan, end)
         return end
