@@ -124,11 +124,13 @@ class Scheduler:
         if not ready:
             return budget, False
         lim = self.limits
+        cap, decode_cap = lim.max_batch_reqs, lim.decode_cap
+        spacing, placeholders_on = lim.decode_spacing, lim.async_placeholders
+        if cap is None and decode_cap is None and not spacing and not placeholders_on:
+            return self._schedule_running_plain(items, budget)
         preempted = False
         decodes = 0
         running = self.running
-        cap, decode_cap = lim.max_batch_reqs, lim.decode_cap
-        spacing, placeholders_on = lim.decode_spacing, lim.async_placeholders
         step, allocate, append = self.step, self.kv.allocate, items.append
         # allocate's no-op case, inlined: a request's blocks already hold its tokens (a decode needs a new
         # block only every block_size tokens)
@@ -174,6 +176,47 @@ class Scheduler:
                     del ready[seq]  # its token is now in flight
                 st.last_sample_step = step
             decodes += is_decode
+            budget -= n
+        return budget, preempted
+
+    def _schedule_running_plain(self, items: list[PlanItem], budget: int) -> tuple[int, bool]:
+        """:meth:`_schedule_running` without the caps, decode spacing and async placeholders (vLLM's
+        default scheduler): the same rules with the tests that cannot fire removed (no placeholders,
+        every request eligible, no per-step request or decode cap)."""
+        ready, running = self._ready, self.running
+        step, allocate, append = self.step, self.kv.allocate, items.append
+        tables, bs = self.kv._tables, self.kv.block_size
+        preempted = False
+        for seq in sorted(ready) if len(ready) > 1 else list(ready):
+            if budget <= 0:
+                break
+            st = ready.get(seq)
+            if st is None:  # preempted in this loop (see _schedule_running)
+                break
+            req = st.req
+            prompt, start = req.prompt_len, st.num_computed
+            total = prompt + st.num_output
+            n = total - start
+            if n <= 0:
+                continue
+            if n > budget:
+                n = budget
+            req_id = req.req_id
+            end = start + n
+            table = tables.get(req_id)
+            if table is None or -(-end // bs) > len(table):
+                while not allocate(req_id, end):
+                    victim = running.pop()
+                    self._preempt(victim)
+                    if victim is st:
+                        return budget, True
+                    preempted = True
+            samples = end == total
+            append(_tuple_new(PlanItem, (req_id, start, n, n > 1 or start < prompt, samples, st.epoch)))
+            st.num_computed = end
+            if samples:
+                del ready[seq]  # its token is now in flight
+                st.last_sample_step = step
             budget -= n
         return budget, preempted
 
