@@ -25,7 +25,7 @@ from ppsim.metrics.series import SeriesRecorder
 from ppsim.policy.actions import Cpu
 from ppsim.policy.pipelines import REPLICATED, build_core, pipe_options
 from ppsim.policy.plan import StepPlan
-from ppsim.sim.fast import FastPipeline, needs_reference
+from ppsim.sim.fast import EmptyDone, FastPipeline, needs_reference
 from ppsim.sim.pipeline import PipelineSim
 from ppsim.sim.progress import RunProgress
 
@@ -89,7 +89,8 @@ class SimBackend:
         polls a plan then; the fast pipeline's completion holds the event itself, unless outputs are
         deferred)."""
         if self.fast_pipe:
-            return (self.pipe.done.pop(plan.step_id),)
+            done = self.pipe.done.pop(plan.step_id)
+            return done.wait(self.env) if type(done) is EmptyDone else (done,)
         return self._wait(plan)
 
     def _wait(self, plan: StepPlan) -> Generator[simpy.Event, Any, None]:

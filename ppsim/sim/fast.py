@@ -41,6 +41,31 @@ from ppsim.policy.returnpath import sample_state_bytes
 PRUNE_EVERY = 256  # launches between drops of token-ready times already in the past
 
 
+class EmptyDone:
+    """An empty plan's completion without outputs deferred: the timeout of its return message, and the
+    event a waiter yields, made only when it can be observed (:meth:`FastPipeline._empty_fired`).
+
+    The completion event of the per-event model is succeeded when the timeout fires and processed at
+    its next turn; when nothing else is due at that time, nothing can run in between, so a later
+    waiter always finds it processed (and goes on at once): then no event is made at all."""
+
+    __slots__ = ("timeout", "ev")
+
+    def __init__(self, timeout: simpy.Timeout) -> None:
+        self.timeout = timeout
+        self.ev: simpy.Event | None = None
+
+    @property
+    def triggered(self) -> bool:
+        return self.timeout.callbacks is None  # fired (its event, if any, succeeded then)
+
+    def wait(self, env: simpy.Environment) -> tuple[simpy.Event, ...]:
+        """What a waiter yields: the event (made now if the timeout has not fired), or nothing."""
+        if self.timeout.callbacks is not None and self.ev is None:
+            self.ev = env.event()
+        return () if self.ev is None else (self.ev,)
+
+
 def needs_reference(broadcast_serialized: bool) -> bool:
     """True when the closed form does not hold (a serialized broadcast, see the module docstring)."""
     return broadcast_serialized
@@ -91,15 +116,32 @@ class FastPipeline:
             ev.succeed()
         return finish
 
+    def _empty_fired(self, done: EmptyDone) -> Callable[[Any], None]:
+        def fired(_e: Any) -> None:
+            ev = done.ev
+            if ev is None:
+                q = self.env._queue
+                if not q or q[0][0] > self.env._now:
+                    return  # nothing else is due now: its event would be processed next, unobserved
+                ev = done.ev = self.env.event()  # something due now may observe it before its turn
+            ev.succeed()
+        return fired
+
     def launch(self, plan: StepPlan) -> simpy.Event:
         env, cost = self.env, self.cost
-        ev = env.event()
-        self.done[plan.step_id] = ev
         if plan.is_empty:
             if self.ret0 is None:
                 self.ret0 = cost.return_time(0)
-            env.timeout(self.ret0).callbacks.append(lambda _e: ev.succeed())
+            to = env.timeout(self.ret0)
+            if not self.defer_outputs:
+                done = self.done[plan.step_id] = EmptyDone(to)
+                to.callbacks.append(self._empty_fired(done))
+                return to
+            ev = self.done[plan.step_id] = env.event()
+            to.callbacks.append(lambda _e: ev.succeed())
             return ev
+        ev = env.event()
+        self.done[plan.step_id] = ev
         self.in_flight += 1
         now = env.now
         n_req = len(plan.items)
