@@ -120,8 +120,9 @@ def test_policy_invariants(policy, reqs, pp, max_num_seqs, mnbt, blocks, decode_
               "dp_routing": routing, "block_size": 16, "pp_throttle": throttle,
               "pp_async_batch_depth": depth, "pp_max_micro_batch_size": mb_cap, "max_batch_size": mb_cap or 2048,
               "enable_chunked_prefill": chunked}
-    if not chunked:  # every prompt must then fit one step (the scenario refuses it otherwise)
-        mnbt = max(mnbt, *(r.prompt_len for r in reqs))
+    if not chunked:  # every prompt must then fit one step (the scenario refuses it otherwise), and so must a
+        # preempted request's recompute of its prompt and the tokens it had generated
+        mnbt = max(mnbt, *(r.prompt_len + r.output_len for r in reqs))
     engine = own_knobs(policy, engine)
     if policy == "vllm-async":
         pp = 1  # vLLM runs V1 async scheduling at PP=1 only (the scenario refuses more)

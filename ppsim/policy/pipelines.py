@@ -57,14 +57,15 @@ class PolicyKnobs:
     enable_chunked_prefill: bool = True
     pp_throttle: bool = False  # the proposed V1 cap (vLLM has none): new admissions per step <= max_num_seqs // pp
     max_model_len: int | None = None
+    # a policy's own knobs: None where another policy runs (their defaults live on the policy objects)
     sglang: SGLangKnobs | None = None  # sglang-ring settings
     mrv2_decode_cap: bool = False  # vllm-mrv2: at most ceil(max_num_seqs / pp) decodes per step
-    pp_broadcast: Literal["overlapped", "serialized"] = "overlapped"  # vllm-mrv2 sampled-token broadcast
-    trtllm_relay: Literal["sync", "async"] = "sync"  # trtllm-slots sample-state relay
-    max_batch_size: int = 2048  # trtllm-slots: requests per micro-batch (TRT-LLM --max_batch_size)
-    llamacpp_ubatch_tokens: int = 512  # llama.cpp -ub (n_ubatch)
-    llamacpp_n_copies: int = 4  # GGML_SCHED_MAX_COPIES
-    dp_routing: Literal["round-robin", "least-loaded"] = "round-robin"  # no-pp router
+    pp_broadcast: Literal["overlapped", "serialized"] | None = None  # vllm-mrv2 sampled-token broadcast
+    trtllm_relay: Literal["sync", "async"] | None = None  # trtllm-slots sample-state relay
+    max_batch_size: int | None = None  # trtllm-slots: requests per micro-batch (TRT-LLM --max_batch_size)
+    llamacpp_ubatch_tokens: int | None = None  # llama.cpp -ub (n_ubatch)
+    llamacpp_n_copies: int | None = None  # GGML_SCHED_MAX_COPIES
+    dp_routing: Literal["round-robin", "least-loaded"] | None = None  # no-pp router
     pipe: PipeOptions | None = None  # the policy's pipeline options (None: vLLM's defaults)
 
 
@@ -92,6 +93,13 @@ def _limits(k: PolicyKnobs, **caps: Any) -> SchedulerLimits:
         max_model_len=k.max_model_len,
         **caps,
     )
+
+
+def _own(k: PolicyKnobs, *names: str) -> None:
+    """The policy's own knobs are given (its configuration object resolves them; no default here)."""
+    missing = [n for n in names if getattr(k, n) is None]
+    if missing:
+        raise ValueError(f"{k.policy}: knobs {', '.join(missing)} not given (build PolicyKnobs from the policy object)")
 
 
 def _throttle(k: PolicyKnobs) -> int | None:
@@ -141,6 +149,7 @@ def _trtllm_slots(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
     are active (``PyTorchModelEngine.get_max_num_sequences``); the sync relay keeps ``pp`` slots,
     the async relay ``max(pp, MIN_ASYNC_MICRO_BATCH_NUM)`` (see :mod:`ppsim.policy.trtllm`).
     """
+    _own(k, "max_batch_size", "trtllm_relay")
     lim = SchedulerLimits(max_num_seqs=min(k.max_num_seqs, k.max_batch_size * k.pp),
                           max_num_batched_tokens=k.max_num_batched_tokens,
                           enable_chunked_prefill=k.enable_chunked_prefill, max_model_len=k.max_model_len,
@@ -152,6 +161,7 @@ def _trtllm_slots(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
 
 def _llamacpp(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
     """``llama_decode`` over a layer split: ubatches pipeline through ``n_copies`` buffer copies."""
+    _own(k, "llamacpp_ubatch_tokens", "llamacpp_n_copies")
     return UbatchPipelineCore(Scheduler(_limits(k), kv), k.llamacpp_ubatch_tokens, k.llamacpp_n_copies)
 
 
