@@ -304,8 +304,7 @@ def foreign_knob(name: str, kind: str) -> str:
     """The one-line refusal of knob ``name`` given to policy ``kind``."""
     owners = POLICY_KNOBS[name]
     flag = "--" + name.replace("_", "-")
-    hint = POLICIES[kind].foreign_hints.get(name, f"drop it or use --policy {owners[0]}") \
-        if kind in POLICIES else f"drop it or use --policy {owners[0]}"
+    hint = POLICIES[kind].foreign_hints.get(name) or f"drop it or use --policy {owners[0]}"
     whose = " and ".join(owners) if len(owners) <= 2 else "the other policies"
     return f"{flag} is not a knob of {kind} (it is of {whose}); {hint}"
 
@@ -321,10 +320,7 @@ def policy_table(engine: dict[str, Any]) -> dict[str, Any]:
     elif not isinstance(pol, dict):
         return engine  # pydantic names the type error
     flat = {k: v for k, v in engine.items() if k in POLICY_KNOBS}
-    if not flat and "kind" in pol and engine.get("policy") is pol:
-        table = pol
-    else:
-        table = {"kind": DEFAULT_POLICY, **pol, **flat}
+    table = {"kind": DEFAULT_POLICY, **pol, **flat}  # a flat knob (a flag) wins over the table's (a file's)
     kind = table["kind"]
     if kind in POLICIES:
         own = POLICIES[kind].model_fields
