@@ -314,28 +314,38 @@ class ProfiledCost:
         return tok, glue, ar
 
     def stage_time(self, stage: StageSpec, plan: StepPlan) -> float:
+        return self.stage_times((stage,), plan)[0]
+
+    def stage_times(self, stages: tuple[StageSpec, ...], plan: StepPlan) -> list[float]:
+        """:meth:`stage_time` of each of ``stages`` for ``plan``, computed together (the fast pipeline
+        times every stage of a plan at its launch)."""
         if plan.is_empty:
-            return 0.0
-        T, R = plan.num_tokens, plan.num_reqs
-        key = (stage.start_layer, stage.end_layer, stage.is_first, stage.is_last, T, R)
-        terms = self._stage_terms.get(key)
-        if terms is None:
-            terms = self._stage_terms[key] = self._stage_parts(stage, T, R)
-        num_layers, dense, moe, prep, emb, last = terms
-        t = num_layers * self.layer_base_time(plan)
-        if dense is not None:
-            t += dense
-        if moe is not None:
-            t += moe
-        if t < 0.0:  # max(t, 0.0)
-            t = 0.0
-        if prep is not None:
-            t += prep
-        if emb is not None:
-            t += emb
-        if last is not None:
-            t += last
-        return t
+            return [0.0] * len(stages)
+        T, R = plan.num_tokens, len(plan.items)
+        base = self.layer_base_time(plan)
+        memo = self._stage_terms
+        out = []
+        for stage in stages:
+            key = (stage.start_layer, stage.end_layer, stage.is_first, stage.is_last, T, R)
+            terms = memo.get(key)
+            if terms is None:
+                terms = memo[key] = self._stage_parts(stage, T, R)
+            num_layers, dense, moe, prep, emb, last = terms
+            t = num_layers * base
+            if dense is not None:
+                t += dense
+            if moe is not None:
+                t += moe
+            if t < 0.0:  # max(t, 0.0)
+                t = 0.0
+            if prep is not None:
+                t += prep
+            if emb is not None:
+                t += emb
+            if last is not None:
+                t += last
+            out.append(t)
+        return out
 
     def _stage_parts(self, stage: StageSpec, T: int, R: int) -> tuple:
         """The terms of ``stage_time`` that depend only on the stage and the token and request counts, in

@@ -101,6 +101,8 @@ class FastPipeline:
         self.token_ready: dict[int, float] = {}  # step -> its sampled tokens are at the first stage
         self.tracks = [(f"stage{s.index}", f"link{s.index}->{s.index + 1}") for s in stages]
         self.launches = 0
+        # every stage's time of a plan in one call, where the cost model has it (the same values)
+        self.stage_times = getattr(cost, "stage_times", None)
         self.messages: dict[int, tuple[float, float]] = {}  # requests -> (launch_time, return_time)
         self.ret0: float | None = None  # an empty plan's return message (a pure function of the count)
         self.defer_outputs = defer_outputs
@@ -203,6 +205,8 @@ class FastPipeline:
         if len(self.stages) > 1:  # every seam carries the same bytes (pure functions of the token count)
             nbytes = self.seam_bytes(n_tok)
             link = cost.link_time(nbytes)
+        batched = self.stage_times
+        times = batched(self.stages, plan) if batched is not None else None
         for st in self.stages:
             i = st.index
             start = t if t > stage_free[i] else stage_free[i]
@@ -216,7 +220,7 @@ class FastPipeline:
                 self.arrive_last = t
             if not self.overlap_sends and start < send_free[i]:
                 start = send_free[i]
-            end = start + cost.stage_time(st, plan)
+            end = start + (times[i] if times is not None else cost.stage_time(st, plan))
             stage_free[i] = end
             track, link_track = self.tracks[i]
             ops.add_compute(track, step, start, end, n_tok, n_req, n_pre, n_dec)
