@@ -38,11 +38,12 @@ class BatchQueueCore:
         self._cpu: dict[tuple[str, int, int], Cpu] = {}  # actions are immutable values: one of each, reused
 
     def run(self) -> Generator[Action, Any, None]:
-        sched, queue = self.scheduler, self.queue
+        sched, queue, cpu_actions = self.scheduler, self.queue, self._cpu
         while True:
             if sched.has_requests():
                 plan = sched.schedule()
-                yield self._cpu_action("schedule", len(plan.items), relay_tokens(plan) if self.relay else 0)
+                key = ("schedule", len(plan.items), relay_tokens(plan) if self.relay else 0)
+                yield cpu_actions.get(key) or self._cpu_action(*key)
                 yield Launch(plan)
                 queue.appendleft(plan)
                 if plan.items and len(queue) < self.depth:
@@ -55,7 +56,8 @@ class BatchQueueCore:
             plan = queue.pop()
             yield Await(plan)
             outs = sched.update_from_output(plan)
-            yield self._cpu_action("update", len(plan.items), 0)
+            key = ("update", len(plan.items), 0)
+            yield cpu_actions.get(key) or self._cpu_action(*key)
             if outs:
                 yield Emit(tuple(outs))
 
