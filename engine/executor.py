@@ -27,16 +27,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.launcher import StageFault, StageGroup
-from engine.transport import SampledMsg, StageTimes, StepItem, StepMsg
+from engine.transport import DataPath, Flush, SampledMsg, StageTimes, StepItem, StepMsg
+from ppsim.cost.ring import RingReturnCost
 from ppsim.deployment import Prepared
 from ppsim.driver import Client, Driver
 from ppsim.metrics.ledger import Ledger
 from ppsim.metrics.records import OpRecord, RequestRecord
 from ppsim.metrics.series import SeriesRecorder
 from ppsim.policy.actions import Cpu
-from ppsim.policy.pipelines import build_core
+from ppsim.policy.pipelines import build_core, pipe_options
 from ppsim.policy.plan import StepPlan
 from ppsim.policy.requests import TokenOutput
+
+
+def data_path(prep: Prepared) -> DataPath:
+    """The policy's data path, as the simulator models it: its pipe options and its return cost."""
+    opts = pipe_options(prep.knobs())
+    return DataPath(opts.overlap_sends, opts.token_path, opts.broadcast_serialized,
+                    ring_return=isinstance(prep.cost, RingReturnCost),
+                    defer_outputs=getattr(opts, "defer_outputs", 0))  # SGLang's deferral (policies branch)
+
 
 WAIT_SLICE_S = 0.2  # longest single wait on the result queue before re-checking clients and faults
 
@@ -83,7 +93,11 @@ class EngineExecutor:
         self.core_ops: list[OpRecord] = []
         self.aborts: list[tuple[float, int]] = []  # heap of (abort time, request id) of sent requests
         # async scheduling: (request, epoch, position) -> step that samples the token at that position
-        self.forward_sampled = bool(getattr(self.scheduler.limits, "async_placeholders", False))
+        self.path = data_path(prep)
+        self.async_tokens = bool(getattr(self.scheduler.limits, "async_placeholders", False))
+        # the core forwards sampled tokens to the first stage only on vLLM V1's path (MRV2 broadcasts them)
+        self.forward_sampled = self.async_tokens and self.path.token_path == "core"
+        self.flushed: set[int] = set()  # deferred ring return: steps the last stage was told the core waits for
         self.sampled_by: dict[tuple[int, int, int], int] = {}
         self.num_holes = 0  # input tokens the first stage filled from forwarded samples
         last = (float(prep.requests.arrival_s.max()),) if len(prep.requests) else ()
@@ -146,8 +160,13 @@ class EngineExecutor:
 
     # --- the driver's backend --------------------------------------------------------------------
     def wait(self, plan: StepPlan) -> Generator[None, None, None]:
+        if self.path.defer_outputs and self.num_stages > 1 and plan.step_id not in self.done:
+            if plan.step_id not in self.flushed:  # SGLang: the core waits for it, so the last rank sends it
+                self.flushed.add(plan.step_id)
+                self.group.send(self.num_stages - 1, Flush(plan.step_id))
         while plan.step_id not in self.done:
             self._pump(self._wait_slice())
+        self.flushed.discard(plan.step_id)
         self.ready_tokens.update(self.done.pop(plan.step_id))
         yield from ()
 
@@ -185,7 +204,7 @@ class EngineExecutor:
                 if pos >= len(seq):  # async scheduling: sampled by an earlier step, maybe still in flight
                     holes.append((len(ids), self.sampled_by.pop((it.req_id, it.epoch, pos)), it.req_id))
                 ids.append(seq[pos] if pos < len(seq) else -1)
-            if it.samples and self.forward_sampled:
+            if it.samples and self.async_tokens:
                 self.sampled_by[(it.req_id, it.epoch, it.start + it.num_tokens)] = plan.step_id
         items_t = tuple(items)
         self.num_holes += len(holes)
@@ -200,7 +219,7 @@ class EngineExecutor:
     def _on_output(self, o: TokenOutput) -> None:
         """A sampled token reached the core: keep its id (the driver then timestamps it)."""
         self.tokens[o.req_id].append(self.ready_tokens.pop(o.req_id))
-        if self.forward_sampled:  # known now: later launches read it from self.tokens
+        if self.async_tokens:  # known now: later launches read it from self.tokens
             st = self.scheduler.requests.get(o.req_id)
             if st is not None:
                 n_in = st.req.prompt_len

@@ -28,7 +28,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.checkpoint import has_checkpoint
-from engine.executor import EngineExecutor, EngineResult
+from engine.executor import EngineExecutor, EngineResult, data_path
 from engine.kvcache import PagedKVCache
 from engine.launcher import StageFault, StageGroup, init_method
 from engine.worker import StageConfig
@@ -148,7 +148,8 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
         StageConfig(st.index, len(prep.topology.stages), url, shape, st.start_layer, st.end_layer, prep.num_blocks,
                     s.engine.block_size, s.seed, ckpt, opts.backend, opts.device, opts.threads_per_stage,
                     opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S,
-                    min(opts.warm_tokens, s.engine.max_num_batched_tokens), router_zipf=s.moe_router_zipf)
+                    min(opts.warm_tokens, s.engine.max_num_batched_tokens), router_zipf=s.moe_router_zipf,
+                    path=data_path(prep))
         for st in prep.topology.stages
     ]
 
