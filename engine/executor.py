@@ -63,6 +63,7 @@ class EngineResult:
     fault: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     series: SeriesRecorder | None = None  # down-sampled busy/KV series and the timeline window
+    actions: list = field(default_factory=list)  # (stage, plan) launched, in order (actions.csv)
 
 
 class EngineExecutor:
@@ -82,6 +83,7 @@ class EngineExecutor:
         self.driver = Driver(core, self.ledger, self.client, self)
         self.driver.on_output = self._on_output
         self.driver.before_action = self._before_action
+        self.driver.launched = []  # actions.csv: the plans launched, to diff against the simulator's
         self.t_action = 0.0  # when the core last started to run (a Cpu action's start)
         self.tokens: dict[int, list[int]] = {r: [] for r in prep.requests.req_id.tolist()}
         self.launched: dict[int, StepPlan] = {}
@@ -263,4 +265,5 @@ class EngineExecutor:
             self.ledger.records(), ops, self.tokens,
             self.scheduler.num_preemptions, self.pool.peak_used, self.pool.num_used, self.now(), fault,
             {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched)}, self.series,
+            self.driver.launched or [],
         )

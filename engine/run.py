@@ -268,6 +268,6 @@ def engine_files(run: EngineRun) -> dict[str, str | bytes]:
     """The files of an engine run: the simulator's set plus engine.json, tokens.json and the series."""
     res = run.result
     return {**run_files(scenario_json(run.prep.scenario), run.summary, res.requests, res.ops,
-                        chrome_trace(res.ops, "ppsim engine")),
+                        chrome_trace(res.ops, "ppsim engine"), res.actions),
             "engine.json": dumps(run.info), "tokens.json": dumps({str(k): v for k, v in res.tokens.items()}),
             **series_files(res.series)}

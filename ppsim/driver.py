@@ -94,6 +94,9 @@ class Driver:
         self.before_action: Callable[[], None] | None = None  # executor hook, before the core runs (the engine
         # pumps its client and notes the time: real CPU time passes inside the core's generator)
         self.after_action: Callable[[], None] | None = None  # executor hook (KV series sampling)
+        self.stage = 0  # the stage its plans enter (a no-pp replica's GPU group is reported as stage k)
+        self.launched: list[tuple[int, StepPlan]] | None = None  # a list: keep every non-empty plan
+        # launched, as (stage, plan), for actions.csv (the decision stream both executors can diff)
 
     # --- client side -----------------------------------------------------------------------------
     def submit(self, row: int, req: Request, now: float) -> bool:
@@ -187,6 +190,8 @@ class Driver:
                 else:
                     spins = 0
                     self._launched(plan)
+                    if self.launched is not None and plan.items:
+                        self.launched.append((self.stage, plan))
                 be.launch(plan)
             elif kind is Await:
                 yield from be.wait(act.plan)
