@@ -106,7 +106,7 @@ class RingForwarder:
             while (item := self.posted.get()) is not None:
                 step_id, req_ids, work, buf = item
                 work.wait(self.timeout)
-                self.results.put(("tokens", step_id, req_ids, buf[: len(req_ids)].tolist()))
+                self.results.put(("tokens", step_id, req_ids, buf[: len(req_ids)].tolist(), self.rank))
         except BaseException:  # noqa: BLE001 - the engine core reports it and stops the run
             self.results.put(("error", self.rank, traceback.format_exc(limit=8)))
 

@@ -20,6 +20,7 @@ schedule, as in the simulator. Times are seconds since the engine start (``time.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections.abc import Generator
@@ -99,6 +100,8 @@ class EngineExecutor:
         self.async_tokens = bool(getattr(self.scheduler.limits, "async_placeholders", False))
         # the core forwards sampled tokens to the first stage only on vLLM V1's path (MRV2 broadcasts them)
         self.forward_sampled = self.async_tokens and self.path.token_path == "core"
+        self.returned_by: dict[int, int] = {}  # rank -> micro-batches whose tokens it handed to the core
+        self.num_forwarded = 0  # sampled-token messages the core forwarded to the first stage
         self.flushed: set[int] = set()  # deferred ring return: steps the last stage was told the core waits for
         self.sampled_by: dict[tuple[int, int, int], int] = {}
         self.num_holes = 0  # input tokens the first stage filled from forwarded samples
@@ -137,10 +140,12 @@ class EngineExecutor:
     # --- results from the stages ----------------------------------------------------------------
     def on_message(self, msg: tuple) -> None:
         if msg[0] == "tokens":
-            _, step_id, req_ids, toks = msg
+            _, step_id, req_ids, toks, rank = msg
             self.done[step_id] = dict(zip(req_ids, toks, strict=True))
+            self.returned_by[rank] = self.returned_by.get(rank, 0) + 1
             if self.forward_sampled and req_ids:
                 self.group.send(0, SampledMsg(step_id, tuple(zip(req_ids, toks, strict=True))))
+                self.num_forwarded += 1
             self.in_flight -= 1
             self.last_progress = self.now()
         elif msg[0] == "ops":
@@ -264,6 +269,8 @@ class EngineExecutor:
         return EngineResult(
             self.ledger.records(), ops, self.tokens,
             self.scheduler.num_preemptions, self.pool.peak_used, self.pool.num_used, self.now(), fault,
-            {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched)}, self.series,
+            {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched),
+             "data_path": dataclasses.asdict(self.path), "outputs_returned_by_rank": self.returned_by,
+             "sampled_forwarded_by_core": self.num_forwarded}, self.series,
             self.driver.launched or [],
         )

@@ -13,7 +13,8 @@
   needs it; a sender waits on its previous send before the next compute (vLLM waits on
   ``_pp_send_work``). Tags carry the step id, so matching does not rely on ordering.
 * Every stage -> engine core: tuples on one result queue: ``("ready", rank, clock_s, warm_s)``,
-  ``("tokens", step_id, req_ids, token_ids)`` from the last stage, ``("ops", rank, [StageTimes])``,
+  ``("tokens", step_id, req_ids, token_ids, rank)`` from the last stage (from rank 0 on a ring return,
+  :mod:`engine.datapath`), ``("ops", rank, [StageTimes])``,
   ``("error", rank, text)`` and ``("bye", rank)``.
 
 With ``--device cuda --backend gloo`` the tensors are staged through host memory (several stages

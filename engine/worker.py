@@ -182,7 +182,7 @@ class Stage:
         if self.ring_out is not None:
             self.ring_out.sampled(step_id, toks)
         else:
-            self.results.put(("tokens", step_id, req_ids, toks))
+            self.results.put(("tokens", step_id, req_ids, toks, self.cfg.rank))
 
     def _join_broadcast(self, msg: StepMsg) -> None:
         """A serialized broadcast is joined after this rank's own send of the step, holding its channel."""

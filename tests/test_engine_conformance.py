@@ -40,11 +40,28 @@ def actions(path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+RING = {"sglang-ring", "trtllm-slots"}  # the last rank returns sampled tokens to rank 0 over the ring
+
+
 def both(s, tmp_path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     run_scenario(s, tmp_path / "sim", save_detailed=True, dashboard=False)
     run = run_engine(s, tmp_path / "engine", dashboard=False)
     assert run.summary["completed"] == len(run.requests) and run.summary["failed"] == 0
+    check_token_path(run, s)
     return actions(tmp_path / "sim"), actions(tmp_path / "engine")
+
+
+def check_token_path(run, s) -> None:
+    """The sampled tokens took the policy's own path: who handed them to the core, who fed the first stage."""
+    policy, pp = s.engine.policy, s.cluster.pipeline_parallel_size
+    path = run.info["data_path"]
+    assert path["ring_return"] == (policy in RING)
+    assert path["overlap_sends"] == (policy in RING)
+    assert path["token_path"] == ("broadcast" if policy == "vllm-mrv2" else "core")
+    returner = 0 if policy in RING else pp - 1  # rank 0 forwards what the last rank sent it
+    assert run.info["outputs_returned_by_rank"] == {returner: run.info["num_steps_launched"]}
+    if policy == "vllm-mrv2":  # placeholders are filled from the last rank's broadcast, never from the core
+        assert run.info["sampled_forwarded_by_core"] == 0
 
 
 def token_schedule(rows: list[dict[str, str]]) -> dict[int, list[tuple[int, int]]]:
