@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 
 from engine.run import EngineOptions, run_engine
-from ppsim.config import build_scenario
+from ppsim.config import build_scenario, step_budget_fields
 
 
 def scenario(pp: int, policy: str, n: int, input_len: int, output_len: int, budget: int):
     return build_scenario(None, {
         "model": "tiny", "seed": 0, "cluster": {"pipeline_parallel_size": pp},
-        "engine": {"policy": policy, "max_num_batched_tokens": budget},
+        "engine": {"policy": policy, **step_budget_fields(policy, budget)},
         "workload": {"num_prompts": n, "request_rate": float("inf"), "random_input_len": input_len,
                      "random_output_len": output_len},
     })

@@ -46,7 +46,7 @@ def data_path(prep: Prepared) -> DataPath:
     opts = pipe_options(prep.knobs())
     return DataPath(opts.overlap_sends, opts.token_path, opts.broadcast_serialized,
                     ring_return=isinstance(prep.cost, RingReturnCost),
-                    defer_outputs=getattr(opts, "defer_outputs", 0))  # SGLang's deferral (policies branch)
+                    defer_outputs=opts.defer_outputs)
 
 
 WAIT_SLICE_S = 0.2  # longest single wait on the result queue before re-checking clients and faults

@@ -148,7 +148,7 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
         StageConfig(st.index, len(prep.topology.stages), url, shape, st.start_layer, st.end_layer, prep.num_blocks,
                     s.engine.block_size, s.seed, ckpt, opts.backend, opts.device, opts.threads_per_stage,
                     opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S,
-                    min(opts.warm_tokens, s.engine.max_num_batched_tokens), router_zipf=s.moe_router_zipf,
+                    min(opts.warm_tokens, s.engine.step_token_budget), router_zipf=s.moe_router_zipf,
                     path=data_path(prep))
         for st in prep.topology.stages
     ]
@@ -218,7 +218,7 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
         ready = group.wait_ready(opts.startup_timeout_s)
         offsets = _clock_offsets(ready, t_spawn, time.perf_counter())
         warm = [ready[r][1] for r in sorted(ready)]
-        budget = s.engine.max_num_batched_tokens / cfgs[0].warm_tokens
+        budget = s.engine.step_token_budget / cfgs[0].warm_tokens
         timeout = opts.stage_timeout_s or 5.0 + 4.0 * sum(warm) * budget
         info = {"executor": "engine", "policy": s.engine.policy, "backend": opts.backend, "device": opts.device,
                 "threads_per_stage": opts.threads_per_stage, "stage_timeout_s": timeout,

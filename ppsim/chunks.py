@@ -45,6 +45,7 @@ WORKLOAD_DESTS = ("num_prompts", "request_rate", "burstiness", "max_concurrency"
 
 # dest -> why the command cannot honour the flag
 CHUNK_PLAN_REJECTS: dict[str, str] = {
+    "policy": "chunk-plan always plans sglang-ring's chunks; drop it",
     "enable_dynamic_chunking": "chunk-plan always plans dynamic chunking; drop it (--smooth-factor 0: fixed chunks)",
     **{d: "chunk-plan plans one prompt and runs no workload; drop it and give --prompt-len"
        for d in WORKLOAD_DESTS},
@@ -68,6 +69,17 @@ def reject_flags(args: argparse.Namespace, rejects: dict[str, str]) -> None:
             raise PPSimError(f"{flag}: {why}")
 
 
+def sglang_scenario(args: argparse.Namespace):  # noqa: ANN201 - Scenario
+    """The scenario of the flags, as an ``sglang-ring`` one (both commands are about its chunks)."""
+    from ppsim.cli import scenario_from_args
+
+    args.policy = "sglang-ring"
+    try:
+        return scenario_from_args(args)
+    finally:
+        args.policy = None
+
+
 def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - ChunkModel
     from ppsim.policy.chunking import ChunkModel
 
@@ -78,8 +90,8 @@ def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - Ch
         if not all(math.isfinite(v) for v in vals):
             raise PPSimError(f"--coefficients: {args.coefficients} holds inf or nan; give finite numbers like "
                              "1e-6,0.02,1.5")
-        if vals[0] <= 0 or vals[1] < 0:
-            raise PPSimError(f"--coefficients: a={vals[0]:g} must be positive and b={vals[1]:g} >= 0 "
+        if vals[0] < 0 or vals[1] < 0:
+            raise PPSimError(f"--coefficients: a={vals[0]:g} and b={vals[1]:g} must be >= 0 "
                              "(f(l) = a l^2 + b l + c grows with length), e.g. 1e-6,0.02,1.5")
         return ChunkModel(*vals)
     from ppsim.cost.chunk_fit import fit_from_cost, fit_refined_from_cost
@@ -88,26 +100,26 @@ def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - Ch
     prep = prepare(scenario, requests=[])
     stage0 = prep.topology.stages[0]
     c = scenario.engine.chunked_prefill_size
-    if args.refined:
+    if args.refined or scenario.engine.dynamic_chunking_form == "refined":
         return fit_refined_from_cost(prep.cost, stage0, c, max(args.prompt_len, c))
     return fit_from_cost(prep.cost, stage0, c)
 
 
 def cmd_chunk_plan(args: argparse.Namespace) -> int:
-    from ppsim.cli import scenario_from_args
     from ppsim.policy.chunking import chunk_plan
 
     reject_flags(args, CHUNK_PLAN_REJECTS)
     if args.prompt_len is None or not 1 <= args.prompt_len <= MAX_TOKENS:
         raise PPSimError(f"--prompt-len: give the prompt length in tokens, 1 to {MAX_TOKENS}")
-    s = scenario_from_args(args)
+    s = sglang_scenario(args)
     e = s.engine
     model = resolve_model(args, s)
-    sizes = chunk_plan(args.prompt_len, e.chunked_prefill_size, model, e.smooth_factor, e.page_size)
+    sizes = chunk_plan(args.prompt_len, e.chunked_prefill_size, model, e.smooth_factor, e.page_size,
+                       e.max_prefill_tokens)
     if args.json:
         print(json.dumps(sizes))
         return 0
-    form = "refined" if model.gamma else "quadratic"
+    form = "refined" if model.gamma or args.refined or e.dynamic_chunking_form == "refined" else "quadratic"
     print(f"model ({form}, ms): a={model.a:.4g} b={model.b:.4g} c={model.c:.4g}"
           + (f" gamma={model.gamma:.4g}" if model.gamma else ""))
     print(f"prompt {args.prompt_len} tokens, initial chunk {e.chunked_prefill_size}, "
@@ -178,10 +190,8 @@ def check_plot_path(plot: str) -> None:
 
 
 def cmd_fit_chunks(args: argparse.Namespace) -> int:
-    from ppsim.cli import scenario_from_args
-
     reject_flags(args, FIT_CHUNKS_REJECTS)
-    s = scenario_from_args(args)
+    s = sglang_scenario(args)
     if args.plot:
         check_plot_path(args.plot)
     chunks = _ints(args.chunk_sizes, "--chunk-sizes")

@@ -51,6 +51,9 @@ FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "pp_async_batch_depth": ("engine", "pp_async_batch_depth"),
     "pp_max_micro_batch_size": ("engine", "pp_max_micro_batch_size"),
     "chunked_prefill_size": ("engine", "chunked_prefill_size"),
+    "max_prefill_tokens": ("engine", "max_prefill_tokens"),
+    "dynamic_chunking_form": ("engine", "dynamic_chunking_form"),
+    "max_batch_size": ("engine", "max_batch_size"),
     "enable_dynamic_chunking": ("engine", "enable_dynamic_chunking"),
     "smooth_factor": ("engine", "smooth_factor"),
     "page_size": ("engine", "page_size"),
@@ -104,16 +107,22 @@ def add_scenario_flags(p: argparse.ArgumentParser) -> None:
     a("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
     a("--block-size", type=int)
     a("--gpu-memory-utilization", type=float)
-    a("--pp-throttle", action=argparse.BooleanOptionalAction, default=None)
+    a("--pp-throttle", action=argparse.BooleanOptionalAction, default=None,
+      help="vllm-batch-queue, vllm-mrv2: the proposed cap of new requests per step at max_num_seqs // pp "
+           "(vLLM has none; default off)")
     a("--pp-async-batch-depth", type=int, help="sglang-ring: extra micro-batch slots (default 0)")
     a("--pp-max-micro-batch-size", type=int, help="sglang-ring: requests per micro-batch")
     a("--chunked-prefill-size", type=int, help="sglang-ring: (initial) prefill chunk, default 8192")
+    a("--max-prefill-tokens", type=int, help="sglang-ring: prefill-batch token budget (SGLang default 16384)")
+    a("--dynamic-chunking-form", choices=["quadratic", "refined"],
+      help="sglang-ring dynamic chunking fit: SGLang's f(l) (default) or the refined t(L, x)")
     a("--enable-dynamic-chunking", action=argparse.BooleanOptionalAction, default=None)
     a("--smooth-factor", type=float, help="dynamic chunking smoothing (default 0.75)")
     a("--page-size", type=int, help="sglang-ring: KV page size (chunk alignment max(page, 64))")
     a("--mrv2-decode-cap", action=argparse.BooleanOptionalAction, default=None,
       help="vllm-mrv2: at most ceil(max_num_seqs / pp) decodes per step")
     a("--pp-broadcast", choices=["overlapped", "serialized"], help="vllm-mrv2 sampled-token broadcast")
+    a("--max-batch-size", type=int, help="trtllm-slots: requests per micro-batch (TRT-LLM default 2048)")
     a("--trtllm-relay", choices=["sync", "async"], help="trtllm-slots sample-state relay (default sync)")
     a("--llamacpp-ubatch-tokens", type=int, help="llamacpp: n_ubatch (default 512)")
     a("--llamacpp-n-copies", type=int, help="llamacpp: pipeline buffer copies (default 4)")

@@ -80,14 +80,16 @@ class Prepared:
             policy=e.policy,
             pp=len(self.topology.stages),
             max_num_seqs=e.max_num_seqs,
-            max_num_batched_tokens=e.max_num_batched_tokens,
-            enable_chunked_prefill=e.enable_chunked_prefill,
+            max_num_batched_tokens=e.step_token_budget,
+            enable_chunked_prefill=e.enable_chunked_prefill is not False,
             pp_throttle=e.pp_throttle,
             max_model_len=self.max_model_len,
-            sglang=sglang_knobs(e, self.cost, self.topology.stages[0]) if e.policy == "sglang-ring" else None,
+            sglang=sglang_knobs(e, self.cost, self.topology.stages[0], self.requests.max_prompt_len())
+            if e.policy == "sglang-ring" else None,
             mrv2_decode_cap=e.mrv2_decode_cap,
             pp_broadcast=e.pp_broadcast,
             trtllm_relay=e.trtllm_relay,
+            max_batch_size=e.max_batch_size,
             llamacpp_ubatch_tokens=e.llamacpp_ubatch_tokens,
             llamacpp_n_copies=e.llamacpp_n_copies,
             dp_routing=e.dp_routing,
@@ -125,7 +127,7 @@ def check_tensor_parallel(shape: ModelShape, tp: int) -> None:
 
 def check_prompt_budget(s: Scenario, requests: Workload) -> None:
     """Without chunked prefill a prompt must fit one step's token budget (vLLM refuses such a config)."""
-    if s.engine.enable_chunked_prefill or not len(requests):
+    if s.engine.enable_chunked_prefill is not False or not len(requests):
         return
     longest = requests.max_prompt_len()
     if longest > s.engine.max_num_batched_tokens:

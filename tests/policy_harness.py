@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ppsim.config import build_scenario
+from ppsim.config import POLICY_KNOBS, build_scenario, step_budget_fields
 from ppsim.deployment import prepare
 from ppsim.policy.actions import Emit, Launch
 from ppsim.policy.plan import StepPlan
@@ -29,11 +29,16 @@ class Trace:
                 self.emitted[o.req_id].append(o.index)
 
 
+def own_knobs(policy: str, engine: dict[str, Any]) -> dict[str, Any]:
+    """``engine`` without the knobs of other policies (the scenario refuses those)."""
+    return {k: v for k, v in engine.items() if k not in POLICY_KNOBS or policy in POLICY_KNOBS[k]}
+
+
 def run_policy(policy: str, pp: int, requests: list[Request], *, max_num_seqs: int = 8,
                max_num_batched_tokens: int = 128, num_blocks: int | None = None, cost: Any = None,
                engine: dict[str, Any] | None = None, model: str = "tiny") -> tuple[SimResult, Trace]:
-    eng = {"policy": policy, "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
-           **(engine or {})}
+    eng = {"policy": policy, "max_num_seqs": max_num_seqs, **step_budget_fields(policy, max_num_batched_tokens),
+           **own_knobs(policy, engine or {})}
     s = build_scenario(None, {"model": model, "cluster": {"pipeline_parallel_size": pp}, "engine": eng})
     prep = prepare(s, requests)
     if num_blocks is not None:

@@ -64,7 +64,6 @@ def test_refined_fit_and_its_effect():
 @pytest.mark.parametrize("times", [
     [1.0] * 5,  # too few samples
     [math.sqrt(n) for n in range(0, 2000, 100)],  # concave: a < 0
-    [0.5 * n for n in range(0, 2000, 100)],  # linear: a ~ 0
 ])
 def test_bad_fits_error(times):
     lengths = list(range(0, 100 * len(times), 100))
@@ -72,9 +71,17 @@ def test_bad_fits_error(times):
         fit_quadratic(lengths, times)
 
 
+def test_a_linear_cost_fits_as_the_a_to_0_limit_and_keeps_chunks_at_c():
+    """A linear cost is the a -> 0 limit of SGLang's predictor: x = T / b = C at every prefix."""
+    lengths = list(range(100, 2100, 100))
+    m = fit_quadratic(lengths, [0.5 * n for n in lengths], skip_first=False)
+    assert m.a == 0.0
+    assert set(chunk_plan(20000, 1024, m, smooth_factor=1.0)[:-1]) == {1024}
+
+
 def test_bad_coefficients_error():
-    with pytest.raises(PPSimError, match="a=0"):
-        ChunkModel(0.0, 1.0, 0.0)
+    with pytest.raises(PPSimError, match="a=-1"):
+        ChunkModel(-1.0, 1.0, 0.0)
     with pytest.raises(PPSimError, match="b="):
         ChunkModel(1.0, -1.0, 0.0)
 
@@ -108,8 +115,8 @@ def test_chunk_plan_cli(ppsim_cli):
                   "--coefficients", "1,0,0", "--smooth-factor", "1", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[:5] == [4096, 1664, 1280, 1088, 1024]
-    r = ppsim_cli("chunk-plan", "--prompt-len", "1000", "--coefficients", "0,1,0")
-    assert r.returncode == 2 and "must be positive" in r.stderr and "\n" == r.stderr[-1]
+    r = ppsim_cli("chunk-plan", "--prompt-len", "1000", "--coefficients=-1,1,0")
+    assert r.returncode == 2 and "must be >= 0" in r.stderr and "\n" == r.stderr[-1]
     r = ppsim_cli("chunk-plan", "--prompt-len", "20000", "--model", "tiny", "--chunked-prefill-size", "2048")
     assert r.returncode == 0, r.stderr
     assert "chunks" in r.stdout and "a=" in r.stdout

@@ -9,16 +9,20 @@ torch = pytest.importorskip("torch")
 
 from engine.model import build_stage, reference_generate  # noqa: E402
 from engine.run import make_prompts, run_engine  # noqa: E402
-from ppsim.config import build_scenario  # noqa: E402
+from ppsim.config import build_scenario, step_budget_fields  # noqa: E402
 from ppsim.deployment import prepare  # noqa: E402
 
 
 def scenario(policy: str, zipf: float = 0.0):
-    """tiny-moe; prompts 20..60 tokens over a 32-token budget (chunked), outputs 1..11."""
+    """tiny-moe; prompts 20..60 tokens over a 32-token budget (chunked), outputs 1..11; PP=2 (vllm-async:
+    PP=1, the only PP vLLM's V1 runner runs async scheduling at)."""
+    engine = {"policy": policy, **step_budget_fields(policy, 32)}
+    if policy == "trtllm-slots":
+        engine["enable_chunked_prefill"] = True  # TensorRT-LLM's default is off
     return build_scenario(None, {
         "model": "tiny-moe", "hardware": "h100-sxm", "seed": 5, "moe_router_zipf": zipf,
-        "cluster": {"pipeline_parallel_size": 2},
-        "engine": {"policy": policy, "max_num_batched_tokens": 32},
+        "cluster": {"pipeline_parallel_size": 1 if policy == "vllm-async" else 2},
+        "engine": engine,
         "workload": {"num_prompts": 5, "request_rate": float("inf"), "random_input_len": 40,
                      "random_output_len": 6, "random_range_ratio": 0.9},
     })

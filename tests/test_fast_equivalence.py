@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ppsim.config import build_scenario
+from ppsim.config import build_scenario, step_budget_fields
 from ppsim.deployment import kv_figures, prepare
 from ppsim.metrics.io import requests_csv
 from ppsim.metrics.summary import summarize
@@ -41,22 +41,29 @@ def _mixed(n: int = 24, seed: int = 3) -> list[Request]:
     return out
 
 
-# name -> (engine, cluster, workload, requests, kv blocks)
+# name -> (engine (budget: the per-step token budget in the policy's own knob; chunked prefill on where
+# the policy has the switch, as TensorRT-LLM's default is off), cluster, workload, requests, kv blocks)
 SCENARIOS: dict[str, tuple[dict, dict, dict, Any, int | None]] = {
-    "mixed-aborts": ({"max_num_seqs": 8, "max_num_batched_tokens": 128}, {}, {}, _mixed, None),
-    "tight-kv-preemption": ({"max_num_seqs": 8, "max_num_batched_tokens": 96}, {}, {}, _mixed, 24),
-    "chunked-prefill": ({"max_num_seqs": 4, "max_num_batched_tokens": 48}, {},
+    "mixed-aborts": ({"max_num_seqs": 8, "budget": 128}, {}, {}, _mixed, None),
+    "tight-kv-preemption": ({"max_num_seqs": 8, "budget": 96}, {}, {}, _mixed, 24),
+    "chunked-prefill": ({"max_num_seqs": 4, "budget": 48}, {},
                         {}, lambda: [Request(i, 0.0005 * i, 150 + 13 * i, 5) for i in range(6)], None),
-    "closed-loop": ({"max_num_seqs": 8, "max_num_batched_tokens": 128}, {}, {"max_concurrency": 3}, _mixed, None),
-    "pp2-offline": ({"max_num_seqs": 6, "max_num_batched_tokens": 256}, {"pipeline_parallel_size": 2}, {},
+    "closed-loop": ({"max_num_seqs": 8, "budget": 128}, {}, {"max_concurrency": 3}, _mixed, None),
+    "pp2-offline": ({"max_num_seqs": 6, "budget": 256}, {"pipeline_parallel_size": 2}, {},
                     lambda: [Request(i, 0.0, 40 + i, 6 + i % 4) for i in range(14)], None),
 }
+PP1_ONLY = ("vllm-async",)  # vLLM's V1 runner runs async scheduling only at PP=1
 
 
 def _run(policy: str, name: str, reference: bool, engine_extra: dict | None = None) -> tuple[SimResult, dict]:
     engine, cluster, workload, reqs, blocks = SCENARIOS[name]
+    engine = dict(engine)
+    engine.update(step_budget_fields(policy, engine.pop("budget")))
+    if policy != "sglang-ring":
+        engine["enable_chunked_prefill"] = True
+    pp = 1 if policy in PP1_ONLY else cluster.get("pipeline_parallel_size", 4)
     over = {"model": "tiny", "engine": {"policy": policy, **engine, **(engine_extra or {})},
-            "cluster": {"pipeline_parallel_size": 4, **cluster}, "workload": workload}
+            "cluster": {**cluster, "pipeline_parallel_size": pp}, "workload": workload}
     prep = prepare(build_scenario(None, over), reqs())
     if blocks is not None:
         prep = replace(prep, num_blocks=blocks)
@@ -112,11 +119,44 @@ def test_mrv2_broadcast(broadcast: str, name: str) -> None:
     assert any(o.kind == "broadcast" for o in fast.ops)
 
 
+@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_sglang_output_deferral(depth: int, name: str) -> None:
+    """SGLang's last rank sends outputs ``pp_async_batch_depth`` iterations later: the fast path's
+    release (a later plan's arrival, or the core's wait) gives the reference's times."""
+    extra = {"pp_async_batch_depth": depth}
+    ref, rs = _run("sglang-ring", name, True, extra)
+    fast, fs = _run("sglang-ring", name, False, extra)
+    assert_same(ref, fast, rs, fs)
+    assert rs["completed"] + rs["aborted"] + rs["failed"] == len(ref.requests)
+
+
+def test_the_deferral_changes_the_answer() -> None:
+    """The deferral is not a no-op: without it (same loop of pp + d slots) token times differ."""
+    from ppsim.policy import pipelines
+
+    ref, _ = _run("sglang-ring", "pp2-offline", False, {"pp_async_batch_depth": 2})
+    orig = pipelines.pipe_options
+
+    def no_defer(knobs):  # noqa: ANN001, ANN202
+        return replace(orig(knobs), defer_outputs=0)
+
+    import ppsim.sim.executor as ex
+
+    ex.pipe_options = no_defer
+    try:
+        plain, _ = _run("sglang-ring", "pp2-offline", False, {"pp_async_batch_depth": 2})
+    finally:
+        ex.pipe_options = orig
+    assert [r.token_times for r in ref.requests] != [r.token_times for r in plain.requests]
+
+
 def test_the_fast_path_is_what_runs() -> None:
     """Without ``reference`` the executor uses the closed form (except the serialized broadcast)."""
     from ppsim.sim.executor import Simulation
 
-    prep = prepare(build_scenario(None, {"model": "tiny", "engine": {"policy": "vllm-async"}}), _mixed())
+    prep = prepare(build_scenario(None, {"model": "tiny", "engine": {"policy": "vllm-async"},
+                                         "cluster": {"pipeline_parallel_size": 1}}), _mixed())
     assert isinstance(Simulation(prep).pipe, FastPipeline)
     assert not isinstance(Simulation(prep, reference=True).pipe, FastPipeline)
 
@@ -135,12 +175,15 @@ def test_lean_records_give_the_same_summary_and_requests(policy: str) -> None:
     """Running totals and ledger columns (nothing per token or operation kept) give the summary and
     requests.csv of the full records, to the byte."""
     engine, _, workload, reqs, blocks = SCENARIOS["tight-kv-preemption"]
-    prep = prepare(build_scenario(None, {"model": "tiny", "engine": {"policy": policy, **engine}}), reqs())
+    engine = {"max_num_seqs": engine["max_num_seqs"], **step_budget_fields(policy, engine["budget"])}
+    pp = 1 if policy in PP1_ONLY else 4
+    prep = prepare(build_scenario(None, {"model": "tiny", "engine": {"policy": policy, **engine},
+                                         "cluster": {"pipeline_parallel_size": pp}}), reqs())
     prep = replace(prep, num_blocks=blocks)
     kept, lean = simulate(prep), simulate(prep, keep_ops=False, keep_tokens=False)
     assert len(lean.ops) == 0 and len(kept.ops) > 0 and lean.ledger.times is None
     assert lean.ledger.gaps == {}  # nothing per token left once the run is over
-    full = summarize(kept.requests, list(kept.ops), 4)
-    assert summarize(lean.ledger, lean.ops, 4) == full
+    full = summarize(kept.requests, list(kept.ops), pp)
+    assert summarize(lean.ledger, lean.ops, pp) == full
     assert requests_csv(lean.ledger) == requests_csv(kept.requests)
     assert sum(full[k] for k in ("completed", "aborted", "failed")) == len(prep.requests)

@@ -6,8 +6,10 @@ import pytest
 
 from ppsim.bubble import ConstantCost, analytic_bubble
 from ppsim.config import WorkloadConfig, build_scenario
+from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
 from ppsim.metrics.summary import busy_fractions
+from ppsim.policy.actions import Await, Launch
 from ppsim.policy.llamacpp import split_ubatches
 from ppsim.policy.nopp import route
 from ppsim.policy.pipelines import BUILDERS, pp_throttle_cap
@@ -15,11 +17,12 @@ from ppsim.policy.plan import PlanItem, make_plan
 from ppsim.policy.requests import Request
 from ppsim.policy.returnpath import relay_tokens, ring_hops
 from ppsim.run import run_scenario
+from ppsim.sim.executor import simulate
 from ppsim.workload import build_workload
 from tests.policy_harness import run_policy
 
-PP_POLICIES = sorted(p for p in BUILDERS if p != "no-pp")
-IDEAL = ("vllm-batch-queue", "vllm-async", "vllm-mrv2", "trtllm-slots")
+PP_POLICIES = sorted(p for p in BUILDERS if p not in ("no-pp", "vllm-async"))  # vllm-async: PP=1 only
+IDEAL = ("vllm-batch-queue", "vllm-mrv2", "trtllm-slots")
 
 
 def _ideal(policy: str, pp: int, m: int) -> float:
@@ -64,41 +67,96 @@ def test_split_ubatches_cuts_prompts_and_samples_last_piece():
         [(1, 0, 5, True), (2, 0, 3, False)], [(2, 3, 7, True)]]
 
 
-def test_throttle_caps_new_requests_per_step():
+@pytest.mark.parametrize("policy", ["vllm-batch-queue", "vllm-mrv2"])
+def test_v1_has_no_pp_throttle_by_default_and_pp_throttle_opts_in(policy):
+    """vLLM's Scheduler.schedule admits up to max_num_seqs per step; --pp-throttle models the proposed cap."""
     reqs = [Request(i, 0.0, 8, 4) for i in range(16)]
-    _, on = run_policy("vllm-batch-queue", 4, reqs, max_num_seqs=16, max_num_batched_tokens=512)
-    _, off = run_policy("vllm-batch-queue", 4, reqs, max_num_seqs=16, max_num_batched_tokens=512,
-                        engine={"pp_throttle": False})
+    _, off = run_policy(policy, 4, reqs, max_num_seqs=16, max_num_batched_tokens=512)
+    _, on = run_policy(policy, 4, reqs, max_num_seqs=16, max_num_batched_tokens=512, engine={"pp_throttle": True})
+    assert off.launches[0].num_reqs == 16  # no throttle: the first step takes everything
     assert on.launches[0].num_reqs == pp_throttle_cap(16, 4) == 4
-    assert off.launches[0].num_reqs == 16  # unthrottled: the first step takes everything
 
 
-def test_async_decode_spacing_and_deps():
+def test_mrv2_decode_cadence_and_deps():
+    """MRV2's own throttle is per request: it decodes once every pp steps (next_decode_eligible_step)."""
     reqs = [Request(0, 0.0, 8, 6)]
-    _, tr = run_policy("vllm-async", 3, reqs)
+    _, tr = run_policy("vllm-mrv2", 3, reqs)
     steps = [p.step_id for p in tr.launches if p.items]
     assert [b - a for a, b in zip(steps, steps[1:], strict=False)] == [3] * 5
     # with a real model the core schedules a decode before its previous token is back: the plan
     # then lists that step, and the first stage waits for its tokens
     reqs = [Request(i, 0.0, 64, 16) for i in range(32)]
-    _, tr = run_policy("vllm-async", 4, reqs, max_num_seqs=32, max_num_batched_tokens=2048, model="llama-3-8b")
+    _, tr = run_policy("vllm-mrv2", 4, reqs, max_num_seqs=32, max_num_batched_tokens=2048, model="llama-3-8b",
+                       engine={"pp_throttle": True})
     deps = [p.deps for p in tr.launches if p.deps]
     assert deps and all(d < p.step_id - 3 + 1 for p in tr.launches for d in p.deps)
+
+
+def test_vllm_async_is_pp1_only():
+    with pytest.raises(PPSimError, match="use --policy vllm-mrv2") as e:
+        build_scenario(None, {"cluster": {"pipeline_parallel_size": 2}, "engine": {"policy": "vllm-async"}})
+    assert "\n" not in str(e.value)
+    reqs = [Request(i, 0.0, 8, 4) for i in range(4)]
+    res, _ = run_policy("vllm-async", 1, reqs)
+    assert all(r.status == "finished" for r in res.requests)
 
 
 def test_mrv2_serialized_broadcast_costs_time():
     reqs = [Request(i, 0.0, 64, 16) for i in range(32)]
     kw = {"max_num_seqs": 32, "max_num_batched_tokens": 2048, "model": "llama-3-8b"}
-    a, _ = run_policy("vllm-mrv2", 4, reqs, engine={"pp_broadcast": "overlapped"}, **kw)
-    b, _ = run_policy("vllm-mrv2", 4, reqs, engine={"pp_broadcast": "serialized"}, **kw)
+    # the throttle spreads the 32 requests over the pp micro-batches, so broadcasts meet p2p sends
+    a, _ = run_policy("vllm-mrv2", 4, reqs, engine={"pp_broadcast": "overlapped", "pp_throttle": True}, **kw)
+    b, _ = run_policy("vllm-mrv2", 4, reqs, engine={"pp_broadcast": "serialized", "pp_throttle": True}, **kw)
     assert b.end_s > a.end_s
 
 
 def test_trtllm_sync_relay_is_on_the_critical_path():
-    reqs = [Request(i, 0.0, 32, 16) for i in range(8)]
+    reqs = [Request(0, 0.0, 32, 16)]  # one request: the same micro-batches either way
     a, _ = run_policy("trtllm-slots", 4, reqs, engine={"trtllm_relay": "async"})
     b, _ = run_policy("trtllm-slots", 4, reqs, engine={"trtllm_relay": "sync"})
     assert b.end_s > a.end_s
+
+
+def _max_in_flight(relay: str, pp: int) -> int:
+    reqs = [Request(i, 0.0, 32, 4) for i in range(24)]
+    launched, done, peak = set(), set(), 0
+
+    def watch(act):
+        nonlocal peak
+        if type(act) is Launch and act.plan.items:
+            launched.add(act.plan.step_id)
+        elif type(act) is Await:
+            done.add(act.plan.step_id)
+        peak = max(peak, len(launched - done))
+
+    # a 32-token budget: one prompt per micro-batch, so requests, not tokens, fill the window
+    s = build_scenario(None, {"model": "tiny", "cluster": {"pipeline_parallel_size": pp},
+                              "engine": {"policy": "trtllm-slots", "trtllm_relay": relay, "max_batch_size": 4,
+                                         "max_num_batched_tokens": 32}})
+    simulate(prepare(s, reqs), watch)
+    return peak
+
+
+def test_trtllm_async_relay_has_a_larger_window():
+    """num_micro_batches: pp with the inline relay, max(pp, MIN_ASYNC_MICRO_BATCH_NUM) with the relay thread."""
+    assert _max_in_flight("sync", 2) <= 2 < _max_in_flight("async", 2)
+
+
+def test_trtllm_max_batch_size_caps_each_micro_batch_and_the_bubble_follows():
+    """At saturation, PP=4, 32 requests: without the cap one micro-batch holds all of them (the bubble of
+    vllm-sync); TRT-LLM's max_batch_size = 8 fills the 4 slots."""
+    def run(policy, engine):
+        s = build_scenario(None, {"model": "llama-3-8b", "cluster": {"pipeline_parallel_size": 4},
+                                  "engine": {"policy": policy, "max_num_seqs": 32, **engine},
+                                  "workload": {"num_prompts": 32, "request_rate": "inf", "random_input_len": 64,
+                                               "random_output_len": 32}})
+        out = run_scenario(s)
+        return out.summary["pipeline_bubble_fraction"]
+    sync = run("vllm-sync", {})
+    uncapped = run("trtllm-slots", {})
+    capped = run("trtllm-slots", {"max_batch_size": 8})
+    assert uncapped == pytest.approx(sync, abs=0.03)
+    assert capped < sync - 0.2
 
 
 def test_no_pp_rejects_a_model_that_does_not_fit():
@@ -135,7 +193,8 @@ def test_abort_rate_is_seeded_and_splits_kinds():
 
 @pytest.mark.parametrize("policy", sorted(BUILDERS))
 def test_same_seed_same_bytes(policy, tmp_path):
-    s = build_scenario(None, {"model": "tiny", "cluster": {"pipeline_parallel_size": 2},
+    pp = 1 if policy == "vllm-async" else 2
+    s = build_scenario(None, {"model": "tiny", "cluster": {"pipeline_parallel_size": pp},
                               "engine": {"policy": policy},
                               "workload": {"num_prompts": 30, "request_rate": 50.0, "random_input_len": 64,
                                            "random_output_len": 8, "abort_rate": 0.2, "abort_window_s": 0.01}})

@@ -11,7 +11,7 @@ from hypothesis import strategies as hs
 from ppsim.policy.pipelines import BUILDERS, mrv2_decode_cap, pp_throttle_cap
 from ppsim.policy.requests import Request
 from ppsim.policy.sglang import micro_batch_cap
-from tests.policy_harness import ASYNC_POLICIES, run_policy
+from tests.policy_harness import ASYNC_POLICIES, own_knobs, run_policy
 
 POLICIES = sorted(BUILDERS)
 
@@ -58,10 +58,12 @@ def check_run(policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt
         assert pool.peak_used <= pool.num_blocks
         assert pool.num_used == 0 and pool.holders() == 0
     # Budgets.
-    throttle = pp_throttle_cap(max_num_seqs, pp) if pp > 1 and engine.get("pp_throttle", True) and policy in (
-        "vllm-batch-queue", "vllm-async", "vllm-mrv2") else None
+    throttle = pp_throttle_cap(max_num_seqs, pp) if pp > 1 and engine.get("pp_throttle", False) and policy in (
+        "vllm-batch-queue", "vllm-mrv2") else None
     ring_cap = micro_batch_cap(max_num_seqs, pp, engine.get("pp_max_micro_batch_size")) \
         if policy == "sglang-ring" else None
+    if policy == "trtllm-slots":
+        ring_cap = engine.get("max_batch_size", 2048)
     dcap = mrv2_decode_cap(max_num_seqs, pp) if policy == "vllm-mrv2" and engine.get("mrv2_decode_cap") else None
     for plan in trace.launches:
         assert plan.num_tokens <= mnbt and plan.num_reqs <= max_num_seqs
@@ -110,11 +112,17 @@ def check_run(policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt
        blocks=hs.integers(6, 40), decode_cap=hs.booleans(), serialized=hs.booleans(),
        ub=hs.integers(8, 64), copies=hs.integers(1, 4), relay=hs.sampled_from(["sync", "async"]),
        routing=hs.sampled_from(["round-robin", "least-loaded"]), throttle=hs.booleans(),
-       depth=hs.integers(0, 2), mb_cap=hs.one_of(hs.none(), hs.integers(1, 4)))
+       depth=hs.integers(0, 2), mb_cap=hs.one_of(hs.none(), hs.integers(1, 4)), chunked=hs.booleans())
 def test_policy_invariants(policy, reqs, pp, max_num_seqs, mnbt, blocks, decode_cap, serialized, ub, copies,
-                           relay, routing, throttle, depth, mb_cap):
+                           relay, routing, throttle, depth, mb_cap, chunked):
     engine = {"mrv2_decode_cap": decode_cap, "pp_broadcast": "serialized" if serialized else "overlapped",
               "llamacpp_ubatch_tokens": ub, "llamacpp_n_copies": copies, "trtllm_relay": relay,
               "dp_routing": routing, "block_size": 16, "pp_throttle": throttle,
-              "pp_async_batch_depth": depth, "pp_max_micro_batch_size": mb_cap}
+              "pp_async_batch_depth": depth, "pp_max_micro_batch_size": mb_cap, "max_batch_size": mb_cap or 2048,
+              "enable_chunked_prefill": chunked}
+    if not chunked:  # every prompt must then fit one step (the scenario refuses it otherwise)
+        mnbt = max(mnbt, *(r.prompt_len for r in reqs))
+    engine = own_knobs(policy, engine)
+    if policy == "vllm-async":
+        pp = 1  # vLLM runs V1 async scheduling at PP=1 only (the scenario refuses more)
     check_run(policy, pp, reqs, max_num_seqs, mnbt, blocks, engine)

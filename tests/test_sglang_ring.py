@@ -96,12 +96,34 @@ def test_chunk_i_plus_1_enters_stage0_while_chunk_i_is_on_stage1():
 def test_chunked_pipeline_prefill_ttft_speedup(pp, length, chunk):
     """TTFT = (L + (P - 1) S) t with chunks vs L P t without: speedup P / (1 + (P - 1) S / L)."""
     def ttft(c):
-        s = scenario(pp=pp, chunked_prefill_size=c, max_num_batched_tokens=length)
+        s = scenario(pp=pp, chunked_prefill_size=c, max_prefill_tokens=length)
         _, res = run(s, [Request(0, 0.0, length, 1)], LinearCost())
         return res.requests[0].first_token_s
 
     speedup = ttft(length) / ttft(chunk)
     assert speedup == pytest.approx(pp / (1 + (pp - 1) * chunk / length), rel=1e-9)
+
+
+@pytest.mark.parametrize("chunk,max_prefill,expect", [(12288, None, 12288), (12288, 8192, 8192), (4096, None, 4096)])
+def test_prefill_budget_is_sglangs_own(chunk, max_prefill, expect):
+    """PrefillAdder: a chunk of chunked_prefill_size within max_prefill_tokens (default 16384); vLLM's
+    max_num_batched_tokens (8192 by default) plays no part."""
+    eng = {"chunked_prefill_size": chunk} | ({"max_prefill_tokens": max_prefill} if max_prefill else {})
+    sim, _ = run(scenario(pp=2, **eng), [Request(0, 0.0, 30000, 1)], LinearCost())
+    assert sim.scheduler.limits.max_num_batched_tokens == expect
+    assert scenario(pp=2).engine.max_prefill_tokens == 16384
+
+
+def test_prefill_chunks_follow_chunked_prefill_size():
+    from ppsim.policy.actions import Launch
+
+    sizes = []
+    s = build_scenario(None, {"model": "qwen2.5-7b", "cluster": {"pipeline_parallel_size": 2},
+                              "engine": {"policy": "sglang-ring", "chunked_prefill_size": 12288}})
+    prep = dataclasses.replace(prepare(s, [Request(0, 0.0, 30000, 1)]), cost=LinearCost())
+    Simulation(prep, observer=lambda a: sizes.append(a.plan.num_tokens) if type(a) is Launch and a.plan.items
+               else None).run()
+    assert sizes == [12288, 12288, 30000 - 2 * 12288]
 
 
 def test_async_depth_hides_the_straggler():
@@ -136,3 +158,37 @@ def test_fit_chunks_cli(ppsim_cli, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "best: --chunked-prefill-size" in r.stdout and "fixed-chunk baseline" in r.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2])
+def test_last_rank_defers_the_output_send_by_depth_iterations(depth):
+    """event_loop_pp: with pp_async_batch_depth = d the last rank sends micro-batch b's outputs at its
+    iteration b + d (after receiving that iteration's hidden states), not when b finishes."""
+    import simpy
+
+    from ppsim.bubble import ConstantCost
+    from ppsim.cost.base import StageSpec
+    from ppsim.policy.plan import PlanItem, make_plan
+    from ppsim.sim.pipeline import PipelineSim
+
+    env = simpy.Environment()
+    stages = (StageSpec(0, 0, 1, True, False), StageSpec(1, 1, 2, False, True))
+    pipe = PipelineSim(env, stages, ConstantCost(1e-3), lambda n: 0.0, [], overlap_sends=True,
+                       defer_outputs=depth)
+    plans = [make_plan(i, [PlanItem(i, 0, 4, True, True)]) for i in range(3)]
+    done_at = {}
+
+    def core():
+        for p in plans:  # one plan every 5 ms: the pipeline (2 ms deep) drains in between
+            pipe.launch(p).callbacks.append(lambda _e, s=p.step_id: done_at.setdefault(s, env.now))
+            yield env.timeout(5e-3)
+        for p in plans:
+            pipe.awaiting(p.step_id)
+            yield pipe.done[p.step_id]
+
+    env.run(until=env.process(core()))
+    # plan 0 finishes on the last stage at 2 ms; plan k reaches the last stage at 5k + 1 ms
+    expect0 = 2e-3 if depth == 0 else (5 * depth + 1) * 1e-3
+    assert done_at[0] == pytest.approx(expect0)
+    if depth:
+        assert done_at[2] == pytest.approx(15e-3)  # no later iteration: sent when the core waits for it

@@ -73,7 +73,9 @@ def test_space_expands_product_with_aliases_tables_and_gpu_filter():
     assert len(sp.configs) == 8 and sp.filtered == 4
     s = sp.configs[-1].scenario
     assert s.engine.max_num_batched_tokens == 128 and s.engine.gpu_memory_utilization == 0.8
-    assert getattr(s.engine, "chunked_prefill_size", 128) == 128
+    assert s.engine.chunked_prefill_size is None  # SGLang's chunk is not a vLLM configuration's knob
+    ring = _space(space={"chunk_size": [128], "policy": ["sglang-ring"]}).configs[0].scenario.engine
+    assert ring.chunked_prefill_size == 128 and ring.max_num_batched_tokens is None
     assert s.engine.policy == "vllm-batch-queue" and s.engine.pp_throttle is False
     assert sp.configs[0].labels["scheduler"] == "policy=vllm-sync"
 

@@ -35,7 +35,7 @@ def test_draws_stay_in_their_ranges_and_build():
     for name, (k, s) in drawn.items():
         assert k["pp"] in (1, 2) and s.cluster.pipeline_parallel_size == k["pp"]
         assert s.engine.policy == k["policy"] and k["policy"] in name
-        assert 16 <= s.workload.num_prompts <= 40 and k["max_num_batched_tokens"] in (64, 128, 256, 512)
+        assert 16 <= s.workload.num_prompts <= 40 and s.engine.step_token_budget in (64, 128, 256, 512)
         assert 0 <= s.workload.random_range_ratio <= 0.8 and 0 <= s.workload.abort_rate <= 0.3
         if k["load"] == "offline":
             assert s.workload.request_rate == float("inf")

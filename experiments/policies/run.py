@@ -23,9 +23,14 @@ from ppsim.policy.pipelines import BUILDERS
 from ppsim.run import run_scenario
 
 OUT = Path(__file__).resolve().parent
-POLICIES = ["vllm-sync", "vllm-batch-queue", "vllm-async", "vllm-mrv2", "vllm-mrv2+cap", "sglang-ring",
-            "trtllm-slots", "llamacpp", "no-pp"]
-VARIANTS = {"vllm-mrv2+cap": ("vllm-mrv2", {"mrv2_decode_cap": True})}  # label -> (policy, engine knobs)
+POLICIES = ["vllm-sync", "vllm-batch-queue", "vllm-batch-queue+throttle", "vllm-mrv2", "vllm-mrv2+cap",
+            "sglang-ring", "trtllm-slots", "trtllm-slots+mbs", "llamacpp", "no-pp"]
+PP1_ONLY = {"vllm-async"}  # vLLM runs V1 async scheduling at PP=1 only: not in a PP comparison
+# label -> (policy, engine knobs): the proposed V1 PP cap (--pp-throttle), the open MRV2 decode-cohort cap
+# (vLLM PR #57433, --mrv2-decode-cap), TRT-LLM with max_batch_size = max_num_seqs / PP (set per PP in run_one)
+VARIANTS = {"vllm-batch-queue+throttle": ("vllm-batch-queue", {"pp_throttle": True}),
+            "vllm-mrv2+cap": ("vllm-mrv2", {"mrv2_decode_cap": True}),
+            "trtllm-slots+mbs": ("trtllm-slots", {})}
 PPS = (2, 4, 8)
 WORKLOADS = {
     "chat": {"num_prompts": 200, "random_input_len": 512, "random_output_len": 128, "random_range_ratio": 0.5},
@@ -38,6 +43,10 @@ FIELDS = ["workload", "pp", "load", "request_rate", "policy", "completed", "dura
 
 def run_one(label: str, pp: int, wl: str, rate: float) -> dict:
     policy, knobs = VARIANTS.get(label, (label, {}))
+    if label == "trtllm-slots+mbs":
+        knobs = {"max_batch_size": 128 // pp}
+    if policy == "trtllm-slots" and wl == "32k":  # TRT-LLM chunks only when asked (enable_chunked_prefill)
+        knobs = {**knobs, "enable_chunked_prefill": True}
     s = build_scenario(None, {
         "model": str(OUT / "llama-3.1-70b.json"), "hardware": "h200", "seed": 0,
         "cluster": {"pipeline_parallel_size": pp, "tensor_parallel_size": 2},
@@ -56,7 +65,7 @@ def run_one(label: str, pp: int, wl: str, rate: float) -> dict:
 
 
 def sweep() -> list[dict]:
-    assert set(BUILDERS) <= set(POLICIES), "a registered policy is missing from the experiment"
+    assert set(BUILDERS) <= set(POLICIES) | PP1_ONLY, "a registered policy is missing from the experiment"
     rows = []
     for wl in WORKLOADS:
         for pp in PPS:

@@ -38,7 +38,7 @@ def policies() -> list[str]:
 def ttft_ms(policy: str, pp: int, chunk: int, ideal: bool) -> float:
     eng: dict = {"policy": policy, "max_num_seqs": 4}
     if policy == "sglang-ring":
-        eng.update(chunked_prefill_size=chunk, max_num_batched_tokens=max(chunk, 8192))
+        eng.update(chunked_prefill_size=chunk, max_prefill_tokens=max(chunk, 16384))
     else:
         eng["max_num_batched_tokens"] = chunk
     over: dict = {"model": "llama-3-8b", "hardware": "h100-sxm",

@@ -27,15 +27,22 @@ RATIOS = (0.5, 1, 1.5, 2, 3, 4, 8)  # C / P
 QUICK_RATIOS = (0.5, 1, 2)
 
 
+# label -> (policy, engine knobs); vllm-batch-queue-throttle: the proposed PP cap (--pp-throttle), which
+# spreads a burst of C requests over the P micro-batches; vLLM's default admits all C in one step
+VARIANTS = {"vllm-batch-queue-throttle": ("vllm-batch-queue", {"pp_throttle": True})}
+
+
 def policies() -> list[str]:
-    return (["sglang-ring"] if "chunked_prefill_size" in EngineConfig.model_fields else []) + ["vllm-batch-queue"]
+    return (["sglang-ring"] if "chunked_prefill_size" in EngineConfig.model_fields else []) + [
+        "vllm-batch-queue-throttle", "vllm-batch-queue"]
 
 
-def bubble(policy: str, pp: int, c: int) -> tuple[float, float]:
+def bubble(label: str, pp: int, c: int) -> tuple[float, float]:
+    policy, knobs = VARIANTS.get(label, (label, {}))
     s = build_scenario(None, {
         "model": "llama-3-8b", "hardware": "h100-sxm",
         "cluster": {"pipeline_parallel_size": pp, "tensor_parallel_size": 1},
-        "engine": {"policy": policy, "max_num_seqs": max(c, pp)},
+        "engine": {"policy": policy, "max_num_seqs": max(c, pp), **knobs},
         "workload": {"num_prompts": c, "request_rate": float("inf"), "max_concurrency": c,
                      "random_input_len": 16, "random_output_len": 256},
     })
@@ -71,6 +78,10 @@ is stage imbalance (Llama-3-8B's lm_head, 128256 x 4096, weighs about 2.3 decode
 stage: at P=8 it has 4 layers + lm_head) plus per-step overheads; `busiest_stage_idle` shows the
 busiest stage is almost never starved once C >= P. SGLang's ring shows a bump at C = 1.5P: requests
 are bound to the slot where their prefill ended, so 3 requests over 2 slots make uneven micro-batches.
+These statements hold for `vllm-batch-queue-throttle` (the proposed per-step cap max_num_seqs // P). vLLM's
+own default (`vllm-batch-queue`: no PP throttle, `Scheduler.schedule` admits up to max_num_seqs in one step)
+takes the C requests that arrive together into one micro-batch, which then decodes alone: its bubble stays
+near 1 - 1/P at every C (the burst effect of vLLM issue #27462).
 """
     title = "Decode concurrency vs pipeline bubble: the 2P rule"
     write_result(args.out, "decode_concurrency", title, rows, cols, notes)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ppsim.config import Scenario, build_scenario
+from ppsim.config import Scenario, build_scenario, step_budget_fields
 from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
 
@@ -47,7 +47,7 @@ MAX_REDRAWS = 50
 
 
 def scenario(model: str, profile: str, engine: dict[str, Any], pp: int, wl: dict[str, Any], seed: int = 0) -> Scenario:
-    eng = {"max_num_seqs": 16, "max_num_batched_tokens": 512, **engine}
+    eng = {"max_num_seqs": 16, **step_budget_fields(engine.get("policy", ""), 512), **engine}
     return build_scenario(overrides={"model": model, "seed": seed, "cluster": {"pipeline_parallel_size": pp},
                                      "engine": eng, "workload": {**BASE_WL, **wl},
                                      "cost": {"kind": "profile", "profile_dir": profile}})
@@ -76,6 +76,8 @@ def draw(rng: np.random.Generator, policy: str, model: str, profile: str,
     last = ""
     for _ in range(MAX_REDRAWS):
         pp = int(rng.integers(1, 3))
+        if policy == "vllm-async":  # vLLM's V1 runner runs async scheduling at PP=1 only (the draw is kept)
+            pp = 1
         offline = rng.uniform() < 1 / 6
         load = round(_log_uniform(rng, 0.15, 1.2), 3)
         wl = {"num_prompts": int(rng.integers(16, 41)),
@@ -85,8 +87,10 @@ def draw(rng: np.random.Generator, policy: str, model: str, profile: str,
         if rng.uniform() < 1 / 3:
             wl.update(abort_rate=round(float(rng.uniform(0.1, 0.3)), 2),
                       abort_window_s=round(_log_uniform(rng, 0.2, 2.0), 2))
-        eng = {"policy": policy, "max_num_batched_tokens": int(rng.choice([64, 128, 256, 512])),
+        eng = {"policy": policy, **step_budget_fields(policy, int(rng.choice([64, 128, 256, 512]))),
                "max_num_seqs": int(rng.choice([4, 8, 16, 32]))}
+        if policy == "trtllm-slots":  # its default is off; the drawn budget is a chunk, as for the others
+            eng["enable_chunked_prefill"] = True
         seed = int(rng.integers(1, 1 << 30))
         try:
             s = scenario(model, profile, eng, pp, {**wl, "request_rate": "inf"}, seed)

@@ -3,7 +3,8 @@
 ``scheduler_pp_mixin.py::profile_and_init_predictor`` times single-request prefills (no prefix) of
 128 lengths from 1.25 C downwards on PP rank 0 and fits f(l) = a l^2 + b l + c. Here the timings
 are the cost model's ``stage_time`` of stage 0 for the same plans (analytic or profiled: both go
-through the same interface). The refined form samples chunks after a prefix as well.
+through the same interface). The refined form samples chunks after a prefix as well; either form
+drives ``sglang-ring`` in ``simulate`` and ``validate`` (``engine.dynamic_chunking_form``).
 """
 
 from __future__ import annotations
@@ -39,18 +40,33 @@ def fit_refined_from_cost(cost: CostModel, stage: StageSpec, initial_chunk: int,
     return fit_refined(prefixes, chunks, times)
 
 
-def sglang_knobs(engine, cost: CostModel, stage0: StageSpec) -> SGLangKnobs:  # noqa: ANN001 - EngineConfig
-    """Resolve the ``sglang-ring`` knobs of an :class:`~ppsim.config.EngineConfig`."""
+def chunk_model(engine, cost: CostModel, stage0: StageSpec, max_prefix: int) -> ChunkModel:  # noqa: ANN001
+    """The dynamic-chunking model of an :class:`~ppsim.config.EngineConfig`: its coefficients, else fitted
+    from the cost model in its form (SGLang's quadratic, or the refined form over prefixes up to ``max_prefix``)."""
+    coeff = engine.dynamic_chunking_coefficients
+    if coeff is not None:
+        return ChunkModel(*coeff)
+    c = engine.chunked_prefill_size
+    if engine.dynamic_chunking_form == "refined":
+        return fit_refined_from_cost(cost, stage0, c, max(max_prefix, c))
+    return fit_from_cost(cost, stage0, c)
+
+
+def sglang_knobs(engine, cost: CostModel, stage0: StageSpec, max_prefix: int = 0) -> SGLangKnobs:  # noqa: ANN001
+    """Resolve the ``sglang-ring`` knobs of an :class:`~ppsim.config.EngineConfig`.
+
+    ``max_prefix``: the longest prompt of the workload (the refined fit samples prefixes up to it).
+    """
     budget = None
     if engine.enable_dynamic_chunking:
-        coeff = engine.dynamic_chunking_coefficients
-        model = ChunkModel(*coeff) if coeff is not None else fit_from_cost(cost, stage0, engine.chunked_prefill_size)
+        model = chunk_model(engine, cost, stage0, max_prefix)
         budget = chunk_budget_fn(engine.chunked_prefill_size, model, engine.smooth_factor, engine.page_size,
-                                 engine.max_num_batched_tokens)
+                                 engine.max_prefill_tokens)
     return SGLangKnobs(
         async_batch_depth=engine.pp_async_batch_depth,
         max_micro_batch_size=engine.pp_max_micro_batch_size,
         chunked_prefill_size=engine.chunked_prefill_size,
+        max_prefill_tokens=engine.max_prefill_tokens,
         page_size=engine.page_size,
         chunk_budget=budget,
     )

@@ -10,8 +10,9 @@ just launched, so its CPU waits for its GPU and the post-processing sits between
 batches: ppsim adds it to the last stage's time. With depth >= 1 it sends the output of a batch
 launched ``depth`` iterations earlier (``next_first_rank_mb_id = (mb_id + pp) % loop_size``), which
 is already done, and the post-processing overlaps the GPU: hidden. The return time is one hop,
-``link_time(output bytes)``, instead of the engine-core relay of vLLM. Not modelled: the
-``depth``-iteration deferral of that send (outputs leave the last rank in step with later batches).
+``link_time(output bytes)``, instead of the engine-core relay of vLLM. The ``depth``-iteration
+deferral of that send (outputs leave the last rank in step with later batches) is the pipeline's
+(``PipeOptions.defer_outputs``: ``ppsim/sim/pipeline.py`` and ``ppsim/sim/fast.py``).
 
 TensorRT-LLM's sample-state ring (``py_executor.py::_executor_loop_pp``) takes the same route:
 last rank -> rank 0 (one hop, ``return_time``), then rank 0 forwards it to rank 1 (and so on). With

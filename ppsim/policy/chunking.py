@@ -51,8 +51,8 @@ class ChunkModel:
     gamma: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.a) and self.a > 0):
-            raise PPSimError(f"chunking: quadratic coefficient a={self.a:.3g} must be positive "
+        if not (math.isfinite(self.a) and self.a >= 0):
+            raise PPSimError(f"chunking: quadratic coefficient a={self.a:.3g} must be >= 0 "
                              "(attention is quadratic in length); check the samples or --coefficients")
         if not (math.isfinite(self.b) and self.b >= 0):
             raise PPSimError(f"chunking: linear coefficient b={self.b:.3g} must be >= 0")
@@ -97,9 +97,12 @@ def fit_quadratic(lengths: Sequence[float], times: Sequence[float], skip_first: 
                          f"(need >= {MIN_FIT_SAMPLES} after the warm-up sample)")
     X = np.column_stack([L * L, L, np.ones_like(L)])
     (a, b, c), *_ = np.linalg.lstsq(X, T, rcond=None)
-    if not a * L.max() ** 2 > 1e-9 * np.abs(T).max():  # a <= 0, or numerically zero (a linear cost)
-        raise PPSimError(f"chunking: fitted a={a:.3g} is not positive; the samples do not grow "
-                         "quadratically (use longer prefill lengths or give --coefficients)")
+    if a <= 0 and abs(a) * L.max() ** 2 <= 1e-9 * np.abs(T).max():
+        a = 0.0  # a linear cost (the quadratic term is fitting noise): the a -> 0 limit keeps chunks at C
+    elif not a > 0:  # ChunkSizePredictor.fit raises the same way (SGLang then fails to start)
+        raise PPSimError(f"chunking: fitted a={a:.3g} is not positive (SGLang's ChunkSizePredictor.fit refuses "
+                         "it): stage 0's prefill time does not grow quadratically over these lengths; "
+                         "use a larger --chunked-prefill-size or give --coefficients")
     return ChunkModel(float(a), max(0.0, float(b)), float(c))
 
 
@@ -112,9 +115,14 @@ def fit_refined(prefixes: Sequence[float], chunks: Sequence[float], times: Seque
     Lp = np.asarray(prefixes, dtype=np.float64)
     x = np.asarray(chunks, dtype=np.float64)
     X = np.column_stack([2 * Lp * x + x * x, x, Lp, np.ones_like(x)])
-    (a, b, g, c), *_ = np.linalg.lstsq(X, np.asarray(times, dtype=np.float64), rcond=None)
-    if not a > 0:
-        raise PPSimError(f"chunking: fitted a={a:.3g} is not positive; vary prefix and chunk lengths more")
+    T = np.asarray(times, dtype=np.float64)
+    (a, b, g, c), *_ = np.linalg.lstsq(X, T, rcond=None)
+    if a <= 0 and abs(a) * float(X[:, 0].max()) <= 1e-9 * np.abs(T).max():
+        a = 0.0  # a linear cost: the quadratic term is fitting noise
+    elif not a > 0:
+        raise PPSimError(f"chunking: fitted a={a:.3g} of the refined form is not positive: the prefill time does "
+                         "not grow quadratically over these chunks; use a larger --chunked-prefill-size or give "
+                         "--coefficients")
     return ChunkModel(float(a), max(0.0, float(b)), float(c), max(0.0, float(g)))
 
 
@@ -130,7 +138,12 @@ def solve_chunk(model: ChunkModel, prefix: int, initial_chunk: int) -> float | N
     disc = B * B + 4 * A * T
     if disc < 0:
         return None
-    x = (-B + math.sqrt(disc)) / (2 * A)
+    # (-B + sqrt(disc)) / 2A, written without the cancellation that loses it when A L << B
+    # (a nearly linear cost: the root tends to T / B)
+    root = math.sqrt(disc)
+    if B + root <= 0:
+        return None
+    x = 2 * T / (B + root) if B >= 0 else (-B + root) / (2 * A)
     return x if x > 0 else None
 
 

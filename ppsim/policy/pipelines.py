@@ -19,7 +19,7 @@ from ppsim.policy.kv import BlockPool
 from ppsim.policy.llamacpp import UbatchPipelineCore
 from ppsim.policy.scheduler import Scheduler, SchedulerLimits
 from ppsim.policy.sglang import SGLangKnobs, build_sglang_core
-from ppsim.policy.trtllm import SlotRingCore
+from ppsim.policy.trtllm import SlotRingCore, trtllm_micro_batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +31,13 @@ class PolicyKnobs:
     max_num_seqs: int
     max_num_batched_tokens: int
     enable_chunked_prefill: bool = True
-    pp_throttle: bool = True
+    pp_throttle: bool = False  # the proposed V1 cap (vLLM has none): new admissions per step <= max_num_seqs // pp
     max_model_len: int | None = None
     sglang: SGLangKnobs | None = None  # sglang-ring settings
     mrv2_decode_cap: bool = False  # vllm-mrv2: at most ceil(max_num_seqs / pp) decodes per step
     pp_broadcast: Literal["overlapped", "serialized"] = "overlapped"  # vllm-mrv2 sampled-token broadcast
     trtllm_relay: Literal["sync", "async"] = "sync"  # trtllm-slots sample-state relay
+    max_batch_size: int = 2048  # trtllm-slots: requests per micro-batch (TRT-LLM --max_batch_size)
     llamacpp_ubatch_tokens: int = 512  # llama.cpp -ub (n_ubatch)
     llamacpp_n_copies: int = 4  # GGML_SCHED_MAX_COPIES
     dp_routing: Literal["round-robin", "least-loaded"] = "round-robin"  # no-pp router
@@ -66,6 +67,7 @@ class PipeOptions:
     token_path: Literal["core", "broadcast"] = "core"
     broadcast_serialized: bool = False
     overlap_sends: bool = False
+    defer_outputs: int = 0  # SGLang: the last rank sends outputs pp_async_batch_depth iterations later
 
 
 def pp_throttle_cap(max_num_seqs: int, pp: int) -> int:
@@ -103,13 +105,25 @@ def _vllm_batch_queue(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
 
 
 def _vllm_async(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
-    """``AsyncScheduler`` + batch queue of ``pp + 1``; decode eligible ``pp`` steps after scheduling."""
-    lim = _limits(k, admit_cap=_throttle(k), decode_spacing=k.pp if k.pp > 1 else 0, async_placeholders=True)
-    return BatchQueueCore(Scheduler(lim, kv), depth=k.pp + 1, relay=k.pp > 1)
+    """V1 ``AsyncScheduler`` at PP=1: a batch queue of 2 (``VllmConfig.max_concurrent_batches``).
+
+    The V1 model runner gives async scheduling ``pp + 1`` batches only with the V2 runner, so the
+    scenario refuses ``vllm-async`` at PP > 1 (use ``vllm-mrv2``).
+    """
+    if k.pp > 1:
+        raise ValueError("vllm-async runs at pp = 1 only (use vllm-mrv2 for async scheduling with PP)")
+    return BatchQueueCore(Scheduler(_limits(k, async_placeholders=True), kv), depth=2, relay=False)
 
 
 def _vllm_mrv2(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
-    """ModelRunnerV2 + ``PPHandler``: async scheduling, tokens broadcast by the last rank, no relay."""
+    """ModelRunnerV2 + ``PPHandler``: async scheduling, tokens broadcast by the last rank, no relay.
+
+    MRV2's only PP throttle is per request: ``AsyncScheduler._update_after_schedule`` sets
+    ``next_decode_eligible_step = current_step + pp_size`` for every request that samples (not for
+    prefill chunks, which pipeline in consecutive steps), so each request decodes at most once per
+    ``pp`` steps. Admissions and tokens per step are not capped beyond ``max_num_seqs`` and
+    ``max_num_batched_tokens`` (vLLM RFC #50853 lists the missing admission cap as open work).
+    """
     cap = mrv2_decode_cap(k.max_num_seqs, k.pp) if k.mrv2_decode_cap and k.pp > 1 else None
     lim = _limits(k, admit_cap=_throttle(k), decode_cap=cap, decode_spacing=k.pp if k.pp > 1 else 0,
                   async_placeholders=True)
@@ -117,8 +131,19 @@ def _vllm_mrv2(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
 
 
 def _trtllm_slots(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
-    """``PyExecutor._executor_loop_pp``: ``pp`` micro-batch slots, sample state relayed on a ring."""
-    return SlotRingCore(Scheduler(_limits(k), kv), num_slots=k.pp, inline_relay=k.trtllm_relay == "sync" and k.pp > 1)
+    """``PyExecutor._executor_loop_pp``: micro-batch slots, sample state relayed on a ring.
+
+    Each micro-batch holds at most ``max_batch_size`` requests and at most ``max_batch_size x pp``
+    are active (``PyTorchModelEngine.get_max_num_sequences``); the sync relay keeps ``pp`` slots,
+    the async relay ``max(pp, MIN_ASYNC_MICRO_BATCH_NUM)`` (see :mod:`ppsim.policy.trtllm`).
+    """
+    lim = SchedulerLimits(max_num_seqs=min(k.max_num_seqs, k.max_batch_size * k.pp),
+                          max_num_batched_tokens=k.max_num_batched_tokens,
+                          enable_chunked_prefill=k.enable_chunked_prefill, max_model_len=k.max_model_len,
+                          max_batch_reqs=k.max_batch_size)
+    sync = k.trtllm_relay == "sync"
+    return SlotRingCore(Scheduler(lim, kv), num_slots=trtllm_micro_batches(k.pp, sync),
+                        inline_relay=sync and k.pp > 1, blocking=sync)
 
 
 def _llamacpp(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
@@ -127,9 +152,9 @@ def _llamacpp(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
 
 
 def _sglang_ring(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
-    """SGLang ``event_loop_pp`` (see :mod:`ppsim.policy.sglang`)."""
-    return build_sglang_core(k.pp, k.max_num_seqs, k.max_num_batched_tokens,  # type: ignore[return-value]
-                             k.max_model_len, k.sglang or SGLangKnobs(), kv)
+    """SGLang ``event_loop_pp`` (see :mod:`ppsim.policy.sglang`); its budgets are its own knobs."""
+    return build_sglang_core(k.pp, k.max_num_seqs, k.max_model_len,  # type: ignore[return-value]
+                             k.sglang or SGLangKnobs(), kv)
 
 
 def _no_pp_replica(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
@@ -162,6 +187,9 @@ def build_core(knobs: PolicyKnobs, kv: BlockPool) -> EngineCore:
 def pipe_options(knobs: PolicyKnobs) -> PipeOptions:
     if knobs.policy == "vllm-mrv2":
         return PipeOptions("broadcast", knobs.pp_broadcast == "serialized")
-    if knobs.policy in ("sglang-ring", "trtllm-slots"):
+    if knobs.policy == "sglang-ring":
+        depth = knobs.sglang.async_batch_depth if knobs.sglang is not None else 0
+        return PipeOptions(overlap_sends=True, defer_outputs=depth)
+    if knobs.policy == "trtllm-slots":
         return PipeOptions(overlap_sends=True)
     return PipeOptions()

@@ -13,7 +13,9 @@ Follows ``python/sglang/srt/managers/scheduler_pp_mixin.py::SchedulerPPMixin.eve
   and process them. With ``pp_async_batch_depth > 0`` the outputs are received *before* the launch
   (``_pp_commit_send_output_work_and_preprocess_output_tensors``), so rank 0's GPU keeps working on
   the previous slot while the CPU waits; with depth 0 the launch comes first and the ring hop plus
-  the last rank's post-processing (the "straggler") show as a bubble on every iteration.
+  the last rank's post-processing (the "straggler") show as a bubble on every iteration. With depth d
+the last rank also sends a batch's outputs d of its iterations later (the executor's pipeline models
+that deferral: ``PipeOptions.defer_outputs``; plan step ids count the loop's iterations).
 - ``get_new_batch_prefill`` / ``get_num_allocatable_reqs``: a prefill batch admits at most
   ``pp_max_micro_batch_size - running_bs(slot)`` requests (default ``max(max_running // pp, 1)``)
   and at most the chunk budget of tokens; a prompt longer than the budget becomes the
@@ -49,6 +51,7 @@ class SGLangKnobs:
     async_batch_depth: int = 0  # --pp-async-batch-depth (default 0)
     max_micro_batch_size: int | None = None  # --pp-max-micro-batch-size (None: max(max_running // pp, 1))
     chunked_prefill_size: int = 8192  # --chunked-prefill-size
+    max_prefill_tokens: int = 16384  # --max-prefill-tokens (PrefillAdder rem_input_tokens)
     page_size: int = 1  # --page-size
     chunk_budget: Callable[[int], int] | None = None  # prefix -> budget (dynamic chunking), else fixed
 
@@ -62,11 +65,13 @@ class RingScheduler(Scheduler):
     """vLLM-style request bookkeeping (add/abort/update) with SGLang's per-slot batch formation."""
 
     def __init__(self, limits: SchedulerLimits, kv: BlockPool, num_slots: int, chunk_size: int,
-                 page_size: int = 1, chunk_budget: Callable[[int], int] | None = None) -> None:
+                 page_size: int = 1, chunk_budget: Callable[[int], int] | None = None,
+                 max_prefill_tokens: int = 16384) -> None:
         super().__init__(limits, kv)
         self.slots: list[list[ReqState]] = [[] for _ in range(num_slots)]
         self.chunked: ReqState | None = None
         self.chunk_size = chunk_size
+        self.max_prefill_tokens = max_prefill_tokens
         self.page_size = page_size
         self.chunk_budget = chunk_budget
 
@@ -96,10 +101,12 @@ class RingScheduler(Scheduler):
 
     # --- batch formation ---------------------------------------------------------------------
     def _budget(self) -> int:
+        """Prefill tokens this batch may take: ``PrefillAdder``'s ``rem_chunk_tokens`` (the chunk size,
+        or the dynamic prediction for a continuing chunk) within ``rem_input_tokens`` (max_prefill_tokens)."""
         size = self.chunk_size
         if self.chunked is not None and self.chunk_budget is not None:
             size = self.chunk_budget(self.chunked.num_computed)
-        return min(size, self.limits.max_num_batched_tokens)
+        return min(size, self.max_prefill_tokens)
 
     def _take(self, st: ReqState, budget: int) -> int:
         """Tokens of ``st``'s prompt this batch takes (PrefillAdder truncation to the page size)."""
@@ -152,9 +159,8 @@ class RingScheduler(Scheduler):
         """``update_running_batch``: one token for each ready request of the slot; retract on KV shortage."""
         members = self.slots[slot]
         items: list[PlanItem] = []
-        budget = self.limits.max_num_batched_tokens
         i = 0
-        while i < len(members) and budget > 0:
+        while i < len(members):
             st = members[i]
             if st.num_tokens - st.num_computed <= 0:
                 i += 1
@@ -166,7 +172,6 @@ class RingScheduler(Scheduler):
                 if victim is st:
                     return items
             items.append(self._item(st, 1))
-            budget -= 1
             i += 1
         return items
 
@@ -216,6 +221,8 @@ class SGLangRingCore:
                         plan = None
                     else:
                         yield Cpu("schedule", plan.num_reqs)
+                else:
+                    sched.step += 1  # step ids count the loop's iterations (the output deferral counts them)
                 self.mbs[mb_id] = plan
                 if self.depth > 0:
                     yield from self._collect(nxt)
@@ -237,12 +244,18 @@ class SGLangRingCore:
                 yield Idle()
 
 
-def build_sglang_core(pp: int, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int | None,
+def build_sglang_core(pp: int, max_num_seqs: int, max_model_len: int | None,
                       knobs: SGLangKnobs, kv: BlockPool) -> SGLangRingCore:
-    """The ``sglang-ring`` engine core over a fresh :class:`RingScheduler`."""
+    """The ``sglang-ring`` engine core over a fresh :class:`RingScheduler`.
+
+    SGLang's budgets are its own: ``chunked_prefill_size`` and ``max_prefill_tokens`` bound a prefill
+    batch; vLLM's ``max_num_batched_tokens`` plays no part (a decode batch is bounded by requests).
+    """
     cap = micro_batch_cap(max_num_seqs, pp, knobs.max_micro_batch_size)
-    limits = SchedulerLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+    budget = min(knobs.chunked_prefill_size, knobs.max_prefill_tokens)
+    limits = SchedulerLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
                              max_model_len=max_model_len, max_batch_reqs=cap)
     loop = pp + knobs.async_batch_depth
-    sched = RingScheduler(limits, kv, loop, knobs.chunked_prefill_size, knobs.page_size, knobs.chunk_budget)
+    sched = RingScheduler(limits, kv, loop, knobs.chunked_prefill_size, knobs.page_size, knobs.chunk_budget,
+                          knobs.max_prefill_tokens)
     return SGLangRingCore(sched, pp, knobs.async_batch_depth, cap)

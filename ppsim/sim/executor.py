@@ -64,8 +64,9 @@ class SimBackend:
         # the per-event reference pipeline on request, or where the closed form does not hold
         pipeline = PipelineSim if reference or needs_reference(opts.broadcast_serialized) else FastPipeline
         self.pipe = pipeline(env, prep.topology.stages, prep.cost, lambda n: prep.shape.seam_bytes(n, tp), ops,
-                             opts.token_path, opts.broadcast_serialized, opts.overlap_sends)
+                             opts.token_path, opts.broadcast_serialized, opts.overlap_sends, opts.defer_outputs)
         self.pipe.track_tokens = async_tokens
+        self.defer = opts.defer_outputs > 0
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
         self.wakeup: simpy.Event | None = None
         self.series: SeriesRecorder | None = None  # set with the pool by the simulation
@@ -83,6 +84,8 @@ class SimBackend:
         self.pipe.launch(plan)
 
     def wait(self, plan: StepPlan) -> Generator[simpy.Event, Any, None]:
+        if self.defer:  # SGLang's deferred output send leaves once the core waits for it
+            self.pipe.awaiting(plan.step_id)
         done = self.pipe.done
         yield done[plan.step_id]
         del done[plan.step_id]

@@ -18,6 +18,13 @@ or via an overlapped broadcast, one ``link_time``). The serialized MRV2 broadcas
 stage's send channel at the moment the last stage finishes, interleaving with later micro-batches'
 sends in time order rather than launch order; that one case runs on the reference pipeline
 (:func:`needs_reference`).
+
+SGLang's output deferral (``defer_outputs = d > 0``, see the reference's docstring) is closed-form
+too, but its release is known only later: plan ``b``'s outputs leave the last rank at
+``max(end[b][last], min(arrival[p][last], await_b))``, where ``p`` is the first later plan with step
+``>= b + d`` and ``await_b`` is when the core waits for ``b``. So a deferred plan's ``done`` is
+scheduled when the first of the two is known (``p``'s launch, or the core's wait); a wait that comes
+before ``p`` reaches the last stage schedules an earlier return, and the first to fire wins.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ class FastPipeline:
         token_path: str = "core",
         broadcast_serialized: bool = False,
         overlap_sends: bool = False,
+        defer_outputs: int = 0,
     ) -> None:
         if needs_reference(broadcast_serialized):
             raise ValueError("a serialized broadcast needs the reference pipeline")
@@ -68,9 +76,15 @@ class FastPipeline:
         self.token_ready: dict[int, float] = {}  # step -> its sampled tokens are at the first stage
         self.tracks = [(f"stage{s.index}", f"link{s.index}->{s.index + 1}") for s in stages]
         self.launches = 0
+        self.defer_outputs = defer_outputs
+        self.arrive_last = 0.0  # when the latest micro-batch reaches the last stage
+        self.held: dict[int, tuple[StepPlan, float]] = {}  # deferred, not yet released: (plan, end on last)
+        self.sends: dict[int, tuple[StepPlan, float, float]] = {}  # released: (plan, end on last, send time)
 
     def _finish_cb(self, ev: simpy.Event) -> Callable[[Any], None]:
         def finish(_e: Any) -> None:
+            if ev.triggered:  # a deferred plan whose earlier release has already fired
+                return
             self.in_flight -= 1
             ev.succeed()
         return finish
@@ -87,13 +101,47 @@ class FastPipeline:
         arrive = max(now + cost.launch_time(plan.num_reqs), self.last_launch_arrival)
         self.last_launch_arrival = arrive
         end = self._path(plan, arrive)
-        ret = end + cost.return_time(plan.num_reqs)
-        env.timeout(ret - now).callbacks.append(self._finish_cb(ev))
+        if self.defer_outputs:
+            self._defer(plan, end)
+        else:
+            ret = end + cost.return_time(plan.num_reqs)
+            env.timeout(ret - now).callbacks.append(self._finish_cb(ev))
         self.launches += 1
         if self.launches % PRUNE_EVERY == 0 and self.token_ready:
             # a ready time at or before now can never delay a later start (every start is >= now)
             self.token_ready = {k: v for k, v in self.token_ready.items() if v > now}
         return ev
+
+    def _defer(self, plan: StepPlan, end: float) -> None:
+        """``plan`` reaches the last stage at ``arrive_last``: it releases the outputs held ``d`` steps
+        or more before it; its own wait for a later plan (or for the core's wait)."""
+        arrive, d = self.arrive_last, self.defer_outputs
+        for sid in [s for s in self.held if s + d <= plan.step_id]:
+            held, held_end = self.held.pop(sid)
+            self._send(held, held_end, arrive)
+        self.held[plan.step_id] = (plan, end)
+
+    def _send(self, plan: StepPlan, end: float, release: float) -> None:
+        """The last rank sends ``plan``'s outputs at ``max(end, release)``; they reach the core one
+        ``return_time`` later."""
+        send = end if end > release else release
+        self.sends[plan.step_id] = (plan, end, send)
+        ret = send + self.cost.return_time(plan.num_reqs)
+        self.env.timeout(ret - self.env.now).callbacks.append(self._finish_cb(self.done[plan.step_id]))
+
+    def awaiting(self, step_id: int) -> None:
+        """The core waits for ``step_id``'s outputs: a deferred send leaves now (or when the plan ends)."""
+        if not self.defer_outputs:
+            return
+        now = self.env.now
+        held = self.held.pop(step_id, None)
+        if held is not None:
+            self._send(held[0], held[1], now)
+            return
+        sent = self.sends.pop(step_id, None)
+        if sent is not None and sent[2] > max(sent[1], now) and not self.done[step_id].triggered:
+            # released by a later plan whose arrival at the last stage is still ahead: the wait is first
+            self._send(sent[0], sent[1], now)
 
     def _path(self, plan: StepPlan, t: float) -> float:
         """Times ``plan`` through every stage from its arrival ``t`` at the first; returns the last end."""
@@ -109,6 +157,8 @@ class FastPipeline:
                     r = ready.get(d)
                     if r is not None and r > start:
                         start = r
+            if st.is_last:
+                self.arrive_last = t
             if not self.overlap_sends and start < send_free[i]:
                 start = send_free[i]
             end = start + cost.stage_time(st, plan)

@@ -18,6 +18,14 @@ those steps are there: via the engine core (``token_path="core"``: when the core
 one ``return_time`` message back) or via the last stage's broadcast (``"broadcast"``, MRV2
 ``PPHandler``: one ``link_time`` after the last stage finishes). A serialized broadcast also holds
 every stage's send channel for its duration, so the next compute on each stage waits for it.
+
+``defer_outputs = d > 0`` (SGLang ``event_loop_pp`` with ``pp_async_batch_depth = d``): the last rank
+sends a micro-batch's outputs only at its iteration ``d`` later, when it commits that iteration's
+output work (``_pp_commit_send_output_work_and_preprocess_output_tensors`` with
+``next_first_rank_mb_id = (mb_id + pp) % (pp + d)``), right after receiving that iteration's hidden
+states. Plan step ids count the ring's iterations, so plan ``b``'s outputs leave when a plan with step
+``>= b + d`` reaches the last stage; when the iterations between were empty (the last rank passes
+them at once), they leave when the core waits for them (:meth:`PipelineSim.awaiting`).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ class PipelineSim:
         token_path: str = "core",
         broadcast_serialized: bool = False,
         overlap_sends: bool = False,
+        defer_outputs: int = 0,
     ) -> None:
         self.env, self.stages, self.cost, self.seam_bytes, self.ops = env, stages, cost, seam_bytes, ops
         self.inbox = [simpy.Store(env) for _ in stages]
@@ -56,6 +65,10 @@ class PipelineSim:
         self.token_ready: dict[int, simpy.Event] = {}  # step -> its sampled tokens are at the first stage
         self.track_tokens = False  # set by the executor when the policy schedules ahead of its tokens
         self.send_free = [0.0] * len(stages)  # when each stage's previous send (or broadcast) completes
+        self.defer_outputs = defer_outputs
+        self.held: dict[int, StepPlan] = {}  # finished on the last stage, outputs not yet sent (deferral)
+        self.last_arrived = -1  # newest step id that reached the last stage
+        self.awaited: set[int] = set()  # steps the core waits for (their deferral has run out)
         for st in stages:
             env.process(self._stage(st))
 
@@ -94,10 +107,31 @@ class PipelineSim:
             arrive = max(self.env.now + self.cost.launch_time(plan.num_reqs), self.last_launch_arrival)
             self.last_launch_arrival = arrive
             if arrive > self.env.now:
-                self.env.timeout(arrive - self.env.now).callbacks.append(lambda _e, box=self.inbox[0]: box.put(plan))
+                self.env.timeout(arrive - self.env.now).callbacks.append(lambda _e, p=plan: self._put(0, p))
             else:
-                self.inbox[0].put(plan)
+                self._put(0, plan)
         return ev
+
+    def _put(self, index: int, plan: StepPlan) -> None:
+        """Deliver ``plan`` to stage ``index``; reaching the last stage releases deferred outputs."""
+        if index == len(self.stages) - 1 and self.defer_outputs:
+            self.last_arrived = max(self.last_arrived, plan.step_id)
+            for sid in [s for s in self.held if s + self.defer_outputs <= self.last_arrived]:
+                self._send_output(self.held.pop(sid))
+        self.inbox[index].put(plan)
+
+    def _send_output(self, plan: StepPlan) -> None:
+        """The last rank sends ``plan``'s outputs: they reach the core after ``return_time``."""
+        self.awaited.discard(plan.step_id)
+        self.env.timeout(self.cost.return_time(plan.num_reqs)).callbacks.append(lambda _e, p=plan: self._finish(p))
+
+    def awaiting(self, step_id: int) -> None:
+        """The core waits for ``step_id``'s outputs: the iterations up to its send have passed."""
+        plan = self.held.pop(step_id, None)
+        if plan is not None:
+            self._send_output(plan)
+        elif self.defer_outputs:
+            self.awaited.add(step_id)
 
     def _finish(self, plan: StepPlan) -> None:
         self.in_flight -= 1
@@ -130,8 +164,12 @@ class PipelineSim:
                 free[i] = begin + cost.link_time(nbytes)
                 ops.append(OpRecord(link_track, "send", plan.step_id, begin, free[i], plan.num_tokens,
                                     plan.num_reqs, nbytes=nbytes))
-                env.timeout(free[i] - env.now).callbacks.append(lambda _e, p=plan, box=nxt: box.put(p))
+                env.timeout(free[i] - env.now).callbacks.append(lambda _e, p=plan, j=i + 1: self._put(j, p))
             else:
                 if self.track_tokens and plan.num_samples:
                     self._tokens_out(plan)
-                env.timeout(cost.return_time(plan.num_reqs)).callbacks.append(lambda _e, p=plan: self._finish(p))
+                if (self.defer_outputs and plan.step_id + self.defer_outputs > self.last_arrived
+                        and plan.step_id not in self.awaited):
+                    self.held[plan.step_id] = plan  # sent at the last rank's iteration step + d
+                else:
+                    self._send_output(plan)

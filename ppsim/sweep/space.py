@@ -14,7 +14,8 @@ false}, ...]`` varies a policy together with its knobs. ``num_gpus`` is not a sc
 keeps only configurations whose ``pp x tp`` is one of the listed counts. ``chunk_size`` is vLLM's
 chunked-prefill chunk, which in V1 is the per-step token budget ``max_num_batched_tokens``
 (``vllm/v1/core/sched/scheduler.py``: a prefill takes ``min(num_new_tokens, token_budget)``); it
-also sets SGLang's ``engine.chunked_prefill_size`` so one axis means the chunk for every policy.
+sets SGLang's ``engine.chunked_prefill_size`` instead for ``sglang-ring``, so one axis means the chunk
+for every policy.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ppsim.config import EngineConfig, Scenario, _merge, format_validation_error
+from ppsim.config import Scenario, _merge, format_validation_error
 from ppsim.errors import PPSimError
 from ppsim.fileio import read_mapping
 
@@ -50,6 +51,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
     "chunk_size": ("engine", "max_num_batched_tokens"),
     "pp_throttle": ("engine", "pp_throttle"),
+    "max_prefill_tokens": ("engine", "max_prefill_tokens"),
+    "chunked_prefill_size": ("engine", "chunked_prefill_size"),
+    "max_batch_size": ("engine", "max_batch_size"),
     "scheduler": ("engine",),
     "engine": ("engine",),
     "cluster": ("cluster",),
@@ -206,6 +210,18 @@ def parse_space(data: dict[str, Any], default_name: str = "sweep") -> SweepSpace
     return SweepSpace(name, base, axes, slo, search, gpus, configs, filtered)
 
 
+def _chunk_knob(data: dict[str, Any]) -> dict[str, Any]:
+    """``chunk_size`` sets the chunk of the configuration's policy: vLLM's (and TRT-LLM's) step budget,
+    SGLang's ``chunked_prefill_size`` (whose prefill batches ``max_num_batched_tokens`` does not bound)."""
+    eng = data.get("engine")
+    if isinstance(eng, dict) and eng.get("policy") == "sglang-ring" and "max_num_batched_tokens" in eng:
+        eng = dict(eng)
+        v = eng.pop("max_num_batched_tokens")
+        eng.setdefault("chunked_prefill_size", v)
+        data = {**data, "engine": eng}
+    return data
+
+
 def expand(base: dict[str, Any], axes: dict[str, list[Any]], gpus: tuple[int, ...] | None) -> tuple[list[Config], int]:
     """Every combination of axis values as a validated scenario; ``num_gpus`` filters by pp x tp."""
     keys = list(axes)
@@ -215,8 +231,8 @@ def expand(base: dict[str, Any], axes: dict[str, list[Any]], gpus: tuple[int, ..
         data = json.loads(json.dumps(base))
         for k, v in zip(keys, combo, strict=True):
             data = _merge(data, _nested(axis_path(k), v))
-            if k == "chunk_size" and "chunked_prefill_size" in EngineConfig.model_fields:
-                data = _merge(data, {"engine": {"chunked_prefill_size": v}})
+        if "chunk_size" in keys:
+            data = _chunk_knob(data)
         # a placeholder rate: the search sets the real one
         data = _merge(data, {"workload": {"request_rate": 1.0}})
         try:
