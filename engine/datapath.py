@@ -48,7 +48,9 @@ class RingSender:
         self.held: dict[int, torch.Tensor] = {}  # step -> tokens, done here and not sent yet
         self.awaited: set[int] = set()  # steps the core waits for: sent as soon as done
         self.last_arrived = -1  # newest step whose inputs reached this rank
+        self.last_sampled = -1  # newest step done here (steps finish in launch order)
         self.works: deque[tuple[Any, torch.Tensor]] = deque()
+        self.stats = {"outputs_deferred": 0, "outputs_sent_on_flush": 0}  # reported to the core at the end
 
     def arrived(self, step_id: int) -> None:
         """Step ``step_id`` reached the last rank: outputs ``defer`` iterations older leave now."""
@@ -59,8 +61,10 @@ class RingSender:
 
     def sampled(self, step_id: int, toks: list[int]) -> None:
         buf = _tokens_buffer(toks, self.wire)
+        self.last_sampled = step_id
         if self.defer and step_id + self.defer > self.last_arrived and step_id not in self.awaited:
             self.held[step_id] = buf
+            self.stats["outputs_deferred"] += 1
         else:
             self.awaited.discard(step_id)
             self._send(step_id, buf)
@@ -70,7 +74,8 @@ class RingSender:
         buf = self.held.pop(step_id, None)
         if buf is not None:
             self._send(step_id, buf)
-        else:
+            self.stats["outputs_sent_on_flush"] += 1
+        elif step_id > self.last_sampled:  # not done yet (an older one not held was sent already)
             self.awaited.add(step_id)
 
     def _send(self, step_id: int, buf: torch.Tensor) -> None:

@@ -101,6 +101,7 @@ class EngineExecutor:
         # the core forwards sampled tokens to the first stage only on vLLM V1's path (MRV2 broadcasts them)
         self.forward_sampled = self.async_tokens and self.path.token_path == "core"
         self.returned_by: dict[int, int] = {}  # rank -> micro-batches whose tokens it handed to the core
+        self.stage_stats: dict[str, int] = {}  # counters the stages report (the ring's deferred outputs)
         self.num_forwarded = 0  # sampled-token messages the core forwarded to the first stage
         self.flushed: set[int] = set()  # deferred ring return: steps the last stage was told the core waits for
         self.sampled_by: dict[tuple[int, int, int], int] = {}
@@ -148,6 +149,8 @@ class EngineExecutor:
                 self.num_forwarded += 1
             self.in_flight -= 1
             self.last_progress = self.now()
+        elif msg[0] == "stats":  # a stage's data-path counters, at the end
+            self.stage_stats.update(msg[2])
         elif msg[0] == "ops":
             self.stage_times[msg[1]].extend(msg[2])
 
@@ -271,6 +274,6 @@ class EngineExecutor:
             self.scheduler.num_preemptions, self.pool.peak_used, self.pool.num_used, self.now(), fault,
             {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched),
              "data_path": dataclasses.asdict(self.path), "outputs_returned_by_rank": self.returned_by,
-             "sampled_forwarded_by_core": self.num_forwarded}, self.series,
+             "sampled_forwarded_by_core": self.num_forwarded, **self.stage_stats}, self.series,
             self.driver.launched or [],
         )

@@ -268,6 +268,8 @@ class Stage:
         for part in (self.ring_out, self.bcast, self.ring_in):
             if part is not None:
                 part.close()
+        if self.ring_out is not None:
+            self.results.put(("stats", self.cfg.rank, self.ring_out.stats))
         self.flush()
 
 

@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 from engine.run import run_engine  # noqa: E402
 from ppsim.config import build_scenario, step_budget_fields  # noqa: E402
@@ -64,6 +64,8 @@ def check_token_path(run, s) -> None:
     assert run.info["outputs_returned_by_rank"] == {returner: run.info["num_steps_launched"]}
     if policy == "vllm-mrv2":  # placeholders are filled from the last rank's broadcast, never from the core
         assert run.info["sampled_forwarded_by_core"] == 0
+    if policy == "sglang-ring" and not s.engine.pp_async_batch_depth:  # no deferral: every output leaves at once
+        assert run.info["outputs_deferred"] == 0
 
 
 def token_schedule(rows: list[dict[str, str]]) -> dict[int, list[tuple[int, int]]]:
@@ -103,3 +105,28 @@ def test_polling_policies_give_every_request_the_simulators_token_schedule(tmp_p
     assert len(want) == 6 and all(len(v) > 1 for v in want.values())
     assert token_schedule(eng) == want
     assert sum(int(r["tokens"]) for r in eng) == sum(int(r["tokens"]) for r in sim)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2])
+def test_last_rank_defers_the_output_send_by_depth_iterations(monkeypatch, depth):
+    """The engine's side of the simulator's ``defer_outputs`` (same scenario as the simulator's test in
+    tests/test_sglang_ring.py): step b's outputs leave when step b + d reaches the last rank, or when
+    the core waits for b; what is held at the end leaves at the end."""
+    from engine.datapath import RingSender
+
+    sent: list[int] = []
+    ring = RingSender(torch.device("cpu"), depth, timeout_s=1.0)
+    monkeypatch.setattr(ring, "_send", lambda step, _buf: sent.append(step))
+    for step in range(3):  # each step reaches the last rank and finishes before the next arrives
+        ring.arrived(step)
+        ring.sampled(step, [7])
+    assert sent == list(range(3 - depth))
+    ring.flush(2)  # the core waits for the newest step
+    if depth:
+        assert sent[-1] == 2 and ring.stats == {"outputs_deferred": 3, "outputs_sent_on_flush": 1}
+    ring.flush(9)  # the core waits for a step not yet done: it leaves as soon as it is
+    ring.arrived(9)
+    ring.sampled(9, [7])
+    assert sent[-1] == 9 and not ring.awaited
+    ring.close()
+    assert sorted(sent) == [0, 1, 2, 9]
