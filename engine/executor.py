@@ -71,7 +71,7 @@ class EngineExecutor:
     """The live engine's backend for :class:`ppsim.driver.Driver`: real stage processes, wall-clock time."""
 
     def __init__(self, prep: Prepared, group: StageGroup, prompts: dict[int, list[int]], stage_timeout_s: float,
-                 clock_offsets: list[float]) -> None:
+                 clock_offsets: list[float], path: DataPath | None = None) -> None:
         self.prep, self.group, self.prompts = prep, group, prompts
         self.stage_timeout_s = stage_timeout_s
         self.offsets = clock_offsets  # add to a stage's perf_counter reading to get this process's
@@ -96,7 +96,7 @@ class EngineExecutor:
         self.core_ops: list[OpRecord] = []
         self.aborts: list[tuple[float, int]] = []  # heap of (abort time, request id) of sent requests
         # async scheduling: (request, epoch, position) -> step that samples the token at that position
-        self.path = data_path(prep)
+        self.path = path if path is not None else data_path(prep)  # what the stages were started with
         self.async_tokens = bool(getattr(self.scheduler.limits, "async_placeholders", False))
         # the core forwards sampled tokens to the first stage only on vLLM V1's path (MRV2 broadcasts them)
         self.forward_sampled = self.async_tokens and self.path.token_path == "core"

@@ -31,6 +31,7 @@ from engine.checkpoint import has_checkpoint
 from engine.executor import EngineExecutor, EngineResult, data_path
 from engine.kvcache import PagedKVCache
 from engine.launcher import StageFault, StageGroup, init_method
+from engine.transport import DataPath
 from engine.worker import StageConfig
 from ppsim.config import Scenario, scenario_json
 from ppsim.deployment import Prepared, kv_figures, prepare
@@ -67,6 +68,10 @@ class EngineOptions(BaseModel):
     warm_tokens: int = Field(default=256, ge=1, description="tokens in the warm-up step")
     # testing the fault path: "kill:STAGE:STEP" (stage exits) or "stall:STAGE:STEP" (stage stops)
     inject_fault: str | None = None
+    # "policy": the policy's own sends and sampled-token route (engine/datapath.py); "vllm-v1": every
+    # policy on vLLM V1's (wait on the previous send, tokens back through the engine core), to measure
+    # what the policy's own path changes
+    data_path: Literal["policy", "vllm-v1"] = "policy"
 
 
 class Terminated(KeyboardInterrupt):
@@ -149,7 +154,7 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
                     s.engine.block_size, s.seed, ckpt, opts.backend, opts.device, opts.threads_per_stage,
                     opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S,
                     min(opts.warm_tokens, s.engine.step_token_budget), router_zipf=s.moe_router_zipf,
-                    path=data_path(prep))
+                    path=data_path(prep) if opts.data_path == "policy" else DataPath())
         for st in prep.topology.stages
     ]
 
@@ -228,7 +233,7 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
         if log:
             log(f"engine: {len(cfgs)} stages ready in {info['startup_s']:.1f} s (pids {info['stage_pids']}), "
                 f"KV {prep.num_blocks} blocks, stage timeout {timeout:.1f} s")
-        ex = EngineExecutor(prep, group, prompts, timeout, offsets)
+        ex = EngineExecutor(prep, group, prompts, timeout, offsets, cfgs[0].path)
         try:
             ex.run()
             group.stop(ex.on_message, timeout)
