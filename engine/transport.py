@@ -4,14 +4,18 @@
   (vLLM broadcasts its ``SchedulerOutput`` to all workers over a shared-memory queue). Only the
   first stage gets token ids; every stage gets positions and block tables through the items.
 * Engine core -> first stage, only for policies that schedule a decode before its input token is
-  back (``vllm-async``, ``vllm-mrv2``: the plan lists ``deps``): every returned step's sampled
-  tokens as a :class:`SampledMsg`; the first stage fills the plan's ``holes`` from them, as vLLM's
-  model runner fills placeholders from the previous step's sampled token ids.
+  back and whose tokens reach stage 0 through the core (``vllm-async``): every returned step's
+  sampled tokens as a :class:`SampledMsg`; the first stage fills the plan's ``holes`` from them, as
+  vLLM's model runner fills placeholders from the previous step's sampled token ids. (``vllm-mrv2``
+  fills them from the last rank's broadcast instead, :mod:`engine.datapath`.)
+* Engine core -> last stage, SGLang's deferred ring return only: :class:`Flush` (the core waits for
+  a step whose outputs the last rank may still hold).
 * Stage i -> stage i + 1: ``hidden_states`` and ``residual`` with ``torch.distributed`` isend /
   irecv (vLLM ``IntermediateTensors`` over ``get_pp_group().send_tensor_dict``). A receiver posts
   its irecv as soon as it knows a micro-batch's size (from the control message), before compute
   needs it; a sender waits on its previous send before the next compute (vLLM waits on
-  ``_pp_send_work``). Tags carry the step id, so matching does not rely on ordering.
+  ``_pp_send_work``), or only before the next send (:class:`DataPath` ``overlap_sends``: SGLang,
+  TensorRT-LLM). Tags carry the step id and what is sent, so matching does not rely on ordering.
 * Every stage -> engine core: tuples on one result queue: ``("ready", rank, clock_s, warm_s)``,
   ``("tokens", step_id, req_ids, token_ids, rank)`` from the last stage (from rank 0 on a ring return,
   :mod:`engine.datapath`), ``("ops", rank, [StageTimes])``,

@@ -4,7 +4,9 @@ The loop mirrors a vLLM PP worker's ``execute_model``: take the next control mes
 order), make sure the previous stage's ``hidden_states``/``residual`` have arrived, run this
 stage's layers over the whole micro-batch, then either isend the pair downstream or (last stage)
 sample greedily and return the tokens to the engine core. Receives for control messages already
-queued are posted before the current compute, so transfers overlap it.
+queued are posted before the current compute, so transfers overlap it. The policy's own data path
+(:class:`engine.transport.DataPath`: overlapped sends, the ring return to rank 0, MRV2's token
+broadcast, SGLang's deferred output send) is set up in :meth:`Stage._data_path` (:mod:`engine.datapath`).
 
 Stages hold no request state and make no decisions. Every wait has a timeout or is ended by the
 driver (SIGTERM, then SIGKILL); a stage also dies with its parent (``PR_SET_PDEATHSIG``) and
