@@ -78,15 +78,16 @@ def token_schedule(rows: list[dict[str, str]]) -> dict[int, list[tuple[int, int]
     return dict(out)
 
 
-@pytest.mark.parametrize("policy, engine", [
-    ("vllm-sync", {}),
-    ("sglang-ring", {}),
-    ("sglang-ring", {"pp_async_batch_depth": 1}),
-    ("trtllm-slots", {}),
-    ("llamacpp", {"llamacpp_ubatch_tokens": 16}),
+@pytest.mark.parametrize("policy, pp, engine", [
+    ("vllm-sync", 2, {}),
+    ("sglang-ring", 2, {}),
+    ("sglang-ring", 2, {"pp_async_batch_depth": 1}),
+    ("sglang-ring", 3, {"pp_async_batch_depth": 2}),  # a middle stage; outputs held two iterations
+    ("trtllm-slots", 2, {}),
+    ("llamacpp", 2, {"llamacpp_ubatch_tokens": 16}),
 ])
-def test_engine_launches_the_simulators_plans(tmp_path, policy, engine):
-    sim, eng = both(scenario(policy, **engine), tmp_path)
+def test_engine_launches_the_simulators_plans(tmp_path, policy, pp, engine):
+    sim, eng = both(scenario(policy, pp, **engine), tmp_path)
     assert sim, "no plan launched"
     chunked = [req for req, items in token_schedule(sim).items() if any(st > 0 and n > 1 for st, n in items)]
     assert chunked, "no prompt was split over steps: the workload does not test chunking"
@@ -97,6 +98,7 @@ def test_engine_launches_the_simulators_plans(tmp_path, policy, engine):
     ("vllm-batch-queue", 2, {}),
     ("vllm-mrv2", 2, {}),
     ("vllm-mrv2", 2, {"pp_broadcast": "serialized"}),
+    ("vllm-mrv2", 3, {}),  # a middle stage joins every broadcast
     ("vllm-async", 1, {}),
 ])
 def test_polling_policies_give_every_request_the_simulators_token_schedule(tmp_path, policy, pp, engine):
