@@ -130,7 +130,8 @@ class TokenBroadcast:
         self.timeout = timedelta(seconds=timeout_s)
         # every rank creates the group, in the same order (a collective); serialized: the p2p group
         self.group = None if serialized else dist.new_group(list(range(world)), timeout=self.timeout)
-        self.posted: deque[tuple[int, list[int], Any, torch.Tensor]] = deque()
+        self.posted: deque[tuple[int, list[int], Any, torch.Tensor]] = deque()  # joined, not yet read
+        self.sent: deque[tuple[Any, torch.Tensor]] = deque()  # the last rank's, until complete
 
     def post(self, step_id: int, req_ids: list[int]) -> Any:
         """A receiving rank joins ``step_id``'s broadcast (every rank in launch order); returns its work."""
@@ -141,8 +142,12 @@ class TokenBroadcast:
 
     def send(self, toks: list[int]) -> tuple[Any, torch.Tensor]:
         """The last rank broadcasts a step's tokens; returns the work (a serialized one holds the channel)."""
+        while self.sent and self.sent[0][0].is_completed():
+            self.sent.popleft()
         buf = _tokens_buffer(toks, self.wire)
-        return dist.broadcast(buf, src=self.src, group=self.group, async_op=True), buf
+        work = dist.broadcast(buf, src=self.src, group=self.group, async_op=True)
+        self.sent.append((work, buf))
+        return work, buf
 
     def next_tokens(self) -> tuple[int, dict[int, int]]:
         """Wait for the oldest posted broadcast: (step id, request id -> token)."""
@@ -150,11 +155,15 @@ class TokenBroadcast:
         work.wait(self.timeout)
         return step_id, dict(zip(req_ids, buf[: len(req_ids)].tolist(), strict=True))
 
-    def drop_done(self) -> None:
-        """A rank that needs no tokens (a middle stage) releases the broadcasts already complete."""
+    def done(self) -> list[tuple[int, dict[int, int]]]:
+        """The broadcasts already complete, oldest first, without waiting (read each step, so none piles up)."""
+        out = []
         while self.posted and self.posted[0][2].is_completed():
-            self.posted.popleft()
+            out.append(self.next_tokens())
+        return out
 
     def close(self) -> None:
         while self.posted:
             self.posted.popleft()[2].wait(self.timeout)
+        while self.sent:
+            self.sent.popleft()[0].wait(self.timeout)

@@ -190,8 +190,9 @@ class Stage:
         """A serialized broadcast is joined after this rank's own send of the step, holding its channel."""
         if self.bcast.serialized and any(it.samples for it in msg.items):
             self.link.hold_channel(*self.bcast.post(msg.step_id, _sample_ids(msg)))
-        if not self.is_first:
-            self.bcast.drop_done()
+        for step, got in self.bcast.done():  # middle ranks need none of them (stages hold no request state)
+            if self.is_first:
+                self._keep_sampled(step, got.items())
 
     def flush(self) -> None:
         if self.times:
