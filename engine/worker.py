@@ -165,7 +165,10 @@ class Stage:
         if self.is_last:
             self._tokens_out(msg.step_id, req_ids, toks)
             send_start = -1.0
-        else:  # overlapped sends: waits here for the previous send only
+        else:  # overlapped sends: wait here, for the previous send only; the isend is posted after it
+            self.link.wait_sends()
+            self.link.wait_channel()
+            send_start = time.perf_counter()
             self.link.send(msg.step_id, hidden, residual)
             if self.bcast is not None:
                 self._join_broadcast(msg)
