@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 from engine.launcher import StageFault, StageGroup, startup_message  # noqa: E402
 from engine.run import EngineFault, EngineOptions, run_engine  # noqa: E402
 from ppsim.cli import main  # noqa: E402
-from ppsim.config import build_scenario  # noqa: E402
+from ppsim.config import build_scenario, step_budget_fields  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +30,7 @@ FLAGS = ["--model", "tiny", "-pp", "2", "--num-prompts", "6", "--request-rate", 
 def scenario(policy: str = "vllm-batch-queue"):
     return build_scenario(None, {
         "model": "tiny", "cluster": {"pipeline_parallel_size": 2},
-        "engine": {"policy": policy, "max_num_batched_tokens": 64},
+        "engine": {"policy": policy, **step_budget_fields(policy, 64)},
         "workload": {"num_prompts": 6, "request_rate": float("inf"), "random_input_len": 40, "random_output_len": 30},
     })
 
