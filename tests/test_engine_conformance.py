@@ -45,18 +45,20 @@ def actions(path) -> list[dict[str, str]]:
 RING = {"sglang-ring", "trtllm-slots"}  # the last rank returns sampled tokens to rank 0 over the ring
 
 
-def both(s, tmp_path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+def both(tmp_path, policy: str, pp: int, budget: int = 32, **engine):
+    """Simulate and run ``policy``; (simulator's actions, engine's actions)."""
+    s = scenario(policy, pp, budget, **engine)
     run_scenario(s, tmp_path / "sim", save_detailed=True, dashboard=False)
     run = run_engine(s, tmp_path / "engine", dashboard=False)
     assert run.summary["completed"] == len(run.requests) and run.summary["failed"] == 0
-    check_token_path(run, s)
+    check_token_path(run, policy, pp, engine.get("pp_async_batch_depth", 0))
     return actions(tmp_path / "sim"), actions(tmp_path / "engine")
 
 
-def check_token_path(run, s) -> None:
+def check_token_path(run, policy: str, pp: int, depth: int) -> None:
     """The sampled tokens took the policy's own path: who handed them to the core, who fed the first stage."""
-    policy, pp = s.engine.policy, s.cluster.pipeline_parallel_size
     path = run.info["data_path"]
+    assert path["defer_outputs"] == (depth if policy == "sglang-ring" else 0)
     assert path["ring_return"] == (policy in RING)
     assert path["overlap_sends"] == (policy in RING)
     assert path["token_path"] == ("broadcast" if policy == "vllm-mrv2" else "core")
@@ -64,7 +66,7 @@ def check_token_path(run, s) -> None:
     assert run.info["outputs_returned_by_rank"] == {returner: run.info["num_steps_launched"]}
     if policy == "vllm-mrv2":  # placeholders are filled from the last rank's broadcast, never from the core
         assert run.info["sampled_forwarded_by_core"] == 0
-    if policy == "sglang-ring" and not s.engine.pp_async_batch_depth:  # no deferral: every output leaves at once
+    if policy == "sglang-ring" and not depth:  # no deferral: every output leaves at once
         assert run.info["outputs_deferred"] == 0
 
 
@@ -87,7 +89,7 @@ def token_schedule(rows: list[dict[str, str]]) -> dict[int, list[tuple[int, int]
     ("llamacpp", 2, {"llamacpp_ubatch_tokens": 16}),
 ])
 def test_engine_launches_the_simulators_plans(tmp_path, policy, pp, engine):
-    sim, eng = both(scenario(policy, pp, **engine), tmp_path)
+    sim, eng = both(tmp_path, policy, pp, **engine)
     assert sim, "no plan launched"
     chunked = [req for req, items in token_schedule(sim).items() if any(st > 0 and n > 1 for st, n in items)]
     assert chunked, "no prompt was split over steps: the workload does not test chunking"
@@ -102,7 +104,7 @@ def test_engine_launches_the_simulators_plans(tmp_path, policy, pp, engine):
     ("vllm-async", 1, {}),
 ])
 def test_polling_policies_give_every_request_the_simulators_token_schedule(tmp_path, policy, pp, engine):
-    sim, eng = both(scenario(policy, pp, budget=2048, **engine), tmp_path)
+    sim, eng = both(tmp_path, policy, pp, budget=2048, **engine)
     want = token_schedule(sim)
     assert len(want) == 6 and all(len(v) > 1 for v in want.values())
     assert token_schedule(eng) == want
