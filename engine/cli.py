@@ -18,18 +18,9 @@ def add_engine_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("engine", help="run a scenario on the real pipeline-parallel engine (torch.distributed)")
     add_scenario_flags(p)
+    for field, (flag, kwargs) in OPTION_FLAGS.items():
+        p.add_argument(flag, dest=field, **kwargs)
     a = p.add_argument
-    a("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend (default gloo)")
-    a("--device", choices=["cpu", "cuda"], default="cpu", help="where stages compute (default cpu)")
-    a("--threads-per-stage", type=int, default=1, help="torch threads per stage process (default 1)")
-    a("--stage-timeout-s", type=float, default=None,
-      help="declare a stage dead after this long without progress (default 5 s + 4 x a full step)")
-    a("--startup-timeout-s", type=float, default=60.0,
-      help="give up if a stage is not ready (spawned, joined, weights loaded, warmed up) within this (default 60)")
-    a("--kv-blocks", type=int, default=None, help="KV pool size (default: what the workload can hold at once)")
-    a("--max-kv-gib", type=float, default=4.0, help="refuse a larger KV cache per stage (default 4)")
-    a("--checkpoint", default=None, help="HF-layout safetensors directory (default: random weights from --seed)")
-    a("--inject-fault", default=None, help="test the fault path: kill:STAGE:STEP or stall:STAGE:STEP")
     a("--output-dir", default="ppsim-engine-results", help="where results go (default ppsim-engine-results)")
     a("--no-dashboard", action="store_true", help="skip dashboard.png (`ppsim plot` draws it later)")
     p.set_defaults(handler=cmd_engine)
@@ -91,11 +82,29 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-# EngineOptions field -> the flag that sets it, for one-line error messages
-FLAGS = {"backend": "--backend", "device": "--device", "threads_per_stage": "--threads-per-stage",
-         "stage_timeout_s": "--stage-timeout-s", "startup_timeout_s": "--startup-timeout-s",
-         "kv_num_blocks": "--kv-blocks", "max_kv_gib": "--max-kv-gib",
-         "checkpoint": "--checkpoint", "inject_fault": "--inject-fault"}
+# EngineOptions field -> (its flag, argparse settings): the one table of the engine's own flags (the
+# parser and the one-line error messages both read it)
+OPTION_FLAGS: dict[str, tuple[str, dict]] = {
+    "backend": ("--backend", {"choices": ["gloo", "nccl"], "default": "gloo",
+                              "help": "torch.distributed backend (default gloo)"}),
+    "device": ("--device", {"choices": ["cpu", "cuda"], "default": "cpu",
+                            "help": "where stages compute (default cpu)"}),
+    "threads_per_stage": ("--threads-per-stage", {"type": int, "default": 1,
+                                                  "help": "torch threads per stage process (default 1)"}),
+    "stage_timeout_s": ("--stage-timeout-s", {"type": float, "default": None, "help": "declare a stage dead after "
+                                              "this long without progress (default 5 s + 4 x a full step)"}),
+    "startup_timeout_s": ("--startup-timeout-s", {"type": float, "default": 60.0, "help": "give up if a stage is "
+                          "not ready (spawned, joined, weights loaded, warmed up) within this (default 60)"}),
+    "kv_num_blocks": ("--kv-blocks", {"type": int, "default": None,
+                                      "help": "KV pool size (default: what the workload can hold at once)"}),
+    "max_kv_gib": ("--max-kv-gib", {"type": float, "default": 4.0,
+                                    "help": "refuse a larger KV cache per stage (default 4)"}),
+    "checkpoint": ("--checkpoint", {"default": None,
+                                    "help": "HF-layout safetensors directory (default: random weights from --seed)"}),
+    "inject_fault": ("--inject-fault", {"default": None,
+                                        "help": "test the fault path: kill:STAGE:STEP or stall:STAGE:STEP"}),
+}
+FLAGS = {field: flag for field, (flag, _) in OPTION_FLAGS.items()}
 
 
 def engine_options(args: argparse.Namespace):  # noqa: ANN201 - EngineOptions; engine.run imports torch
@@ -107,10 +116,7 @@ def engine_options(args: argparse.Namespace):  # noqa: ANN201 - EngineOptions; e
     from ppsim.errors import PPSimError
 
     try:
-        return EngineOptions(backend=args.backend, device=args.device, threads_per_stage=args.threads_per_stage,
-                             stage_timeout_s=args.stage_timeout_s, startup_timeout_s=args.startup_timeout_s,
-                             kv_num_blocks=args.kv_blocks,
-                             max_kv_gib=args.max_kv_gib, checkpoint=args.checkpoint, inject_fault=args.inject_fault)
+        return EngineOptions(**{field: getattr(args, field) for field in OPTION_FLAGS})
     except ValidationError as err:
         msg = format_validation_error(err)
         field = msg.split(":", 1)[0]

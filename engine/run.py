@@ -225,7 +225,7 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
         warm = [ready[r][1] for r in sorted(ready)]
         budget = s.engine.step_token_budget / cfgs[0].warm_tokens
         timeout = opts.stage_timeout_s or 5.0 + 4.0 * sum(warm) * budget
-        info = {"executor": "engine", "policy": s.engine.policy, "backend": opts.backend, "device": opts.device,
+        info = {"executor": "engine", "policy": s.engine.policy.kind, "backend": opts.backend, "device": opts.device,
                 "threads_per_stage": opts.threads_per_stage, "stage_timeout_s": timeout,
                 "warmup_step_s": warm, "clock_offsets_s": offsets, "kv_num_blocks": prep.num_blocks,
                 "kv_num_blocks_simulator": prep0.num_blocks, "checkpoint": cfgs[0].checkpoint,

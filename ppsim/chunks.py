@@ -99,8 +99,8 @@ def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - Ch
 
     prep = prepare(scenario, requests=[])
     stage0 = prep.topology.stages[0]
-    c = scenario.engine.chunked_prefill_size
-    if args.refined or scenario.engine.dynamic_chunking_form == "refined":
+    c = scenario.engine.policy.chunked_prefill_size
+    if args.refined or scenario.engine.policy.dynamic_chunking_form == "refined":
         return fit_refined_from_cost(prep.cost, stage0, c, max(args.prompt_len, c))
     return fit_from_cost(prep.cost, stage0, c)
 
@@ -112,7 +112,7 @@ def cmd_chunk_plan(args: argparse.Namespace) -> int:
     if args.prompt_len is None or not 1 <= args.prompt_len <= MAX_TOKENS:
         raise PPSimError(f"--prompt-len: give the prompt length in tokens, 1 to {MAX_TOKENS}")
     s = sglang_scenario(args)
-    e = s.engine
+    e = s.engine.policy
     model = resolve_model(args, s)
     sizes = chunk_plan(args.prompt_len, e.chunked_prefill_size, model, e.smooth_factor, e.page_size,
                        e.max_prefill_tokens)
@@ -135,10 +135,11 @@ def cmd_chunk_plan(args: argparse.Namespace) -> int:
 def _ttft(scenario: Any, chunk: int, smooth: float | None) -> float:
     from ppsim.run import run_scenario
 
-    eng = scenario.engine.model_copy(update={
-        "policy": "sglang-ring", "chunked_prefill_size": chunk,
+    pol = scenario.engine.policy.model_copy(update={
+        "chunked_prefill_size": chunk,
         "enable_dynamic_chunking": smooth is not None, "smooth_factor": smooth if smooth is not None else 0.75,
     })
+    eng = scenario.engine.model_copy(update={"policy": pol})
     out = run_scenario(scenario.model_copy(update={"engine": eng}))
     if not out.summary["completed"]:
         raise PPSimError("fit-chunks: no request completed (prompts longer than the model's context?); "

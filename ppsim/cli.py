@@ -26,57 +26,6 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
-# flag dest -> path in the scenario
-FLAG_PATHS: dict[str, tuple[str, ...]] = {
-    "model": ("model",),
-    "hardware": ("hardware",),
-    "quantization": ("weight_dtype",),
-    "kv_cache_dtype": ("kv_cache_dtype",),
-    "moe_routing_skew": ("cost", "moe_routing_skew"),
-    "moe_router_zipf": ("moe_router_zipf",),
-    "seed": ("seed",),
-    "pipeline_parallel_size": ("cluster", "pipeline_parallel_size"),
-    "tensor_parallel_size": ("cluster", "tensor_parallel_size"),
-    "layer_partition": ("cluster", "layer_partition"),
-    "link": ("cluster", "link"),
-    "tp_link": ("cluster", "tp_link"),
-    "policy": ("engine", "policy"),
-    "max_num_seqs": ("engine", "max_num_seqs"),
-    "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
-    "max_model_len": ("engine", "max_model_len"),
-    "enable_chunked_prefill": ("engine", "enable_chunked_prefill"),
-    "block_size": ("engine", "block_size"),
-    "gpu_memory_utilization": ("engine", "gpu_memory_utilization"),
-    "pp_throttle": ("engine", "pp_throttle"),
-    "pp_async_batch_depth": ("engine", "pp_async_batch_depth"),
-    "pp_max_micro_batch_size": ("engine", "pp_max_micro_batch_size"),
-    "chunked_prefill_size": ("engine", "chunked_prefill_size"),
-    "max_prefill_tokens": ("engine", "max_prefill_tokens"),
-    "dynamic_chunking_form": ("engine", "dynamic_chunking_form"),
-    "max_batch_size": ("engine", "max_batch_size"),
-    "enable_dynamic_chunking": ("engine", "enable_dynamic_chunking"),
-    "smooth_factor": ("engine", "smooth_factor"),
-    "page_size": ("engine", "page_size"),
-    "mrv2_decode_cap": ("engine", "mrv2_decode_cap"),
-    "pp_broadcast": ("engine", "pp_broadcast"),
-    "trtllm_relay": ("engine", "trtllm_relay"),
-    "llamacpp_ubatch_tokens": ("engine", "llamacpp_ubatch_tokens"),
-    "llamacpp_n_copies": ("engine", "llamacpp_n_copies"),
-    "dp_routing": ("engine", "dp_routing"),
-    "abort_rate": ("workload", "abort_rate"),
-    "abort_window_s": ("workload", "abort_window_s"),
-    "num_prompts": ("workload", "num_prompts"),
-    "request_rate": ("workload", "request_rate"),
-    "burstiness": ("workload", "burstiness"),
-    "max_concurrency": ("workload", "max_concurrency"),
-    "random_input_len": ("workload", "random_input_len"),
-    "random_output_len": ("workload", "random_output_len"),
-    "random_range_ratio": ("workload", "random_range_ratio"),
-    "trace": ("workload", "trace"),
-    "profile": ("cost", "profile_dir"),
-}
-
-
 def _window_s(text: str) -> float:
     v = float(text)
     if not v > 0:
@@ -85,65 +34,20 @@ def _window_s(text: str) -> float:
 
 
 def add_scenario_flags(p: argparse.ArgumentParser) -> None:
-    """The flags shared by ``simulate``, ``engine`` and ``validate`` (vLLM names)."""
-    a = p.add_argument
-    a("--config", help="TOML/YAML/JSON scenario file; flags override it")
-    a("--model", help="preset name (see `ppsim models`) or path to a HF config.json")
-    a("--hardware", help="device preset (see `ppsim hardware`)")
-    a("-q", "--quantization", help="weight dtype: auto (the checkpoint's), bf16, fp8, fp4 (modelopt_fp4)")
-    a("--kv-cache-dtype", help="KV cache dtype: auto (activation dtype), bf16, fp8")
-    a("--moe-routing-skew", type=float, help="MoE: tokens sharing one expert choice (1 = uniform routing)")
-    a("--moe-router-zipf", type=float, help="MoE engine router: expert e's odds x (e+1)^-s (0 = router alone)")
-    a("-pp", "--pipeline-parallel-size", type=int, dest="pipeline_parallel_size")
-    a("-tp", "--tensor-parallel-size", type=int, dest="tensor_parallel_size")
-    a("--layer-partition", help="vllm | last-heavy | counts like 20,20,20,20")
-    a("--link", help="link preset between stages")
-    a("--tp-link", help="link preset inside a stage")
-    a("--policy", help="pipeline policy (default vllm-batch-queue)")
-    a("--max-num-seqs", type=int)
-    a("--max-num-batched-tokens", type=int)
-    a("--max-model-len", type=int, help="prompt + output tokens per request (default: the model's "
-      "max_position_embeddings); longer requests are rejected")
-    a("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=None)
-    a("--block-size", type=int)
-    a("--gpu-memory-utilization", type=float)
-    a("--pp-throttle", action=argparse.BooleanOptionalAction, default=None,
-      help="vllm-batch-queue, vllm-mrv2: the proposed cap of new requests per step at max_num_seqs // pp "
-           "(vLLM has none; default off)")
-    a("--pp-async-batch-depth", type=int, help="sglang-ring: extra micro-batch slots (default 0)")
-    a("--pp-max-micro-batch-size", type=int, help="sglang-ring: requests per micro-batch")
-    a("--chunked-prefill-size", type=int, help="sglang-ring: (initial) prefill chunk, default 8192")
-    a("--max-prefill-tokens", type=int, help="sglang-ring: prefill-batch token budget (SGLang default 16384)")
-    a("--dynamic-chunking-form", choices=["quadratic", "refined"],
-      help="sglang-ring dynamic chunking fit: SGLang's f(l) (default) or the refined t(L, x)")
-    a("--enable-dynamic-chunking", action=argparse.BooleanOptionalAction, default=None)
-    a("--smooth-factor", type=float, help="dynamic chunking smoothing (default 0.75)")
-    a("--page-size", type=int, help="sglang-ring: KV page size (chunk alignment max(page, 64))")
-    a("--mrv2-decode-cap", action=argparse.BooleanOptionalAction, default=None,
-      help="vllm-mrv2: at most ceil(max_num_seqs / pp) decodes per step")
-    a("--pp-broadcast", choices=["overlapped", "serialized"], help="vllm-mrv2 sampled-token broadcast")
-    a("--max-batch-size", type=int, help="trtllm-slots: requests per micro-batch (TRT-LLM default 2048)")
-    a("--trtllm-relay", choices=["sync", "async"], help="trtllm-slots sample-state relay (default sync)")
-    a("--llamacpp-ubatch-tokens", type=int, help="llamacpp: n_ubatch (default 512)")
-    a("--llamacpp-n-copies", type=int, help="llamacpp: pipeline buffer copies (default 4)")
-    a("--dp-routing", choices=["round-robin", "least-loaded"], help="no-pp: request router")
-    a("--abort-rate", type=float, help="fraction of requests cancelled mid-prefill or mid-decode (seeded)")
-    a("--abort-window-s", type=float, help="time-based aborts fall within this many seconds of arrival")
-    a("--num-prompts", type=int)
-    a("--request-rate", type=float, help="requests/s; inf sends all at once")
-    a("--burstiness", type=float)
-    a("--max-concurrency", type=int)
-    a("--random-input-len", type=int)
-    a("--random-output-len", type=int)
-    a("--random-range-ratio", type=float)
-    a("--trace", help="CSV trace: arrival_s,input_tokens,output_tokens")
-    a("--profile", help="calibration artifact directory (profiled cost model)")
-    a("--seed", type=int)
+    """The flags shared by ``simulate``, ``engine``, ``validate`` and the chunk commands: one per scenario
+    field, generated from the config and the table of the engines' flag names (:mod:`ppsim.flags`)."""
+    from ppsim.flags import flag_specs
+
+    p.add_argument("--config", help="TOML/YAML/JSON scenario file; flags override it")
+    for f in flag_specs():
+        p.add_argument(*f.flags, dest=f.dest, **f.kwargs)
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    from ppsim.flags import flag_paths
+
     out: dict[str, Any] = {}
-    for dest, path in FLAG_PATHS.items():
+    for dest, path in flag_paths().items():
         v = getattr(args, dest, None)
         if v is None:
             continue

@@ -14,18 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ppsim.errors import PPSimError
 from ppsim.fileio import read_mapping
 from ppsim.hardware.presets import DeviceSpec, LinkSpec, resolve_device
-
-PolicyName = Literal[
-    "vllm-sync",
-    "vllm-batch-queue",
-    "vllm-async",
-    "vllm-mrv2",
-    "sglang-ring",
-    "trtllm-slots",
-    "llamacpp",
-    "no-pp",
-]
-
+from ppsim.policies import (  # noqa: F401 - POLICY_KNOBS re-exported (tests, tools)
+    DEFAULT_POLICY,
+    POLICIES,
+    POLICY_KNOBS,
+    PolicyConfig,
+    VllmBatchQueue,
+    policy_table,
+)
 
 # Bounds on what would otherwise be unbounded (a typo of a few zeros must not allocate terabytes):
 MAX_NUM_PROMPTS = 10_000_000  # requests in one run
@@ -39,52 +35,7 @@ class _Frozen(BaseModel):
 
 def step_budget_fields(policy: str, tokens: int) -> dict[str, int]:
     """The engine fields that give ``policy`` a per-step token budget of ``tokens`` (SGLang's are its own)."""
-    if policy == "sglang-ring":
-        return {"chunked_prefill_size": tokens, "max_prefill_tokens": tokens}
-    return {"max_num_batched_tokens": tokens}
-
-
-def vllm_batch_defaults(device: DeviceSpec) -> tuple[int, int]:
-    """``vllm serve``'s (max_num_seqs, max_num_batched_tokens): ``vllm/engine/arg_utils.py::
-    EngineArgs.get_batch_defaults``, OPENAI_API_SERVER context: (1024, 8192) on a GPU of >= 70 GiB that
-    is not an A100, else (256, 2048)."""
-    big = device.memory_gib >= 70 and "a100" not in device.name.lower()
-    return (1024, 8192) if big else (256, 2048)
-
-
-TRTLLM_MAX_NUM_TOKENS = 8192  # tensorrt_llm/llmapi/llm_args.py::BaseLlmArgs.max_num_tokens
-LLAMACPP_N_BATCH = 2048  # llama.cpp common/common.h: common_params.n_batch
-
-
-def policy_defaults(e: EngineConfig, device: DeviceSpec, pp: int) -> dict[str, Any]:
-    """The engine's own value for each ``None`` field of ``e`` (what the real engine would use)."""
-    seqs, tokens = vllm_batch_defaults(device)
-    out: dict[str, Any] = {}
-    if e.policy == "trtllm-slots":  # PyTorchModelEngine.get_max_num_sequences = max_batch_size x pp
-        seqs, tokens = e.max_batch_size * pp, TRTLLM_MAX_NUM_TOKENS
-    elif e.policy == "llamacpp":
-        tokens = LLAMACPP_N_BATCH
-    if e.max_num_seqs is None:
-        out["max_num_seqs"] = seqs  # sglang-ring: stands in for max_running_requests (SGLang sizes it by memory)
-    if e.policy == "sglang-ring":
-        if e.chunked_prefill_size is None:
-            out["chunked_prefill_size"] = sglang_chunked_prefill_size(device.memory_gib)
-    else:
-        if e.max_num_batched_tokens is None:
-            out["max_num_batched_tokens"] = tokens
-        if e.enable_chunked_prefill is None:
-            out["enable_chunked_prefill"] = e.policy != "trtllm-slots"
-    return out
-
-
-def sglang_chunked_prefill_size(memory_gib: float) -> int:
-    """SGLang's ``chunked_prefill_size`` for a GPU (``server_args.py::ServerArgs._handle_gpu_memory_settings``,
-    thresholds on the GPU's memory in MiB): 2048 below 35 GiB, 4096 below 60, 8192 below 160, else 16384."""
-    mib = memory_gib * 1024
-    for limit_gib, chunk in ((35, 2048), (60, 4096), (160, 8192)):
-        if mib < limit_gib * 1024:
-            return chunk
-    return 16384
+    return POLICIES[policy or DEFAULT_POLICY].budget_fields(tokens)
 
 
 class ClusterConfig(_Frozen):
@@ -124,99 +75,31 @@ class CpuOverheads(_Frozen):
     )
 
 
-# Which policies read each policy-specific engine knob (the others refuse a non-default value, see
-# EngineConfig._foreign_knobs). Sources of every default: docs/policies.md.
-NOT_SGLANG = ("vllm-sync", "vllm-batch-queue", "vllm-async", "vllm-mrv2", "trtllm-slots", "llamacpp", "no-pp")
-POLICY_KNOBS: dict[str, tuple[str, ...]] = {
-    "pp_throttle": ("vllm-batch-queue", "vllm-mrv2"),
-    # TensorRT-LLM's max_num_tokens and llama.cpp's n_batch play this part; SGLang has its own budgets
-    "max_num_batched_tokens": NOT_SGLANG,
-    "enable_chunked_prefill": NOT_SGLANG,
-    "pp_async_batch_depth": ("sglang-ring",),
-    "pp_max_micro_batch_size": ("sglang-ring",),
-    "chunked_prefill_size": ("sglang-ring",),
-    "max_prefill_tokens": ("sglang-ring",),
-    "enable_dynamic_chunking": ("sglang-ring",),
-    "smooth_factor": ("sglang-ring",),
-    "page_size": ("sglang-ring",),
-    "dynamic_chunking_coefficients": ("sglang-ring",),
-    "dynamic_chunking_form": ("sglang-ring",),
-    "mrv2_decode_cap": ("vllm-mrv2",),
-    "pp_broadcast": ("vllm-mrv2",),
-    "max_batch_size": ("trtllm-slots",),
-    "trtllm_relay": ("trtllm-slots",),
-    "llamacpp_ubatch_tokens": ("llamacpp",),
-    "llamacpp_n_copies": ("llamacpp",),
-    "dp_routing": ("no-pp",),
-}
-KNOB_HINTS = {("max_num_batched_tokens", "sglang-ring"): "SGLang bounds a prefill batch by --max-prefill-tokens "
-              "and --chunked-prefill-size; give those",
-              ("enable_chunked_prefill", "sglang-ring"): "SGLang chunks prompts by --chunked-prefill-size; give that"}
-
-
 class EngineConfig(_Frozen):
-    policy: PolicyName = "vllm-batch-queue"
-    # None: the engine's own default for the policy and GPU, set by Scenario (see policy_defaults)
+    """The engine settings every policy has, and the policy: one typed object of its own knobs
+    (``ppsim/policies.py``; a table ``[engine.policy]`` with ``kind``, or the older flat form)."""
+
+    policy: PolicyConfig = VllmBatchQueue()
+    # None: the engine's own default for the policy and GPU, set by Scenario (Policy.default_max_num_seqs);
+    # sglang-ring: stands in for max_running_requests (SGLang sizes it by memory)
     max_num_seqs: int | None = Field(default=None, ge=1, description="running requests at most")
-    max_num_batched_tokens: int | None = Field(default=None, ge=1, description="token budget per step")
     # vLLM --max-model-len: prompt + output tokens a request may have; None: the model's max_position_embeddings
     max_model_len: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    # None: the engine's default: on in vLLM V1 (always chunks), off in TensorRT-LLM
-    # (TorchLlmArgs.enable_chunked_prefill = False); SGLang chunks by --chunked-prefill-size instead
-    enable_chunked_prefill: bool | None = None
     block_size: int = Field(default=16, ge=1, description="tokens per KV block (vLLM default 16)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     activation_reserve_gib: float = Field(default=2.0, ge=0, description="per GPU, kept out of the KV pool")
-    # vLLM V1 has no PP throttle (Scheduler.schedule admits up to max_num_seqs); on: the proposed cap of
-    # new admissions per step at max(1, max_num_seqs // pp)
-    pp_throttle: bool = False
-    # sglang-ring (SGLang server_args.py names and defaults; see ppsim/policy/sglang.py)
-    pp_async_batch_depth: int = Field(default=0, ge=0, description="extra micro-batch slots (SGLang default 0)")
-    pp_max_micro_batch_size: int | None = Field(default=None, ge=1, description="None: max(max_num_seqs // pp, 1)")
-    # None: SGLang's default for the GPU's memory (ServerArgs._handle_gpu_memory_settings), set by Scenario
-    chunked_prefill_size: int | None = Field(default=None, ge=1, description="SGLang prefill chunk")
-    max_prefill_tokens: int = Field(default=16384, ge=1, description="SGLang prefill-batch token budget")
-    enable_dynamic_chunking: bool = False  # SGLang --enable-dynamic-chunking
-    smooth_factor: float = Field(default=0.75, ge=0, le=1, description="SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR")
-    page_size: int = Field(default=1, ge=1, description="SGLang --page-size (chunk alignment max(page, 64))")
-    # f(l) = a l^2 + b l + c of one stage's prefill (or a,b,c,gamma of the refined form);
-    # None: fitted from the cost model at start-up
-    dynamic_chunking_coefficients: tuple[float, float, float] | tuple[float, float, float, float] | None = None
-    # quadratic: SGLang's f(l) fit; refined: ppsim's t(L, x) with per-chunk prefix work (ppsim/policy/chunking.py)
-    dynamic_chunking_form: Literal["quadratic", "refined"] = "quadratic"
-    # vllm-mrv2 (ppsim/policy/pipelines.py): cap decodes per step at ceil(max_num_seqs / pp)
-    mrv2_decode_cap: bool = False
-    # vllm-mrv2: sampled-token broadcast on its own NCCL group/stream, or serialized with the p2p sends
-    pp_broadcast: Literal["overlapped", "serialized"] = "overlapped"
-    # trtllm-slots: requests per micro-batch (TRT-LLM --max_batch_size, default 2048); at most
-    # max_batch_size x pp requests in flight
-    max_batch_size: int = Field(default=2048, ge=1, description="TRT-LLM requests per micro-batch")
-    # trtllm-slots: sample state relayed inline on the executor thread (TRT-LLM default) or a relay thread
-    trtllm_relay: Literal["sync", "async"] = "sync"
-    llamacpp_ubatch_tokens: int = Field(default=512, ge=1, description="llama.cpp -ub (n_ubatch, default 512)")
-    llamacpp_n_copies: int = Field(default=4, ge=1, description="GGML_SCHED_MAX_COPIES pipeline buffer copies")
-    dp_routing: Literal["round-robin", "least-loaded"] = "round-robin"  # no-pp: request router
     cpu: CpuOverheads = CpuOverheads()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _policy_table(cls, data: Any) -> Any:
+        """The policy as a table of its own knobs: a name or the flat form is mapped, a foreign knob refused."""
+        return policy_table(data) if isinstance(data, dict) else data
 
     @property
     def step_token_budget(self) -> int:
         """Tokens one step may take: ``max_num_batched_tokens``, or SGLang's prefill budget."""
-        if self.max_num_batched_tokens is not None:
-            return self.max_num_batched_tokens
-        return min(self.chunked_prefill_size or self.max_prefill_tokens, self.max_prefill_tokens)
-
-    @model_validator(mode="after")
-    def _foreign_knobs(self) -> EngineConfig:
-        """A knob another policy reads, set away from its default, would be ignored: refuse it."""
-        fields = type(self).model_fields
-        for name, owners in POLICY_KNOBS.items():
-            value = getattr(self, name)
-            if self.policy not in owners and value != fields[name].default:
-                flag = "--" + name.replace("_", "-")
-                hint = KNOB_HINTS.get((name, self.policy), f"drop it or use --policy {owners[0]}")
-                whose = " and ".join(owners) if len(owners) <= 2 else "the other policies"
-                raise ValueError(f"{flag} is not a knob of {self.policy} (it is of {whose}); {hint}")
-        return self
+        return self.policy.step_token_budget
 
 
 class CostConfig(_Frozen):
@@ -291,15 +174,19 @@ class Scenario(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
-        fill = policy_defaults(self.engine, resolve_device(self.hardware), self.cluster.pipeline_parallel_size)
-        if fill:
-            return self.model_copy(update={"engine": self.engine.model_copy(update=fill)})._check()
-        if self.engine.step_token_budget < self.engine.block_size:
+        e, pp = self.engine, self.cluster.pipeline_parallel_size
+        device = resolve_device(self.hardware)
+        fill = e.policy.fill_defaults(device, pp)
+        if fill or e.max_num_seqs is None:
+            pol = e.policy.model_copy(update=fill)
+            seqs = e.max_num_seqs or pol.default_max_num_seqs(device, pp)
+            eng = e.model_copy(update={"policy": pol, "max_num_seqs": seqs})
+            return self.model_copy(update={"engine": eng})._check()
+        if e.step_token_budget < e.block_size:
             raise ValueError("engine.max_num_batched_tokens must be >= engine.block_size")
-        if self.engine.policy == "vllm-async" and self.cluster.pipeline_parallel_size > 1:
-            # vllm/config/vllm.py::VllmConfig.max_concurrent_batches: async + PP gets pp + 1 only with the V2 runner
-            raise ValueError("vllm-async is vLLM's V1 model runner, which runs async scheduling only at "
-                             "pipeline_parallel_size 1; use --policy vllm-mrv2 for async scheduling with PP")
+        why = e.policy.check(pp)
+        if why:
+            raise ValueError(why)
         return self
 
 
@@ -318,7 +205,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 UNION_PREFIXES = ("function-", "literal[", "list[")  # pydantic's names for union branches in a loc
-UNION_NAMES = {"str", "int", "float", "DeviceSpec", "LinkSpec"}
+UNION_NAMES = {"str", "int", "float", "DeviceSpec", "LinkSpec", *POLICIES}  # policy kinds: the union's tags
 
 
 def format_validation_error(err: ValidationError) -> str:

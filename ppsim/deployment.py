@@ -16,7 +16,6 @@ from ppsim.cost.analytic import AnalyticCost
 from ppsim.cost.base import CostModel, StageSpec
 from ppsim.cost.chunk_fit import sglang_knobs
 from ppsim.cost.memory import StageMemory, pipeline_blocks, stage_memory
-from ppsim.cost.ring import RingReturnCost
 from ppsim.errors import PPSimError
 from ppsim.hardware.presets import DeviceSpec, resolve_device, resolve_link
 from ppsim.models.partition import layer_ranges, partition_layers
@@ -75,25 +74,14 @@ class Prepared:
             object.__setattr__(self, "requests", as_workload(self.requests))
 
     def knobs(self) -> PolicyKnobs:
+        """The policy's knobs resolved for the pure engine core, with its pipeline options."""
         e = self.scenario.engine
-        return PolicyKnobs(
-            policy=e.policy,
-            pp=len(self.topology.stages),
-            max_num_seqs=e.max_num_seqs,
-            max_num_batched_tokens=e.step_token_budget,
-            enable_chunked_prefill=e.enable_chunked_prefill is not False,
-            pp_throttle=e.pp_throttle,
-            max_model_len=self.max_model_len,
-            sglang=sglang_knobs(e, self.cost, self.topology.stages[0], self.requests.max_prompt_len())
-            if e.policy == "sglang-ring" else None,
-            mrv2_decode_cap=e.mrv2_decode_cap,
-            pp_broadcast=e.pp_broadcast,
-            trtllm_relay=e.trtllm_relay,
-            max_batch_size=e.max_batch_size,
-            llamacpp_ubatch_tokens=e.llamacpp_ubatch_tokens,
-            llamacpp_n_copies=e.llamacpp_n_copies,
-            dp_routing=e.dp_routing,
-        )
+        pol = e.policy
+        extra = pol.knob_values()
+        if pol.kind == "sglang-ring":  # dynamic chunking is fitted to this deployment's cost model
+            extra["sglang"] = sglang_knobs(pol, self.cost, self.topology.stages[0], self.requests.max_prompt_len())
+        return PolicyKnobs(policy=pol.kind, pp=len(self.topology.stages), max_num_seqs=e.max_num_seqs,
+                           max_model_len=self.max_model_len, pipe=pol.pipe_options(), **extra)
 
     @property
     def max_model_len(self) -> int:
@@ -127,11 +115,12 @@ def check_tensor_parallel(shape: ModelShape, tp: int) -> None:
 
 def check_prompt_budget(s: Scenario, requests: Workload) -> None:
     """Without chunked prefill a prompt must fit one step's token budget (vLLM refuses such a config)."""
-    if s.engine.enable_chunked_prefill is not False or not len(requests):
+    if s.engine.policy.chunks_prompts or not len(requests):
         return
     longest = requests.max_prompt_len()
-    if longest > s.engine.max_num_batched_tokens:
-        raise PPSimError(f"engine.max_num_batched_tokens: {s.engine.max_num_batched_tokens} is below a "
+    budget = s.engine.step_token_budget
+    if longest > budget:
+        raise PPSimError(f"engine.max_num_batched_tokens: {budget} is below a "
                          f"{longest}-token prompt with chunked prefill disabled; raise it or enable chunked prefill")
 
 
@@ -149,11 +138,7 @@ def prepare(s: Scenario, requests: Workload | Iterable[Request] | None = None) -
         stage_memory(shape, st, device.memory_gib, e.gpu_memory_utilization, e.activation_reserve_gib, e.block_size)
         for st in topo.stages
     )
-    cost = build_cost(s, shape, device)
-    if e.policy == "sglang-ring":  # outputs return over the ring: one hop plus the last rank's post-processing
-        cost = RingReturnCost(cost, e.cpu.update_us, e.cpu.update_per_req_us, e.pp_async_batch_depth)
-    elif e.policy == "trtllm-slots":  # the sample-state ring: one hop to rank 0, then forwarded inline (sync)
-        cost = RingReturnCost(cost, 0.0, 0.0, depth=1)
+    cost = e.policy.return_cost(build_cost(s, shape, device), e.cpu)  # the policy's return path
     reqs = as_workload(requests) if requests is not None else build_workload(s.workload, s.seed)
     check_prompt_budget(s, reqs)
     return Prepared(s, shape, device, topo, mem, pipeline_blocks(list(mem)), cost, reqs)

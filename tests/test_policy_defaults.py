@@ -10,6 +10,7 @@ from ppsim.cost.chunk_fit import fit_from_cost, fit_refined_from_cost, sglang_kn
 from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
 from ppsim.models.shape import list_presets
+from ppsim.policies import POLICIES
 from ppsim.policy.chunking import chunk_plan
 from ppsim.run import run_scenario
 
@@ -29,10 +30,13 @@ def test_a_knob_of_another_policy_is_refused_in_one_line(argv, owner, capsys):
     assert owner in err and err.count("\n") == 1
 
 
-def test_every_policy_knob_is_an_engine_field_and_its_defaults_validate():
-    assert set(POLICY_KNOBS) <= set(EngineConfig.model_fields)
-    for policy in ("vllm-sync", "sglang-ring", "trtllm-slots", "llamacpp", "no-pp", "vllm-mrv2"):
-        EngineConfig(policy=policy)  # the defaults of other policies' knobs are never refused
+def test_every_policy_knob_is_a_field_of_its_policies_only_and_their_defaults_validate():
+    for knob, owners in POLICY_KNOBS.items():
+        for kind, typ in POLICIES.items():
+            assert (knob in typ.model_fields) == (kind in owners), (knob, kind)
+    for policy in POLICIES:
+        e = EngineConfig(policy=policy)
+        assert e.policy.kind == policy and e.policy == policy and str(e.policy) == policy
 
 
 @pytest.mark.parametrize("model", list_presets())
@@ -68,7 +72,7 @@ def test_refined_chunk_form_drives_a_simulation():
         over["engine"]["dynamic_chunking_form"] = form
         s = build_scenario(None, over)
         prep = prepare(s)
-        knobs = sglang_knobs(s.engine, prep.cost, prep.topology.stages[0], 7000)
+        knobs = sglang_knobs(s.engine.policy, prep.cost, prep.topology.stages[0], 7000)
         budgets[form] = [knobs.chunk_budget(p) for p in (0, 2048, 4096, 6000)]
         assert run_scenario(s).summary["completed"] == 2
     assert budgets["refined"][0] == budgets["quadratic"][0] == 2048
@@ -84,17 +88,17 @@ def test_dynamic_chunking_form_is_refused_for_a_vllm_policy():
 def test_sglang_chunk_default_follows_the_gpu_memory(hardware, chunk):
     """server_args.py::_handle_gpu_memory_settings: 4096 below 60 GB, 8192 below 160 GB, 16384 above."""
     s = build_scenario(None, {"hardware": hardware, "engine": {"policy": "sglang-ring"}})
-    assert s.engine.chunked_prefill_size == chunk
-    assert s.engine.max_prefill_tokens == 16384 and s.engine.pp_async_batch_depth == 0
+    assert s.engine.policy.chunked_prefill_size == chunk
+    assert s.engine.policy.max_prefill_tokens == 16384 and s.engine.policy.pp_async_batch_depth == 0
     eng = {"policy": "sglang-ring", "chunked_prefill_size": 12288}
     given = build_scenario(None, {"hardware": hardware, "engine": eng})
-    assert given.engine.chunked_prefill_size == 12288
+    assert given.engine.policy.chunked_prefill_size == 12288
 
 
 def test_chunked_prefill_default_is_the_engines():
     """vLLM V1 always chunks; TensorRT-LLM's TorchLlmArgs.enable_chunked_prefill defaults to False."""
     def eng(policy, **kw):
-        return build_scenario(None, {"engine": {"policy": policy, **kw}}).engine
+        return build_scenario(None, {"engine": {"policy": policy, **kw}}).engine.policy
     assert eng("vllm-batch-queue").enable_chunked_prefill is True
     assert eng("trtllm-slots").enable_chunked_prefill is False
     assert eng("trtllm-slots", enable_chunked_prefill=True).enable_chunked_prefill is True

@@ -57,18 +57,18 @@ def check_run(policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt
     for pool in res.pools:
         assert pool.peak_used <= pool.num_blocks
         assert pool.num_used == 0 and pool.holders() == 0
-    # Budgets.
-    throttle = pp_throttle_cap(max_num_seqs, pp) if pp > 1 and engine.get("pp_throttle", False) and policy in (
-        "vllm-batch-queue", "vllm-mrv2") else None
-    ring_cap = micro_batch_cap(max_num_seqs, pp, engine.get("pp_max_micro_batch_size")) \
-        if policy == "sglang-ring" else None
+    # Budgets: each engine's rule, on the knob values the scenario's policy object holds (its defaults
+    # included, read from the object rather than restated here).
+    pol = res.prepared.scenario.engine.policy
+    throttle = pp_throttle_cap(max_num_seqs, pp) if pp > 1 and getattr(pol, "pp_throttle", False) else None
+    ring_cap = micro_batch_cap(max_num_seqs, pp, pol.pp_max_micro_batch_size) if policy == "sglang-ring" else None
     if policy == "trtllm-slots":
-        ring_cap = engine.get("max_batch_size", 2048)
-    dcap = mrv2_decode_cap(max_num_seqs, pp) if policy == "vllm-mrv2" and engine.get("mrv2_decode_cap") else None
+        ring_cap = pol.max_batch_size
+    dcap = mrv2_decode_cap(max_num_seqs, pp) if getattr(pol, "mrv2_decode_cap", False) else None
     for plan in trace.launches:
         assert plan.num_tokens <= mnbt and plan.num_reqs <= max_num_seqs
         if policy == "llamacpp":
-            assert plan.num_tokens <= engine.get("llamacpp_ubatch_tokens", 512)
+            assert plan.num_tokens <= pol.llamacpp_ubatch_tokens
         if throttle is not None:
             assert sum(it.start == 0 for it in plan.items) <= throttle
         if dcap is not None:
@@ -120,8 +120,9 @@ def test_policy_invariants(policy, reqs, pp, max_num_seqs, mnbt, blocks, decode_
               "dp_routing": routing, "block_size": 16, "pp_throttle": throttle,
               "pp_async_batch_depth": depth, "pp_max_micro_batch_size": mb_cap, "max_batch_size": mb_cap or 2048,
               "enable_chunked_prefill": chunked}
-    if not chunked:  # every prompt must then fit one step (the scenario refuses it otherwise)
-        mnbt = max(mnbt, *(r.prompt_len for r in reqs))
+    if not chunked:  # every prompt must then fit one step (the scenario refuses it otherwise), and so must a
+        # preempted request's recompute of its prompt and the tokens it had generated
+        mnbt = max(mnbt, *(r.prompt_len + r.output_len for r in reqs))
     engine = own_knobs(policy, engine)
     if policy == "vllm-async":
         pp = 1  # vLLM runs V1 async scheduling at PP=1 only (the scenario refuses more)

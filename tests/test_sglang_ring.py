@@ -111,7 +111,7 @@ def test_prefill_budget_is_sglangs_own(chunk, max_prefill, expect):
     eng = {"chunked_prefill_size": chunk} | ({"max_prefill_tokens": max_prefill} if max_prefill else {})
     sim, _ = run(scenario(pp=2, **eng), [Request(0, 0.0, 30000, 1)], LinearCost())
     assert sim.scheduler.limits.max_num_batched_tokens == expect
-    assert scenario(pp=2).engine.max_prefill_tokens == 16384
+    assert scenario(pp=2).engine.policy.max_prefill_tokens == 16384
 
 
 def test_prefill_chunks_follow_chunked_prefill_size():

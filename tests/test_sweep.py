@@ -72,11 +72,11 @@ def test_space_expands_product_with_aliases_tables_and_gpu_filter():
     # (tp, pp) with tp*pp in {2, 4}: (1,2) (1,4) (2,1) (2,2) -> 4 x 2 schedulers
     assert len(sp.configs) == 8 and sp.filtered == 4
     s = sp.configs[-1].scenario
-    assert s.engine.max_num_batched_tokens == 128 and s.engine.gpu_memory_utilization == 0.8
-    assert s.engine.chunked_prefill_size is None  # SGLang's chunk is not a vLLM configuration's knob
-    ring = _space(space={"chunk_size": [128], "policy": ["sglang-ring"]}).configs[0].scenario.engine
-    assert ring.chunked_prefill_size == 128 and ring.max_num_batched_tokens is None
-    assert s.engine.policy == "vllm-batch-queue" and s.engine.pp_throttle is False
+    assert s.engine.policy.max_num_batched_tokens == 128 and s.engine.gpu_memory_utilization == 0.8
+    assert not hasattr(s.engine.policy, "chunked_prefill_size")  # SGLang's chunk is not a vLLM policy's knob
+    ring = _space(space={"chunk_size": [128], "policy": ["sglang-ring"]}).configs[0].scenario.engine.policy
+    assert ring.chunked_prefill_size == 128 and not hasattr(ring, "max_num_batched_tokens")
+    assert s.engine.policy == "vllm-batch-queue" and s.engine.policy.pp_throttle is False
     assert sp.configs[0].labels["scheduler"] == "policy=vllm-sync"
 
 
@@ -335,7 +335,7 @@ def test_small_example_throttle_axis_can_bind():
     assert {c.labels["scheduler"] for c in sp.configs} >= {"policy=vllm-batch-queue,pp_throttle=true",
                                                            "policy=vllm-batch-queue,pp_throttle=false"}
     binds = [c for c in sp.configs if c.scenario.cluster.pipeline_parallel_size > 1
-             and c.scenario.engine.max_num_batched_tokens // c.scenario.workload.random_input_len
+             and c.scenario.engine.step_token_budget // c.scenario.workload.random_input_len
              > c.scenario.engine.max_num_seqs // c.scenario.cluster.pipeline_parallel_size]
     assert binds
 

@@ -7,11 +7,11 @@ from ppsim.config import build_scenario
 from ppsim.run import run_scenario
 
 
-def _scenario(**workload):
+def _scenario(engine=None, **workload):
     wl = {"num_prompts": 600, "request_rate": 20.0, "random_input_len": 256, "random_output_len": 64,
           "random_range_ratio": 0.5, **workload}
     return build_scenario(overrides={"model": "llama-3-8b", "cluster": {"pipeline_parallel_size": 2}, "workload": wl,
-                                     "seed": 3})
+                                     "seed": 3, "engine": engine or {}})
 
 
 def test_littles_law_on_stationary_run():
@@ -47,8 +47,7 @@ def test_conservation_every_request_once_and_tokens_add_up():
 
 @pytest.mark.parametrize("policy", ["vllm-batch-queue", "no-pp"])
 def test_closed_loop_never_exceeds_max_concurrency(policy):
-    s = _scenario(num_prompts=80, request_rate="inf", max_concurrency=5)
-    out = run_scenario(s.model_copy(update={"engine": s.engine.model_copy(update={"policy": policy})}))
+    out = run_scenario(_scenario({"policy": policy}, num_prompts=80, request_rate="inf", max_concurrency=5))
     recs = out.result.requests
     events = sorted([(r.sent_s, 1) for r in recs] + [(r.finish_s, -1) for r in recs], key=lambda x: (x[0], x[1]))
     level = peak = 0

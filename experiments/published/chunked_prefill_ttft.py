@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import parse_args, pyplot, save_figure, write_result  # noqa: E402
 
-from ppsim.config import CpuOverheads, EngineConfig, build_scenario  # noqa: E402
+from ppsim.config import CpuOverheads, build_scenario  # noqa: E402
+from ppsim.policies import POLICIES  # noqa: E402
 from ppsim.run import run_scenario  # noqa: E402
 
 L = 8000
@@ -30,7 +31,7 @@ ZERO_CPU = {k: 0.0 for k in CpuOverheads.model_fields}
 
 def policies() -> list[str]:
     pols = ["vllm-batch-queue"]
-    if "chunked_prefill_size" in EngineConfig.model_fields:
+    if "sglang-ring" in POLICIES:
         pols.insert(0, "sglang-ring")
     return pols
 

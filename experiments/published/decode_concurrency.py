@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import parse_args, pyplot, save_figure, write_result  # noqa: E402
 
-from ppsim.config import EngineConfig, build_scenario  # noqa: E402
+from ppsim.config import build_scenario  # noqa: E402
+from ppsim.policies import POLICIES  # noqa: E402
 from ppsim.run import run_scenario  # noqa: E402
 
 PPS = (2, 4, 8)
@@ -33,7 +34,7 @@ VARIANTS = {"vllm-batch-queue-throttle": ("vllm-batch-queue", {"pp_throttle": Tr
 
 
 def policies() -> list[str]:
-    return (["sglang-ring"] if "chunked_prefill_size" in EngineConfig.model_fields else []) + [
+    return (["sglang-ring"] if "sglang-ring" in POLICIES else []) + [
         "vllm-batch-queue-throttle", "vllm-batch-queue"]
 
 

@@ -41,7 +41,7 @@ def fit_refined_from_cost(cost: CostModel, stage: StageSpec, initial_chunk: int,
 
 
 def chunk_model(engine, cost: CostModel, stage0: StageSpec, max_prefix: int) -> ChunkModel:  # noqa: ANN001
-    """The dynamic-chunking model of an :class:`~ppsim.config.EngineConfig`: its coefficients, else fitted
+    """The dynamic-chunking model of a :class:`~ppsim.policies.SglangRing`: its coefficients, else fitted
     from the cost model in its form (SGLang's quadratic, or the refined form over prefixes up to ``max_prefix``)."""
     coeff = engine.dynamic_chunking_coefficients
     if coeff is not None:
@@ -53,7 +53,7 @@ def chunk_model(engine, cost: CostModel, stage0: StageSpec, max_prefix: int) -> 
 
 
 def sglang_knobs(engine, cost: CostModel, stage0: StageSpec, max_prefix: int = 0) -> SGLangKnobs:  # noqa: ANN001
-    """Resolve the ``sglang-ring`` knobs of an :class:`~ppsim.config.EngineConfig`.
+    """Resolve the knobs of a :class:`~ppsim.policies.SglangRing` (``engine``) for the pure core.
 
     ``max_prefix``: the longest prompt of the workload (the refined fit samples prefixes up to it).
     """

@@ -1,10 +1,12 @@
 """Pipeline policies: which engine-core loop, queue depth and scheduler caps a design uses.
 
-``build_core(knobs, pool)`` looks the policy name up in :data:`BUILDERS`, one small builder per
-design; each returns an engine core (an object with ``scheduler`` and a ``run()`` generator of
-actions, see :mod:`ppsim.policy.actions`). :func:`pipe_options` says what the executor's pipeline
-must model for the design (how the sampled token reaches the first stage). ``no-pp`` runs one
-synchronous core per data-parallel replica (see :mod:`ppsim.policy.nopp`).
+The policy's typed configuration object (:mod:`ppsim.policies`) resolves its knobs into a
+:class:`PolicyKnobs`, the plain data the pure cores read, together with the policy's
+:class:`PipeOptions`. ``build_core(knobs, pool)`` runs the policy's builder in :data:`BUILDERS`, one
+small builder per design; each returns an engine core (an object with ``scheduler`` and a ``run()``
+generator of actions, see :mod:`ppsim.policy.actions`). :func:`pipe_options` is the accessor of
+what the executor's pipeline must model for the design. ``no-pp`` runs one synchronous core per
+data-parallel replica (see :mod:`ppsim.policy.nopp`).
 """
 
 from __future__ import annotations
@@ -20,33 +22,6 @@ from ppsim.policy.llamacpp import UbatchPipelineCore
 from ppsim.policy.scheduler import Scheduler, SchedulerLimits
 from ppsim.policy.sglang import SGLangKnobs, build_sglang_core
 from ppsim.policy.trtllm import SlotRingCore, trtllm_micro_batches
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyKnobs:
-    """The engine settings a policy reads (mirrors :class:`ppsim.config.EngineConfig`)."""
-
-    policy: str
-    pp: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    enable_chunked_prefill: bool = True
-    pp_throttle: bool = False  # the proposed V1 cap (vLLM has none): new admissions per step <= max_num_seqs // pp
-    max_model_len: int | None = None
-    sglang: SGLangKnobs | None = None  # sglang-ring settings
-    mrv2_decode_cap: bool = False  # vllm-mrv2: at most ceil(max_num_seqs / pp) decodes per step
-    pp_broadcast: Literal["overlapped", "serialized"] = "overlapped"  # vllm-mrv2 sampled-token broadcast
-    trtllm_relay: Literal["sync", "async"] = "sync"  # trtllm-slots sample-state relay
-    max_batch_size: int = 2048  # trtllm-slots: requests per micro-batch (TRT-LLM --max_batch_size)
-    llamacpp_ubatch_tokens: int = 512  # llama.cpp -ub (n_ubatch)
-    llamacpp_n_copies: int = 4  # GGML_SCHED_MAX_COPIES
-    dp_routing: Literal["round-robin", "least-loaded"] = "round-robin"  # no-pp router
-
-
-class EngineCore(Protocol):
-    scheduler: Scheduler
-
-    def run(self) -> Generator[Any, Any, None]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +45,36 @@ class PipeOptions:
     defer_outputs: int = 0  # SGLang: the last rank sends outputs pp_async_batch_depth iterations later
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyKnobs:
+    """The resolved settings the pure cores read, built by the policy object (``ppsim.policies``):
+    the values here are only the dataclass's own defaults; every engine default lives on the policy."""
+
+    policy: str
+    pp: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_chunked_prefill: bool = True
+    pp_throttle: bool = False  # the proposed V1 cap (vLLM has none): new admissions per step <= max_num_seqs // pp
+    max_model_len: int | None = None
+    # a policy's own knobs: None where another policy runs (their defaults live on the policy objects)
+    sglang: SGLangKnobs | None = None  # sglang-ring settings
+    mrv2_decode_cap: bool = False  # vllm-mrv2: at most ceil(max_num_seqs / pp) decodes per step
+    pp_broadcast: Literal["overlapped", "serialized"] | None = None  # vllm-mrv2 sampled-token broadcast
+    trtllm_relay: Literal["sync", "async"] | None = None  # trtllm-slots sample-state relay
+    max_batch_size: int | None = None  # trtllm-slots: requests per micro-batch (TRT-LLM --max_batch_size)
+    llamacpp_ubatch_tokens: int | None = None  # llama.cpp -ub (n_ubatch)
+    llamacpp_n_copies: int | None = None  # GGML_SCHED_MAX_COPIES
+    dp_routing: Literal["round-robin", "least-loaded"] | None = None  # no-pp router
+    pipe: PipeOptions | None = None  # the policy's pipeline options (None: vLLM's defaults)
+
+
+class EngineCore(Protocol):
+    scheduler: Scheduler
+
+    def run(self) -> Generator[Any, Any, None]: ...
+
+
 def pp_throttle_cap(max_num_seqs: int, pp: int) -> int:
     """Requests newly scheduled or resumed per step under the PP throttle."""
     return max(1, max_num_seqs // pp)
@@ -88,6 +93,13 @@ def _limits(k: PolicyKnobs, **caps: Any) -> SchedulerLimits:
         max_model_len=k.max_model_len,
         **caps,
     )
+
+
+def _own(k: PolicyKnobs, *names: str) -> None:
+    """The policy's own knobs are given (its configuration object resolves them; no default here)."""
+    missing = [n for n in names if getattr(k, n) is None]
+    if missing:
+        raise ValueError(f"{k.policy}: knobs {', '.join(missing)} not given (build PolicyKnobs from the policy object)")
 
 
 def _throttle(k: PolicyKnobs) -> int | None:
@@ -137,6 +149,7 @@ def _trtllm_slots(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
     are active (``PyTorchModelEngine.get_max_num_sequences``); the sync relay keeps ``pp`` slots,
     the async relay ``max(pp, MIN_ASYNC_MICRO_BATCH_NUM)`` (see :mod:`ppsim.policy.trtllm`).
     """
+    _own(k, "max_batch_size", "trtllm_relay")
     lim = SchedulerLimits(max_num_seqs=min(k.max_num_seqs, k.max_batch_size * k.pp),
                           max_num_batched_tokens=k.max_num_batched_tokens,
                           enable_chunked_prefill=k.enable_chunked_prefill, max_model_len=k.max_model_len,
@@ -148,6 +161,7 @@ def _trtllm_slots(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
 
 def _llamacpp(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
     """``llama_decode`` over a layer split: ubatches pipeline through ``n_copies`` buffer copies."""
+    _own(k, "llamacpp_ubatch_tokens", "llamacpp_n_copies")
     return UbatchPipelineCore(Scheduler(_limits(k), kv), k.llamacpp_ubatch_tokens, k.llamacpp_n_copies)
 
 
@@ -185,11 +199,5 @@ def build_core(knobs: PolicyKnobs, kv: BlockPool) -> EngineCore:
 
 
 def pipe_options(knobs: PolicyKnobs) -> PipeOptions:
-    if knobs.policy == "vllm-mrv2":
-        return PipeOptions("broadcast", knobs.pp_broadcast == "serialized")
-    if knobs.policy == "sglang-ring":
-        depth = knobs.sglang.async_batch_depth if knobs.sglang is not None else 0
-        return PipeOptions(overlap_sends=True, defer_outputs=depth)
-    if knobs.policy == "trtllm-slots":
-        return PipeOptions(overlap_sends=True)
-    return PipeOptions()
+    """What the executor's pipeline models for the policy (set by its configuration object)."""
+    return knobs.pipe if knobs.pipe is not None else PipeOptions()

@@ -19,5 +19,5 @@ def replica_setup(prep: Prepared) -> tuple[list[Prepared], Callable[[int, list[i
     """The replicas' preparations and the router: (index of the arriving request, each replica's
     routed and unfinished requests) -> replica."""
     rp = replica_prepared(prep)
-    mode = prep.scenario.engine.dp_routing
+    mode = prep.scenario.engine.policy.dp_routing
     return [rp] * len(prep.topology.stages), lambda i, loads: route(mode, i, loads)

@@ -32,28 +32,19 @@ from pydantic import ValidationError
 from ppsim.config import Scenario, _merge, format_validation_error
 from ppsim.errors import PPSimError
 from ppsim.fileio import read_mapping
+from ppsim.flags import flag_paths
 
 SECTIONS = ("name", "base", "space", "slo", "search")
 
+# axis name -> path: every deployment flag's field by its name (ppsim/flags.py: the engines' names, each
+# policy knob beside engine.policy, the flat form the scenario maps; the workload is the search's), plus
+# the sweep's short names
 ALIASES: dict[str, tuple[str, ...]] = {
-    "model": ("model",),
-    "hardware": ("hardware",),
-    "seed": ("seed",),
+    **{path[-1]: path for path in flag_paths().values() if path[0] not in ("workload", "cost")},
     "pp": ("cluster", "pipeline_parallel_size"),
-    "pipeline_parallel_size": ("cluster", "pipeline_parallel_size"),
     "tp": ("cluster", "tensor_parallel_size"),
-    "tensor_parallel_size": ("cluster", "tensor_parallel_size"),
-    "layer_partition": ("cluster", "layer_partition"),
-    "link": ("cluster", "link"),
-    "policy": ("engine", "policy"),
-    "max_num_seqs": ("engine", "max_num_seqs"),
     "batch": ("engine", "max_num_seqs"),
-    "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
     "chunk_size": ("engine", "max_num_batched_tokens"),
-    "pp_throttle": ("engine", "pp_throttle"),
-    "max_prefill_tokens": ("engine", "max_prefill_tokens"),
-    "chunked_prefill_size": ("engine", "chunked_prefill_size"),
-    "max_batch_size": ("engine", "max_batch_size"),
     "scheduler": ("engine",),
     "engine": ("engine",),
     "cluster": ("cluster",),
