@@ -20,6 +20,7 @@ schedule, as in the simulator. Times are seconds since the engine start (``time.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections.abc import Generator
@@ -27,16 +28,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.launcher import StageFault, StageGroup
-from engine.transport import SampledMsg, StageTimes, StepItem, StepMsg
+from engine.transport import DataPath, Flush, SampledMsg, StageTimes, StepItem, StepMsg
+from ppsim.cost.ring import RingReturnCost
 from ppsim.deployment import Prepared
 from ppsim.driver import Client, Driver
 from ppsim.metrics.ledger import Ledger
 from ppsim.metrics.records import OpRecord, RequestRecord
 from ppsim.metrics.series import SeriesRecorder
 from ppsim.policy.actions import Cpu
-from ppsim.policy.pipelines import build_core
+from ppsim.policy.pipelines import build_core, pipe_options
 from ppsim.policy.plan import StepPlan
 from ppsim.policy.requests import TokenOutput
+
+
+def data_path(prep: Prepared) -> DataPath:
+    """The policy's data path, as the simulator models it: its pipe options and its return cost."""
+    opts = pipe_options(prep.knobs())
+    return DataPath(opts.overlap_sends, opts.token_path, opts.broadcast_serialized,
+                    ring_return=isinstance(prep.cost, RingReturnCost),
+                    defer_outputs=opts.defer_outputs)
+
 
 WAIT_SLICE_S = 0.2  # longest single wait on the result queue before re-checking clients and faults
 
@@ -53,13 +64,14 @@ class EngineResult:
     fault: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     series: SeriesRecorder | None = None  # down-sampled busy/KV series and the timeline window
+    actions: list = field(default_factory=list)  # (stage, plan) launched, in order (actions.csv)
 
 
 class EngineExecutor:
     """The live engine's backend for :class:`ppsim.driver.Driver`: real stage processes, wall-clock time."""
 
     def __init__(self, prep: Prepared, group: StageGroup, prompts: dict[int, list[int]], stage_timeout_s: float,
-                 clock_offsets: list[float]) -> None:
+                 clock_offsets: list[float], path: DataPath | None = None) -> None:
         self.prep, self.group, self.prompts = prep, group, prompts
         self.stage_timeout_s = stage_timeout_s
         self.offsets = clock_offsets  # add to a stage's perf_counter reading to get this process's
@@ -72,6 +84,7 @@ class EngineExecutor:
         self.driver = Driver(core, self.ledger, self.client, self)
         self.driver.on_output = self._on_output
         self.driver.before_action = self._before_action
+        self.driver.launched = []  # actions.csv: the plans launched, to diff against the simulator's
         self.t_action = 0.0  # when the core last started to run (a Cpu action's start)
         self.tokens: dict[int, list[int]] = {r: [] for r in prep.requests.req_id.tolist()}
         self.launched: dict[int, StepPlan] = {}
@@ -83,7 +96,14 @@ class EngineExecutor:
         self.core_ops: list[OpRecord] = []
         self.aborts: list[tuple[float, int]] = []  # heap of (abort time, request id) of sent requests
         # async scheduling: (request, epoch, position) -> step that samples the token at that position
-        self.forward_sampled = bool(getattr(self.scheduler.limits, "async_placeholders", False))
+        self.path = path if path is not None else data_path(prep)  # what the stages were started with
+        self.async_tokens = bool(getattr(self.scheduler.limits, "async_placeholders", False))
+        # the core forwards sampled tokens to the first stage only on vLLM V1's path (MRV2 broadcasts them)
+        self.forward_sampled = self.async_tokens and self.path.token_path == "core"
+        self.returned_by: dict[int, int] = {}  # rank -> micro-batches whose tokens it handed to the core
+        self.stage_stats: dict[str, int] = {}  # counters the stages report (the ring's deferred outputs)
+        self.num_forwarded = 0  # sampled-token messages the core forwarded to the first stage
+        self.flushed: set[int] = set()  # deferred ring return: steps the last stage was told the core waits for
         self.sampled_by: dict[tuple[int, int, int], int] = {}
         self.num_holes = 0  # input tokens the first stage filled from forwarded samples
         last = (float(prep.requests.arrival_s.max()),) if len(prep.requests) else ()
@@ -121,12 +141,16 @@ class EngineExecutor:
     # --- results from the stages ----------------------------------------------------------------
     def on_message(self, msg: tuple) -> None:
         if msg[0] == "tokens":
-            _, step_id, req_ids, toks = msg
+            _, step_id, req_ids, toks, rank = msg
             self.done[step_id] = dict(zip(req_ids, toks, strict=True))
+            self.returned_by[rank] = self.returned_by.get(rank, 0) + 1
             if self.forward_sampled and req_ids:
                 self.group.send(0, SampledMsg(step_id, tuple(zip(req_ids, toks, strict=True))))
+                self.num_forwarded += 1
             self.in_flight -= 1
             self.last_progress = self.now()
+        elif msg[0] == "stats":  # a stage's data-path counters, at the end
+            self.stage_stats.update(msg[2])
         elif msg[0] == "ops":
             self.stage_times[msg[1]].extend(msg[2])
 
@@ -146,8 +170,13 @@ class EngineExecutor:
 
     # --- the driver's backend --------------------------------------------------------------------
     def wait(self, plan: StepPlan) -> Generator[None, None, None]:
+        if self.path.defer_outputs and self.num_stages > 1 and plan.step_id not in self.done:
+            if plan.step_id not in self.flushed:  # SGLang: the core waits for it, so the last rank sends it
+                self.flushed.add(plan.step_id)
+                self.group.send(self.num_stages - 1, Flush(plan.step_id))
         while plan.step_id not in self.done:
             self._pump(self._wait_slice())
+        self.flushed.discard(plan.step_id)
         self.ready_tokens.update(self.done.pop(plan.step_id))
         yield from ()
 
@@ -185,7 +214,7 @@ class EngineExecutor:
                 if pos >= len(seq):  # async scheduling: sampled by an earlier step, maybe still in flight
                     holes.append((len(ids), self.sampled_by.pop((it.req_id, it.epoch, pos)), it.req_id))
                 ids.append(seq[pos] if pos < len(seq) else -1)
-            if it.samples and self.forward_sampled:
+            if it.samples and self.async_tokens:
                 self.sampled_by[(it.req_id, it.epoch, it.start + it.num_tokens)] = plan.step_id
         items_t = tuple(items)
         self.num_holes += len(holes)
@@ -200,7 +229,7 @@ class EngineExecutor:
     def _on_output(self, o: TokenOutput) -> None:
         """A sampled token reached the core: keep its id (the driver then timestamps it)."""
         self.tokens[o.req_id].append(self.ready_tokens.pop(o.req_id))
-        if self.forward_sampled:  # known now: later launches read it from self.tokens
+        if self.async_tokens:  # known now: later launches read it from self.tokens
             st = self.scheduler.requests.get(o.req_id)
             if st is not None:
                 n_in = st.req.prompt_len
@@ -243,5 +272,8 @@ class EngineExecutor:
         return EngineResult(
             self.ledger.records(), ops, self.tokens,
             self.scheduler.num_preemptions, self.pool.peak_used, self.pool.num_used, self.now(), fault,
-            {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched)}, self.series,
+            {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched),
+             "data_path": dataclasses.asdict(self.path), "outputs_returned_by_rank": self.returned_by,
+             "sampled_forwarded_by_core": self.num_forwarded, **self.stage_stats}, self.series,
+            self.driver.launched or [],
         )

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
-from engine.transport import StepMsg, Stop
+from engine.transport import Flush, StepMsg, Stop
 from engine.worker import StageConfig, stage_main
 from ppsim.errors import PPSimError
 
@@ -83,7 +83,7 @@ class StageGroup:
         self.close()
 
     # --- messages --------------------------------------------------------------------------------
-    def send(self, rank: int, msg: StepMsg | Stop) -> None:
+    def send(self, rank: int, msg: StepMsg | Flush | Stop) -> None:
         self.ctrls[rank].put(msg)
 
     def check_alive(self, skip: int = -1) -> None:

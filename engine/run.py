@@ -28,9 +28,10 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.checkpoint import has_checkpoint
-from engine.executor import EngineExecutor, EngineResult
+from engine.executor import EngineExecutor, EngineResult, data_path
 from engine.kvcache import PagedKVCache
 from engine.launcher import StageFault, StageGroup, init_method
+from engine.transport import DataPath
 from engine.worker import StageConfig
 from ppsim.config import Scenario, scenario_json
 from ppsim.deployment import Prepared, kv_figures, prepare
@@ -67,6 +68,10 @@ class EngineOptions(BaseModel):
     warm_tokens: int = Field(default=256, ge=1, description="tokens in the warm-up step")
     # testing the fault path: "kill:STAGE:STEP" (stage exits) or "stall:STAGE:STEP" (stage stops)
     inject_fault: str | None = None
+    # "policy": the policy's own sends and sampled-token route (engine/datapath.py); "vllm-v1": every
+    # policy on vLLM V1's (wait on the previous send, tokens back through the engine core), to measure
+    # what the policy's own path changes
+    data_path: Literal["policy", "vllm-v1"] = "policy"
 
 
 class Terminated(KeyboardInterrupt):
@@ -148,7 +153,8 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
         StageConfig(st.index, len(prep.topology.stages), url, shape, st.start_layer, st.end_layer, prep.num_blocks,
                     s.engine.block_size, s.seed, ckpt, opts.backend, opts.device, opts.threads_per_stage,
                     opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S,
-                    min(opts.warm_tokens, s.engine.step_token_budget), router_zipf=s.moe_router_zipf)
+                    min(opts.warm_tokens, s.engine.step_token_budget), router_zipf=s.moe_router_zipf,
+                    path=data_path(prep) if opts.data_path == "policy" else DataPath())
         for st in prep.topology.stages
     ]
 
@@ -227,7 +233,7 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
         if log:
             log(f"engine: {len(cfgs)} stages ready in {info['startup_s']:.1f} s (pids {info['stage_pids']}), "
                 f"KV {prep.num_blocks} blocks, stage timeout {timeout:.1f} s")
-        ex = EngineExecutor(prep, group, prompts, timeout, offsets)
+        ex = EngineExecutor(prep, group, prompts, timeout, offsets, cfgs[0].path)
         try:
             ex.run()
             group.stop(ex.on_message, timeout)
@@ -267,6 +273,6 @@ def engine_files(run: EngineRun) -> dict[str, str | bytes]:
     """The files of an engine run: the simulator's set plus engine.json, tokens.json and the series."""
     res = run.result
     return {**run_files(scenario_json(run.prep.scenario), run.summary, res.requests, res.ops,
-                        chrome_trace(res.ops, "ppsim engine")),
+                        chrome_trace(res.ops, "ppsim engine"), res.actions),
             "engine.json": dumps(run.info), "tokens.json": dumps({str(k): v for k, v in res.tokens.items()}),
             **series_files(res.series)}

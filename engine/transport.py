@@ -4,16 +4,21 @@
   (vLLM broadcasts its ``SchedulerOutput`` to all workers over a shared-memory queue). Only the
   first stage gets token ids; every stage gets positions and block tables through the items.
 * Engine core -> first stage, only for policies that schedule a decode before its input token is
-  back (``vllm-async``, ``vllm-mrv2``: the plan lists ``deps``): every returned step's sampled
-  tokens as a :class:`SampledMsg`; the first stage fills the plan's ``holes`` from them, as vLLM's
-  model runner fills placeholders from the previous step's sampled token ids.
+  back and whose tokens reach stage 0 through the core (``vllm-async``): every returned step's
+  sampled tokens as a :class:`SampledMsg`; the first stage fills the plan's ``holes`` from them, as
+  vLLM's model runner fills placeholders from the previous step's sampled token ids. (``vllm-mrv2``
+  fills them from the last rank's broadcast instead, :mod:`engine.datapath`.)
+* Engine core -> last stage, SGLang's deferred ring return only: :class:`Flush` (the core waits for
+  a step whose outputs the last rank may still hold).
 * Stage i -> stage i + 1: ``hidden_states`` and ``residual`` with ``torch.distributed`` isend /
   irecv (vLLM ``IntermediateTensors`` over ``get_pp_group().send_tensor_dict``). A receiver posts
   its irecv as soon as it knows a micro-batch's size (from the control message), before compute
   needs it; a sender waits on its previous send before the next compute (vLLM waits on
-  ``_pp_send_work``). Tags carry the step id, so matching does not rely on ordering.
+  ``_pp_send_work``), or only before the next send (:class:`DataPath` ``overlap_sends``: SGLang,
+  TensorRT-LLM). Tags carry the step id and what is sent, so matching does not rely on ordering.
 * Every stage -> engine core: tuples on one result queue: ``("ready", rank, clock_s, warm_s)``,
-  ``("tokens", step_id, req_ids, token_ids)`` from the last stage, ``("ops", rank, [StageTimes])``,
+  ``("tokens", step_id, req_ids, token_ids, rank)`` from the last stage (from rank 0 on a ring return,
+  :mod:`engine.datapath`), ``("ops", rank, [StageTimes])``,
   ``("error", rank, text)`` and ``("bye", rank)``.
 
 With ``--device cuda --backend gloo`` the tensors are staged through host memory (several stages
@@ -79,8 +84,38 @@ class StageTimes:
     cpu_s: float = -1.0  # thread CPU time of the compute (start_s..end_s): wall minus time not running
 
 
+HIDDEN, RESIDUAL, OUTPUTS = 0, 1, 2  # what a point-to-point message carries (the tag's low bits)
+
+
 def _tag(step_id: int, k: int) -> int:
-    return (step_id % (1 << 24)) * 2 + k
+    return (step_id % (1 << 24)) * 4 + k
+
+
+@dataclass(frozen=True, slots=True)
+class DataPath:
+    """The policy's own data path (:class:`ppsim.policy.pipelines.PipeOptions` and its return cost).
+
+    ``overlap_sends``: the next compute does not wait for the previous send, only the next send does
+    (SGLang, TensorRT-LLM). ``token_path="broadcast"``: the last rank broadcasts each step's sampled
+    tokens to every rank (vLLM MRV2 ``PPHandler``), on its own process group, or on the p2p group
+    holding the send channel when ``broadcast_serialized``. ``ring_return``: the last rank sends the
+    sampled tokens to rank 0 over the ring and rank 0 hands them to the engine core (SGLang,
+    TensorRT-LLM), ``defer_outputs`` of the last rank's iterations later (SGLang
+    ``pp_async_batch_depth``). Default: vLLM V1 (wait on the previous send; tokens to the core).
+    """
+
+    overlap_sends: bool = False
+    token_path: str = "core"
+    broadcast_serialized: bool = False
+    ring_return: bool = False
+    defer_outputs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """Engine core -> last stage (deferred ring return): the core waits for ``step_id``; send it when done."""
+
+    step_id: int
 
 
 class StageLink:
@@ -92,6 +127,7 @@ class StageLink:
         self.dtype, self.device, self.host_staged = dtype, device, host_staged
         self.wire = torch.device("cpu") if host_staged else device
         self._sends: list[tuple[dist.Work, torch.Tensor]] = []
+        self._channel: list[tuple[dist.Work, torch.Tensor]] = []  # a serialized broadcast holding the channel
 
     def post_recv(self, step_id: int, num_tokens: int) -> tuple[list[dist.Work], torch.Tensor, torch.Tensor]:
         h = torch.empty(num_tokens, self.hidden_size, dtype=self.dtype, device=self.wire)
@@ -107,12 +143,23 @@ class StageLink:
         return h.to(self.device), r.to(self.device)
 
     def wait_sends(self) -> None:
+        """Wait for the previous send (and, on the last rank, a serialized broadcast it holds)."""
         for w, _buf in self._sends:
             w.wait()
         self._sends.clear()
 
+    def wait_channel(self) -> None:
+        """Wait for a serialized broadcast this rank joined: it holds the send channel."""
+        for w, _buf in self._channel:
+            w.wait()
+        self._channel.clear()
+
+    def hold_channel(self, work: dist.Work, buf: torch.Tensor) -> None:
+        self._channel.append((work, buf))
+
     def send(self, step_id: int, hidden: torch.Tensor, residual: torch.Tensor) -> None:
         self.wait_sends()
+        self.wait_channel()
         for k, t in enumerate((hidden, residual)):
             buf = t.detach().to(self.wire).contiguous()
             self._sends.append((dist.isend(buf, dst=self.rank + 1, tag=_tag(step_id, k)), buf))

@@ -4,7 +4,9 @@ The loop mirrors a vLLM PP worker's ``execute_model``: take the next control mes
 order), make sure the previous stage's ``hidden_states``/``residual`` have arrived, run this
 stage's layers over the whole micro-batch, then either isend the pair downstream or (last stage)
 sample greedily and return the tokens to the engine core. Receives for control messages already
-queued are posted before the current compute, so transfers overlap it.
+queued are posted before the current compute, so transfers overlap it. The policy's own data path
+(:class:`engine.transport.DataPath`: overlapped sends, the ring return to rank 0, MRV2's token
+broadcast, SGLang's deferred output send) is set up in :meth:`Stage._data_path` (:mod:`engine.datapath`).
 
 Stages hold no request state and make no decisions. Every wait has a timeout or is ended by the
 driver (SIGTERM, then SIGKILL); a stage also dies with its parent (``PR_SET_PDEATHSIG``) and
@@ -29,9 +31,10 @@ import torch
 import torch.distributed as dist
 
 from engine.checkpoint import load_stage_weights
+from engine.datapath import RingForwarder, RingSender, TokenBroadcast
 from engine.kvcache import PagedKVCache, build_batch
 from engine.model import StageModel, build_stage, torch_dtype
-from engine.transport import SampledMsg, StageLink, StageTimes, StepItem, StepMsg, Stop
+from engine.transport import DataPath, Flush, SampledMsg, StageLink, StageTimes, StepItem, StepMsg, Stop
 from ppsim.models.shape import ModelShape
 
 PREPOST = 4  # receives posted ahead of the current micro-batch
@@ -61,6 +64,7 @@ class StageConfig:
     warm_tokens: int
     router_zipf: float = 0.0  # MoE router popularity skew (engine/moe.py)
     fault: tuple[str, int] | None = None  # ("kill" | "stall", step id): fault injection for tests
+    path: DataPath = DataPath()  # the policy's send and sampled-token paths
 
 
 def _die_with_parent() -> None:
@@ -93,11 +97,24 @@ class Stage:
                                dtype, self.dev)
         self.link = StageLink(cfg.rank, cfg.world, s.hidden_size, dtype, self.dev,
                               host_staged=cfg.device == "cuda" and cfg.backend == "gloo")
+        self._data_path(cfg)
         self.parent = os.getppid()
         self.times: list[StageTimes] = []
         self.sampled: dict[tuple[int, int], int] = {}  # (step id, request id) -> token, first stage
         self.pending: deque[tuple[StepMsg, Any]] = deque()
         self.stopping = False
+
+    def _data_path(self, cfg: StageConfig) -> None:
+        """The policy's routes for sampled tokens (engine/datapath.py); none of them at one stage."""
+        p, multi, wire = cfg.path, cfg.world > 1, self.link.wire
+        self.overlap = p.overlap_sends
+        self.ring_out = RingSender(wire, p.defer_outputs, cfg.dist_timeout_s) if (
+            multi and p.ring_return and self.is_last) else None
+        self.ring_in = RingForwarder(cfg.rank, cfg.world - 1, wire, self.results, cfg.dist_timeout_s) if (
+            multi and p.ring_return and self.is_first) else None
+        self.bcast = TokenBroadcast(cfg.rank, cfg.world, wire, p.broadcast_serialized, cfg.dist_timeout_s) if (
+            multi and p.token_path == "broadcast") else None
+        self.own_tokens = p.token_path == "broadcast" and not multi  # one rank keeps what it samples
 
     # --- one micro-batch ---------------------------------------------------------------------
     @torch.inference_mode()
@@ -135,19 +152,50 @@ class Stage:
         if pending_recv is not None:
             hidden, residual = self.link.wait_recv(pending_recv)
             recv_done = time.perf_counter()
-        self.link.wait_sends()
+        if self.ring_out is not None:
+            self.ring_out.arrived(msg.step_id)
+        if not self.overlap:  # vLLM: the previous send (_pp_send_work) is waited before the next compute
+            self.link.wait_sends()
+            if self.is_last:  # a serialized broadcast is the last rank's send
+                self.link.wait_channel()
         start, cpu0 = time.perf_counter(), time.thread_time()
         hidden, residual, req_ids, toks = self.compute(msg, hidden, residual)
         end = send_start = time.perf_counter()
         cpu = time.thread_time() - cpu0
         if self.is_last:
-            self.results.put(("tokens", msg.step_id, req_ids, toks))
+            self._tokens_out(msg.step_id, req_ids, toks)
             send_start = -1.0
-        else:
+        else:  # overlapped sends: wait here, for the previous send only; the isend is posted after it
+            self.link.wait_sends()
+            self.link.wait_channel()
+            send_start = time.perf_counter()
             self.link.send(msg.step_id, hidden, residual)
+            if self.bcast is not None:
+                self._join_broadcast(msg)
         self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start, cpu))
         if len(self.times) >= FLUSH_EVERY:
             self.flush()
+
+    def _tokens_out(self, step_id: int, req_ids: list[int], toks: list[int]) -> None:
+        """Last rank: the sampled tokens go to the core, or to rank 0 over the ring, and/or to the broadcast."""
+        if self.bcast is not None and req_ids:
+            work, buf = self.bcast.send(toks)
+            if self.bcast.serialized:
+                self.link.hold_channel(work, buf)
+        if self.own_tokens:
+            self._keep_sampled(step_id, zip(req_ids, toks, strict=True))
+        if self.ring_out is not None:
+            self.ring_out.sampled(step_id, toks)
+        else:
+            self.results.put(("tokens", step_id, req_ids, toks, self.cfg.rank))
+
+    def _join_broadcast(self, msg: StepMsg) -> None:
+        """A serialized broadcast is joined after this rank's own send of the step, holding its channel."""
+        if self.bcast.serialized and any(it.samples for it in msg.items):
+            self.link.hold_channel(*self.bcast.post(msg.step_id, _sample_ids(msg)))
+        for step, got in self.bcast.done():  # middle ranks need none of them (stages hold no request state)
+            if self.is_first:
+                self._keep_sampled(step, got.items())
 
     def flush(self) -> None:
         if self.times:
@@ -172,21 +220,39 @@ class Stage:
             return False
         if isinstance(msg, Stop):
             self.stopping = True
+        elif isinstance(msg, Flush):
+            if self.ring_out is not None:
+                self.ring_out.flush(msg.step_id)
         elif isinstance(msg, SampledMsg):
-            self.sampled.update({(msg.step_id, r): t for r, t in msg.tokens})
-            if len(self.sampled) > SAMPLED_KEEP:  # tokens no plan asked for (known at launch): drop the oldest
-                for key in sorted(self.sampled)[: len(self.sampled) - SAMPLED_KEEP // 2]:
-                    del self.sampled[key]
+            self._keep_sampled(msg.step_id, msg.tokens)
         else:
             recv = None if self.is_first else self.link.post_recv(msg.step_id, msg.num_tokens)
+            if self.ring_in is not None:
+                self.ring_in.expect(msg.step_id, _sample_ids(msg))
+            if self.bcast is not None and not self.is_last and not self.bcast.serialized and (
+                    any(it.samples for it in msg.items)):
+                self.bcast.post(msg.step_id, _sample_ids(msg))
             self.pending.append((msg, recv))
         return True
+
+    def _keep_sampled(self, step_id: int, tokens: Any) -> None:
+        """Sampled (request id, token) pairs of ``step_id``, kept until a plan's placeholder takes them."""
+        self.sampled.update({(step_id, r): t for r, t in tokens})
+        if len(self.sampled) > SAMPLED_KEEP:  # tokens no plan asked for (known at launch): drop the oldest
+            for key in sorted(self.sampled)[: len(self.sampled) - SAMPLED_KEEP // 2]:
+                del self.sampled[key]
 
     def _fill_holes(self, msg: StepMsg) -> StepMsg:
         """Wait for the sampled tokens an async-scheduled plan needs, and put them in place."""
         if not msg.holes:
             return msg
         while any((step, req) not in self.sampled for _row, step, req in msg.holes):
+            if self.bcast is not None:  # MRV2: from the last rank's broadcast, oldest first
+                if not self.bcast.posted:
+                    raise RuntimeError(f"step {msg.step_id}: its sampled tokens were never broadcast")
+                step, got = self.bcast.next_tokens()
+                self._keep_sampled(step, got.items())
+                continue
             if self.stopping:
                 raise RuntimeError(f"step {msg.step_id}: stopped while waiting for sampled tokens")
             self._take(block=True)
@@ -204,7 +270,18 @@ class Stage:
                 msg, recv = self.pending.popleft()
                 self.step(self._fill_holes(msg), recv)
         self.link.wait_sends()
+        self.link.wait_channel()
+        for part in (self.ring_out, self.bcast, self.ring_in):
+            if part is not None:
+                part.close()
+        if self.ring_out is not None:
+            self.results.put(("stats", self.cfg.rank, self.ring_out.stats))
         self.flush()
+
+
+def _sample_ids(msg: StepMsg) -> list[int]:
+    """Request ids of the items that sample, in item order (the rows the last stage samples)."""
+    return [it.req_id for it in msg.items if it.samples]
 
 
 def _startup_fault(cfg: StageConfig) -> None:

@@ -97,6 +97,9 @@ class Driver:
         # (pool, series): after every action, a change of the KV blocks in use is sampled into the
         # series at the current time (the simulator's KV series; inlined, as it runs after every action)
         self.kv_watch: tuple[Any, Any] | None = None
+        self.stage = 0  # the stage its plans enter (a no-pp replica's GPU group is reported as stage k)
+        self.launched: list[tuple[int, StepPlan]] | None = None  # a list: keep every non-empty plan
+        # launched, as (stage, plan), for actions.csv (the decision stream both executors can diff)
 
     # --- client side -----------------------------------------------------------------------------
     def submit(self, row: int, req: Request, now: float) -> bool:
@@ -200,6 +203,8 @@ class Driver:
                 else:
                     spins = 0
                     self._launched(plan)
+                    if self.launched is not None and plan.items:
+                        self.launched.append((self.stage, plan))
                 be.launch(plan)
             elif kind is Await:
                 yield from be.wait(act.plan)

@@ -49,5 +49,6 @@ def run_scenario(s: Scenario, out_dir: str | Path | None = None, *, save_detaile
         trace = chrome_trace(res.ops, window_s=trace_window_s) if save_detailed else None
         ops = res.ops if save_detailed else None
         write_run(out_dir, scenario_json(s), summary, res.ledger, ops, trace,
-                  extra=series_files(res.series), derived=drawn_dashboards("") if dashboard else None)
+                  extra=series_files(res.series), derived=drawn_dashboards("") if dashboard else None,
+                  actions=res.actions if save_detailed else None)
     return RunOutput(res, summary, *rejections_of(prep, res.ledger, summary))

@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 from engine.launcher import StageFault, StageGroup, startup_message  # noqa: E402
 from engine.run import EngineFault, EngineOptions, run_engine  # noqa: E402
 from ppsim.cli import main  # noqa: E402
-from ppsim.config import build_scenario  # noqa: E402
+from ppsim.config import build_scenario, step_budget_fields  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,9 +27,10 @@ FLAGS = ["--model", "tiny", "-pp", "2", "--num-prompts", "6", "--request-rate", 
          "--random-output-len", "200", "--max-num-batched-tokens", "64"]
 
 
-def scenario():
+def scenario(policy: str = "vllm-batch-queue"):
     return build_scenario(None, {
-        "model": "tiny", "cluster": {"pipeline_parallel_size": 2}, "engine": {"max_num_batched_tokens": 64},
+        "model": "tiny", "cluster": {"pipeline_parallel_size": 2},
+        "engine": {"policy": policy, **step_budget_fields(policy, 64)},
         "workload": {"num_prompts": 6, "request_rate": float("inf"), "random_input_len": 40, "random_output_len": 30},
     })
 
@@ -42,11 +43,19 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("fault, words", [("kill:1:4", "stage 1 died"), ("stall:1:4", "stalled")])
-def test_stage_fault_stops_every_process(tmp_path, fault, words):
+@pytest.mark.parametrize("fault, words, policy", [
+    ("kill:1:4", "stage 1 died", "vllm-batch-queue"),
+    ("stall:1:4", "stalled", "vllm-batch-queue"),
+    # the policies' own data paths: rank 0 waits on the ring return (its forwarder thread) or on the
+    # last rank's token broadcast; the core still sees the dead or stalled stage
+    ("kill:1:4", "stage 1 died", "sglang-ring"),
+    ("stall:1:4", "stalled", "trtllm-slots"),
+    ("stall:1:4", "stalled", "vllm-mrv2"),
+])
+def test_stage_fault_stops_every_process(tmp_path, fault, words, policy):
     t0 = time.monotonic()
     with pytest.raises(EngineFault, match=words) as err:
-        run_engine(scenario(), tmp_path, EngineOptions(inject_fault=fault, stage_timeout_s=1.5))
+        run_engine(scenario(policy), tmp_path, EngineOptions(inject_fault=fault, stage_timeout_s=1.5))
     info = (tmp_path / "engine.json").read_text()
     pids = [int(p) for p in re.search(r'"stage_pids": \[([\d,\s]+)\]', info).group(1).split(",")]
     startup = float(re.search(r'"startup_s": ([\d.]+)', info).group(1))

@@ -31,7 +31,7 @@ def test_save_detailed_adds_tokens_ops_trace_with_the_same_summary(tmp_path):
     lean = run_scenario(s, tmp_path / "a", lean=True, dashboard=False)
     full = run_scenario(s, tmp_path / "b", save_detailed=True, dashboard=False)
     names = sorted(p.name for p in (tmp_path / "b").iterdir())
-    assert names == sorted([*BOUNDED, "stage_ops.csv", "tokens.csv", "trace.json"])
+    assert names == sorted([*BOUNDED, "stage_ops.csv", "tokens.csv", "trace.json", "actions.csv"])
     assert (tmp_path / "a" / "summary.json").read_bytes() == (tmp_path / "b" / "summary.json").read_bytes()
     for name in ("requests.csv", "timeseries.csv", "timeline.csv"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
@@ -39,6 +39,9 @@ def test_save_detailed_adds_tokens_ops_trace_with_the_same_summary(tmp_path):
     assert ops[0].startswith("track,kind,step_id") and len(ops) == 1 + len(full.result.ops)
     tokens = (tmp_path / "b" / "tokens.csv").read_text().splitlines()
     assert len(tokens) == 1 + lean.summary["total_output_tokens"]
+    actions = (tmp_path / "b" / "actions.csv").read_text().splitlines()  # every plan launched: one compute each
+    assert actions[0] == "step,stage,kind,requests,tokens"
+    assert len(actions) == 1 + sum(o.track == "stage0" and o.kind == "compute" for o in full.result.ops)
 
 
 def test_trace_window_keeps_the_first_seconds():

@@ -155,21 +155,50 @@ def tokens_csv(requests: Sequence[RequestRecord] | Ledger) -> str:
 
 
 DEFAULT_FILES = ("summary.json", "requests.csv", "config.json")
-DETAILED_FILES = ("tokens.csv", "stage_ops.csv", "trace.json")
+DETAILED_FILES = ("tokens.csv", "stage_ops.csv", "trace.json", "actions.csv")
 DASHBOARD_FILES = ("timeseries.csv", "timeline.csv", "dashboard.png")  # ppsim.report.dashboard (png last)
 
 
+ACTION_FIELDS = ["step", "stage", "kind", "requests", "tokens"]
+
+
+def plan_kind(plan: Any) -> str:
+    """prefill, decode or mixed: what a launched plan holds."""
+    if not plan.num_decode_tokens:
+        return "prefill"
+    return "decode" if not plan.num_prefill_tokens else "mixed"
+
+
+def plan_requests(plan: Any) -> str:
+    """A plan's items as ``request:start:tokens``, space-separated, in plan order."""
+    return " ".join(f"{it.req_id}:{it.start}:{it.num_tokens}" for it in plan.items)
+
+
+def action_rows(actions: Iterable[tuple[int, Any]]) -> Iterator[tuple]:
+    for stage, plan in actions:
+        yield plan.step_id, stage, plan_kind(plan), plan_requests(plan), plan.num_tokens
+
+
+def actions_chunks(actions: Iterable[tuple[int, Any]]) -> Iterator[str]:
+    """``actions.csv``: every non-empty plan the engine core launched, in launch order (``stage``: the
+    stage it enters, 0; for ``no-pp`` the replica's GPU group, named as in ``stage_ops.csv``)."""
+    return _csv_chunks(ACTION_FIELDS, action_rows(actions))
+
+
 def run_files(config_json: str, summary: dict[str, Any], requests: Sequence[RequestRecord] | Ledger,
-              ops: Iterable[OpRecord] | None = None, trace: dict[str, Any] | None = None) -> dict[str, Any]:
+              ops: Iterable[OpRecord] | None = None, trace: dict[str, Any] | None = None,
+              actions: Iterable[tuple[int, Any]] | None = None) -> dict[str, Any]:
     """The files of one run, name -> text, or text chunks for the CSV files that grow with the run
     (formatted while they are written, never held whole): ``summary.json``, ``requests.csv`` and
     ``config.json`` always; with ``ops`` and ``trace`` (``--save-detailed``) also ``tokens.csv``,
-    ``stage_ops.csv`` and ``trace.json``."""
+    ``stage_ops.csv``, ``trace.json`` and (given ``actions``: (stage, plan) pairs) ``actions.csv``."""
     files: dict[str, Any] = {"config.json": config_json + "\n", "requests.csv": requests_chunks(requests)}
     if ops is not None and trace is not None:
         files["tokens.csv"] = tokens_chunks(requests)
         files["stage_ops.csv"] = ops_chunks(ops)
         files["trace.json"] = json.dumps(trace, allow_nan=False)
+        if actions is not None:
+            files["actions.csv"] = actions_chunks(actions)
     files["summary.json"] = dumps(summary)
     return files
 
@@ -177,11 +206,12 @@ def run_files(config_json: str, summary: dict[str, Any], requests: Sequence[Requ
 def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any],
               requests: Sequence[RequestRecord] | Ledger, ops: Iterable[OpRecord] | None = None,
               trace: dict[str, Any] | None = None, extra: dict[str, str | bytes] | None = None,
-              derived: Any = None) -> Path:
+              derived: Any = None, actions: Iterable[tuple[int, Any]] | None = None) -> Path:
     """All files of a run (plus ``extra``, and ``derived``'s files drawn from the staged set: the dashboard)
     as one set: staged in a temporary directory, which replaces the result directory whole or not at
     all (:func:`ppsim.outputs.write_result_set`)."""
     from ppsim.outputs import write_result_set
 
-    return write_result_set(out_dir, {**run_files(config_json, summary, requests, ops, trace), **(extra or {})},
+    return write_result_set(out_dir, {**run_files(config_json, summary, requests, ops, trace, actions),
+                                      **(extra or {})},
                             derived=derived)

@@ -41,6 +41,7 @@ class SimResult:
     end_s: float
     pools: list[Any] = field(default_factory=list)  # every KV pool (one per replica), for checks
     series: SeriesRecorder | None = None  # down-sampled busy/KV series and the timeline window
+    actions: list[tuple[int, StepPlan]] | None = None  # (stage, plan) launched, in order (keep_ops)
     _records: list[RequestRecord] | None = field(default=None, repr=False)
 
     @property
@@ -162,6 +163,7 @@ class Simulation:
         self.progress = progress
         self.slot: simpy.Event | None = None  # the closed-loop client waits on it for a free slot
         self.drivers: list[Driver] = []
+        self.launched: list[tuple[int, StepPlan]] | None = [] if keep_ops else None  # actions.csv
         self.backends: list[SimBackend] = []
         self.pools: list[Any] = []
         self.route: Callable[[int, list[int]], int] = lambda _i, _loads: 0
@@ -174,6 +176,8 @@ class Simulation:
             be = SimBackend(self.env, rp, ops, reference,
                             bool(getattr(core.scheduler.limits, "async_placeholders", False)))
             drv = Driver(core, self.ledger, self.client, be, observer)
+            drv.stage = len(self.drivers)  # replica k's GPU group is reported as stage k
+            drv.launched = self.launched  # one list for every replica: launch order on the shared clock
             be.abort = drv.abort
             drv.on_ended.append(self._ended)
             drv.kv_watch = (pool, series)  # be.sample_kv, inlined in the driver's loop
@@ -244,7 +248,8 @@ class Simulation:
             part.close(env.now)
         series = parts[0] if single else SeriesRecorder.combine(parts)
         return SimResult(self.prep, self.ledger, self._ops(), sum(d.scheduler.num_preemptions for d in self.drivers),
-                         max(p.peak_used for p in self.pools), events, env.now, self.pools, series)
+                         max(p.peak_used for p in self.pools), events, env.now, self.pools, series,
+                         self.launched)
 
     def _ops(self) -> OpLog:
         if len(self.backends) == 1:
