@@ -23,17 +23,35 @@ import tempfile
 import time
 from pathlib import Path
 
-VIDUR = ["--model", "llama-2-70b", "--hardware", "a100-80gb", "-tp", "2", "-pp", "4", "--request-rate", "2",
-         "--random-input-len", "512", "--random-output-len", "128", "--max-num-seqs", "128",
-         "--max-num-batched-tokens", "4096"]
+VIDUR = [
+    "--model",
+    "llama-2-70b",
+    "--hardware",
+    "a100-80gb",
+    "-tp",
+    "2",
+    "-pp",
+    "4",
+    "--request-rate",
+    "2",
+    "--random-input-len",
+    "512",
+    "--random-output-len",
+    "128",
+    "--max-num-seqs",
+    "128",
+    "--max-num-batched-tokens",
+    "4096",
+]
 
 
 def run(root: Path, args: list[str], out: Path) -> tuple[float, float]:
     """(wall s, CPU s) of one `ppsim simulate` child run from checkout ``root``."""
     cmd = [sys.executable, "-m", "ppsim.cli", "simulate", *args, "--quiet", "--no-dashboard", "--output-dir", str(out)]
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        cmd, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status):
@@ -57,11 +75,15 @@ def main() -> int:
                 wall, cpu = run(root.resolve(), args, Path(tmp) / side)
                 res[side].append((wall, cpu))
                 print(f"rep {i + 1} {side}: wall {wall:6.2f} s  cpu {cpu:6.2f} s  load {os.getloadavg()[0]:.2f}")
-        same = all(filecmp.cmp(Path(tmp) / "A" / f, Path(tmp) / "B" / f, shallow=False)
-                   for f in ("requests.csv", "summary.json"))
+        same = all(
+            filecmp.cmp(Path(tmp) / "A" / f, Path(tmp) / "B" / f, shallow=False)
+            for f in ("requests.csv", "summary.json")
+        )
     med = {s: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r)) for s, r in res.items()}
-    print(f"median A: wall {med['A'][0]:.2f} s cpu {med['A'][1]:.2f} s | B: wall {med['B'][0]:.2f} s "
-          f"cpu {med['B'][1]:.2f} s | B/A wall {med['B'][0] / med['A'][0]:.2f} cpu {med['B'][1] / med['A'][1]:.2f}")
+    print(
+        f"median A: wall {med['A'][0]:.2f} s cpu {med['A'][1]:.2f} s | B: wall {med['B'][0]:.2f} s "
+        f"cpu {med['B'][1]:.2f} s | B/A wall {med['B'][0] / med['A'][0]:.2f} cpu {med['B'][1] / med['A'][1]:.2f}"
+    )
     print("requests.csv and summary.json:", "identical" if same else "DIFFERENT")
     return 0 if same else 1
 

@@ -28,8 +28,12 @@ def main() -> int:
     out = Path(args.output or tempfile.mkdtemp(prefix="ppsim-cal-"))
     ppsim = Path(sys.executable).with_name("ppsim")
     t0 = time.perf_counter()
-    subprocess.run([str(ppsim), "calibrate", "--model", args.model, "--device", "cpu", "--output-dir", str(out)],
-                   check=True, timeout=900, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(ppsim), "calibrate", "--model", args.model, "--device", "cpu", "--output-dir", str(out)],
+        check=True,
+        timeout=900,
+        stdout=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - t0
     h = json.loads((out / "meta.json").read_text())["heldout"]
     res = {

@@ -35,8 +35,10 @@ def deep_size(rec: SeriesRecorder) -> int:
 def synthetic_requests(path: Path, rows: int) -> None:
     rnd = random.Random(0)
     with path.open("w") as f:
-        f.write("request_id,status,arrival_s,sent_s,scheduled_s,first_token_s,finish_s,input_tokens,"
-                "output_tokens,ttft_ms,tpot_ms,e2el_ms,preemptions\n")
+        f.write(
+            "request_id,status,arrival_s,sent_s,scheduled_s,first_token_s,finish_s,input_tokens,"
+            "output_tokens,ttft_ms,tpot_ms,e2el_ms,preemptions\n"
+        )
         for i in range(rows):
             ttft, tpot = rnd.expovariate(1 / 500), rnd.uniform(20, 80)
             f.write(f"{i},finished,0,0,0,0,0,512,128,{ttft:.6f},{tpot:.6f},{ttft + 127 * tpot:.6f},0\n")
@@ -47,11 +49,18 @@ def main() -> None:
     ap.add_argument("--num-prompts", type=int, default=10_000)
     ap.add_argument("--synthetic-rows", type=int, default=0)
     args = ap.parse_args()
-    s = build_scenario(overrides={
-        "model": "llama-3-8b", "cluster": {"pipeline_parallel_size": 4},
-        "workload": {"num_prompts": args.num_prompts, "request_rate": "inf", "random_input_len": 512,
-                     "random_output_len": 128},
-    })
+    s = build_scenario(
+        overrides={
+            "model": "llama-3-8b",
+            "cluster": {"pipeline_parallel_size": 4},
+            "workload": {
+                "num_prompts": args.num_prompts,
+                "request_rate": "inf",
+                "random_input_len": 512,
+                "random_output_len": 128,
+            },
+        }
+    )
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         t0 = time.perf_counter()
@@ -64,8 +73,10 @@ def main() -> None:
         t_rec = time.perf_counter() - t0
         print(f"requests                 {len(out.result.requests)}")
         print(f"run + files (s)          {t_run:.2f}")
-        print(f"recorder: {len(ops)} ops  {t_rec:.3f} s ({t_rec / max(1, len(ops)) * 1e9:.0f} ns/op), "
-              f"{deep_size(out.result.series) / 1024:.0f} KiB held")
+        print(
+            f"recorder: {len(ops)} ops  {t_rec:.3f} s ({t_rec / max(1, len(ops)) * 1e9:.0f} ns/op), "
+            f"{deep_size(out.result.series) / 1024:.0f} KiB held"
+        )
         for label in ("first (with import)", "second"):
             t0 = time.perf_counter()
             write_dashboard(run_dir, out.result.series)

@@ -14,12 +14,21 @@ from ppsim.config import build_scenario, step_budget_fields
 
 
 def scenario(pp: int, policy: str, n: int, input_len: int, output_len: int, budget: int):
-    return build_scenario(None, {
-        "model": "tiny", "seed": 0, "cluster": {"pipeline_parallel_size": pp},
-        "engine": {"policy": policy, **step_budget_fields(policy, budget)},
-        "workload": {"num_prompts": n, "request_rate": float("inf"), "random_input_len": input_len,
-                     "random_output_len": output_len},
-    })
+    return build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "seed": 0,
+            "cluster": {"pipeline_parallel_size": pp},
+            "engine": {"policy": policy, **step_budget_fields(policy, budget)},
+            "workload": {
+                "num_prompts": n,
+                "request_rate": float("inf"),
+                "random_input_len": input_len,
+                "random_output_len": output_len,
+            },
+        },
+    )
 
 
 def main() -> None:
@@ -30,8 +39,10 @@ def main() -> None:
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     ap.add_argument("--policy", nargs="+", default=["vllm-sync", "vllm-batch-queue"])
     a = ap.parse_args()
-    print(f"tiny model, {a.num_prompts} prompts x ({a.input_len} in, {a.output_len} out), offline, "
-          f"budget {a.max_num_batched_tokens} tokens, 1 thread per stage, gloo on CPU")
+    print(
+        f"tiny model, {a.num_prompts} prompts x ({a.input_len} in, {a.output_len} out), offline, "
+        f"budget {a.max_num_batched_tokens} tokens, 1 thread per stage, gloo on CPU"
+    )
     print(f"{'pp':>3} {'policy':<18}{'out tok/s':>10}{'steps':>7}  {'stage busy':<16}{'bubble':>7}{'wall s':>8}")
     for pp in (1, 2):
         for policy in a.policy if pp > 1 else ["vllm-sync"]:
@@ -39,8 +50,10 @@ def main() -> None:
             run = run_engine(s, options=EngineOptions(threads_per_stage=1))
             m = run.summary
             busy = " ".join(f"{f:.2f}" for f in m["stage_busy_fraction"])
-            print(f"{pp:>3} {policy:<18}{m['output_throughput']:>10.1f}{run.info['num_steps_launched']:>7}  "
-                  f"{busy:<16}{m['pipeline_bubble_fraction']:>7.3f}{run.info['wall_s']:>8.2f}")
+            print(
+                f"{pp:>3} {policy:<18}{m['output_throughput']:>10.1f}{run.info['num_steps_launched']:>7}  "
+                f"{busy:<16}{m['pipeline_bubble_fraction']:>7.3f}{run.info['wall_s']:>8.2f}"
+            )
 
 
 if __name__ == "__main__":

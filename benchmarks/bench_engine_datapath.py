@@ -26,11 +26,21 @@ def scenario(policy: str, n: int, input_len: int, output_len: int, budget: int):
     engine = {"policy": policy, **step_budget_fields(policy, budget)}
     if policy == "trtllm-slots":
         engine["enable_chunked_prefill"] = True  # same chunks as the others (TensorRT-LLM's default is off)
-    return build_scenario(None, {
-        "model": "tiny", "seed": 0, "cluster": {"pipeline_parallel_size": 2}, "engine": engine,
-        "workload": {"num_prompts": n, "request_rate": float("inf"), "random_input_len": input_len,
-                     "random_output_len": output_len},
-    })
+    return build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "seed": 0,
+            "cluster": {"pipeline_parallel_size": 2},
+            "engine": engine,
+            "workload": {
+                "num_prompts": n,
+                "request_rate": float("inf"),
+                "random_input_len": input_len,
+                "random_output_len": output_len,
+            },
+        },
+    )
 
 
 def mean_send_ms(run) -> float:
@@ -47,8 +57,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--policy", nargs="+", default=["sglang-ring", "trtllm-slots", "vllm-mrv2"])
     a = ap.parse_args()
-    print(f"tiny model, PP=2, {a.num_prompts} prompts x ({a.input_len} in, {a.output_len} out), offline, "
-          f"budget {a.max_num_batched_tokens} tokens, 1 thread per stage, gloo on CPU; median of {a.repeats}")
+    print(
+        f"tiny model, PP=2, {a.num_prompts} prompts x ({a.input_len} in, {a.output_len} out), offline, "
+        f"budget {a.max_num_batched_tokens} tokens, 1 thread per stage, gloo on CPU; median of {a.repeats}"
+    )
     print(f"{'policy':<14}{'data path':<10}{'out tok/s':>10}{'bubble':>8}{'send ms':>9}{'sim bubble':>11}")
     for policy in a.policy:
         s = scenario(policy, a.num_prompts, a.input_len, a.output_len, a.max_num_batched_tokens)

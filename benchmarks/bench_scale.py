@@ -30,11 +30,40 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_VIDUR = ROOT.parent / "shared" / "data" / "vidur-profiling"
 
-VIDUR = ["--model", "llama-2-70b", "--hardware", "a100-80gb", "-tp", "2", "-pp", "4", "--request-rate", "2",
-         "--random-input-len", "512", "--random-output-len", "128", "--max-num-seqs", "128",
-         "--max-num-batched-tokens", "4096"]
-OFFLINE = ["--model", "llama-3-8b", "--hardware", "h100-sxm", "-pp", "4", "--request-rate", "inf",
-           "--random-input-len", "512", "--random-output-len", "128"]
+VIDUR = [
+    "--model",
+    "llama-2-70b",
+    "--hardware",
+    "a100-80gb",
+    "-tp",
+    "2",
+    "-pp",
+    "4",
+    "--request-rate",
+    "2",
+    "--random-input-len",
+    "512",
+    "--random-output-len",
+    "128",
+    "--max-num-seqs",
+    "128",
+    "--max-num-batched-tokens",
+    "4096",
+]
+OFFLINE = [
+    "--model",
+    "llama-3-8b",
+    "--hardware",
+    "h100-sxm",
+    "-pp",
+    "4",
+    "--request-rate",
+    "inf",
+    "--random-input-len",
+    "512",
+    "--random-output-len",
+    "128",
+]
 MILLION = ["--model", "llama-3-8b", "--hardware", "h100-sxm", "-pp", "4"]
 MILLION_LENGTHS = ["--random-input-len", "256", "--random-output-len", "32"]  # the generated stream's
 MILLION_RATE = 150.0
@@ -55,8 +84,7 @@ def run_child(argv: list[str]) -> tuple[float, float, int]:
 
 
 def simulate(args: list[str], out: Path) -> list[str]:
-    return [sys.executable, "-m", "ppsim.cli", "simulate", *args, "--quiet", "--no-dashboard",
-            "--output-dir", str(out)]
+    return [sys.executable, "-m", "ppsim.cli", "simulate", *args, "--quiet", "--no-dashboard", "--output-dir", str(out)]
 
 
 def vidur_profile(root: Path, out: Path) -> list[str]:
@@ -64,8 +92,22 @@ def vidur_profile(root: Path, out: Path) -> list[str]:
     if not root.is_dir():
         print(f"(a) Vidur data not at {root}: the analytic model instead", file=sys.stderr)
         return []
-    cmd = [sys.executable, "-m", "ppsim.cli", "import-vidur", "--root", str(root), "--device", "a100",
-           "--model", "llama-2-70b", "-tp", "2", "--output-dir", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ppsim.cli",
+        "import-vidur",
+        "--root",
+        str(root),
+        "--device",
+        "a100",
+        "--model",
+        "llama-2-70b",
+        "-tp",
+        "2",
+        "--output-dir",
+        str(out),
+    ]
     if subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True).returncode:
         print("(a) import-vidur failed: the analytic model instead", file=sys.stderr)
         return []
@@ -78,15 +120,20 @@ def write_trace(path: Path, n: int, rate: float) -> None:
     from ppsim.config import build_scenario
     from ppsim.workload import build_workload
 
-    s = build_scenario(None, {"workload": {"num_prompts": n, "request_rate": rate, "random_input_len": 256,
-                                           "random_output_len": 32}})
+    s = build_scenario(
+        None, {"workload": {"num_prompts": n, "request_rate": rate, "random_input_len": 256, "random_output_len": 32}}
+    )
     wl = build_workload(s.workload, s.seed)
     with open(path, "w") as f:
         f.write("arrival_s,input_tokens,output_tokens\n")
         for i in range(0, n, 65536):
             sl = slice(i, i + 65536)
-            f.writelines(f"{t!r},{a},{b}\n" for t, a, b in zip(wl.arrival_s[sl].tolist(), wl.prompt_len[sl].tolist(),
-                                                               wl.output_len[sl].tolist(), strict=True))
+            f.writelines(
+                f"{t!r},{a},{b}\n"
+                for t, a, b in zip(
+                    wl.arrival_s[sl].tolist(), wl.prompt_len[sl].tolist(), wl.output_len[sl].tolist(), strict=True
+                )
+            )
 
 
 def main() -> None:
@@ -103,18 +150,31 @@ def main() -> None:
         if "a" in cases:
             prof = vidur_profile(Path(args.vidur_root), t / "vidur-a100-70b-tp2")
             label = "(a) Vidur scenario" + (", Vidur A100 profile" if prof else ", analytic")
-            rows.append((label, n_a, *run_child(simulate([*VIDUR, *prof, "--num-prompts", str(n_a)], t / "a")),
-                         "<= 10 s, <= 500 MB"))
+            rows.append(
+                (
+                    label,
+                    n_a,
+                    *run_child(simulate([*VIDUR, *prof, "--num-prompts", str(n_a)], t / "a")),
+                    "<= 10 s, <= 500 MB",
+                )
+            )
         if "b" in cases:
-            rows.append(("(b) offline Llama-3-8B PP=4", n_b,
-                         *run_child(simulate([*OFFLINE, "--num-prompts", str(n_b)], t / "b")), "<= 5 s"))
+            rows.append(
+                (
+                    "(b) offline Llama-3-8B PP=4",
+                    n_b,
+                    *run_child(simulate([*OFFLINE, "--num-prompts", str(n_b)], t / "b")),
+                    "<= 5 s",
+                )
+            )
         if "c" in cases:
             gen = [*MILLION, *MILLION_LENGTHS, "--request-rate", str(MILLION_RATE), "--num-prompts", str(n_c)]
             rows.append(("(c) generated Poisson", n_c, *run_child(simulate(gen, t / "c1")), "<= 1 GB"))
             trace = t / "trace.csv"
             write_trace(trace, n_c, MILLION_RATE)
-            rows.append(("(c) trace CSV", n_c, *run_child(simulate([*MILLION, "--trace", str(trace)], t / "c2")),
-                         "<= 1 GB"))
+            rows.append(
+                ("(c) trace CSV", n_c, *run_child(simulate([*MILLION, "--trace", str(trace)], t / "c2")), "<= 1 GB")
+            )
             c1, c2 = t / "c1" / "summary.json", t / "c2" / "summary.json"
             same = c1.is_file() and c2.is_file() and c1.read_bytes() == c2.read_bytes()
             print(f"(c) the trace replays the generated requests: same summary.json: {same}")

@@ -20,11 +20,19 @@ def main() -> None:
     ap.add_argument("--num-prompts", type=int, default=10_000)
     ap.add_argument("--policy", default="vllm-batch-queue")
     args = ap.parse_args()
-    s = build_scenario(overrides={
-        "model": "llama-3-8b", "cluster": {"pipeline_parallel_size": 4}, "engine": {"policy": args.policy},
-        "workload": {"num_prompts": args.num_prompts, "request_rate": "inf", "random_input_len": 512,
-                     "random_output_len": 128},
-    })
+    s = build_scenario(
+        overrides={
+            "model": "llama-3-8b",
+            "cluster": {"pipeline_parallel_size": 4},
+            "engine": {"policy": args.policy},
+            "workload": {
+                "num_prompts": args.num_prompts,
+                "request_rate": "inf",
+                "random_input_len": 512,
+                "random_output_len": 128,
+            },
+        }
+    )
     t0 = time.perf_counter()
     prep = prepare(s)
     res = simulate(prep)

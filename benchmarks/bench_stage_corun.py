@@ -84,8 +84,12 @@ def run_setting(args: argparse.Namespace, stages: int, core: bool) -> list[tuple
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     start_at = time.time() + 8.0  # after every worker has built its model
-    procs = [ctx.Process(target=stage_worker, args=(args.model, args.layers, args.batch, args.ctx,
-                                                    args.duration_s, start_at, q)) for _ in range(stages)]
+    procs = [
+        ctx.Process(
+            target=stage_worker, args=(args.model, args.layers, args.batch, args.ctx, args.duration_s, start_at, q)
+        )
+        for _ in range(stages)
+    ]
     if core:
         procs.append(ctx.Process(target=core_worker, args=(args.core_duty, args.duration_s, start_at)))
     for p in procs:
@@ -124,9 +128,11 @@ def main() -> None:
     ap.add_argument("--settings", nargs="*", choices=["alone", "pair", "alone+core", "pair+core"])
     args = ap.parse_args()
     pred = predicted_ms(args)
-    print(f"load before: {os.getloadavg()[0]:.2f}; cores {os.cpu_count()}; prediction "
-          f"{'-' if pred is None else f'{pred:.3f} ms'} ({args.model}, {args.layers} layers, "
-          f"{args.batch} decodes at ctx {args.ctx})")
+    print(
+        f"load before: {os.getloadavg()[0]:.2f}; cores {os.cpu_count()}; prediction "
+        f"{'-' if pred is None else f'{pred:.3f} ms'} ({args.model}, {args.layers} layers, "
+        f"{args.batch} decodes at ctx {args.ctx})"
+    )
     settings = {"alone": (1, False), "pair": (2, False), "alone+core": (1, True), "pair+core": (2, True)}
     chosen = args.settings or list(settings)
     got: dict[str, list[tuple[float, float, int]]] = {k: [] for k in chosen}
@@ -134,15 +140,18 @@ def main() -> None:
         for name in chosen:
             got[name] += run_setting(args, *settings[name])
             print(f"round {r + 1}/{args.rounds} {name}: cpu ms {1e3 * got[name][-1][1]:.3f}", file=sys.stderr)
-    print(f"{'setting':<12}{'wall ms':>10}{'cpu ms':>10}{'wall/cpu':>10}{'pred/wall':>11}{'pred/cpu':>10}"
-          f"{'forwards':>10}")
+    print(
+        f"{'setting':<12}{'wall ms':>10}{'cpu ms':>10}{'wall/cpu':>10}{'pred/wall':>11}{'pred/cpu':>10}{'forwards':>10}"
+    )
     for name, res in got.items():
         wall = float(np.median([r[0] for r in res])) * 1e3
         cpu = float(np.median([r[1] for r in res])) * 1e3
         pw = "-" if pred is None else f"{pred / wall - 1:+.1%}"
         pc = "-" if pred is None else f"{pred / cpu - 1:+.1%}"
-        print(f"{name:<12}{wall:>10.3f}{cpu:>10.3f}{wall / cpu:>10.2f}{pw:>11}{pc:>10}{sum(r[2] for r in res):>10}",
-              flush=True)
+        print(
+            f"{name:<12}{wall:>10.3f}{cpu:>10.3f}{wall / cpu:>10.2f}{pw:>11}{pc:>10}{sum(r[2] for r in res):>10}",
+            flush=True,
+        )
     print(f"load after: {os.getloadavg()[0]:.2f}")
 
 

@@ -45,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     status = Counter(r["status"] for r in rep.results)
     print(f"\nconfigurations: {len(rep.results)} ({dict(status)})")
     print(f"simulated runs: {rep.simulated_runs}")
-    print(f"wall time: {wall:.1f} s with {args.workers} local workers on {os.cpu_count()} CPUs "
-          f"(target < {TARGET_S:.0f} s: {'met' if wall < TARGET_S else 'MISSED'})")
+    print(
+        f"wall time: {wall:.1f} s with {args.workers} local workers on {os.cpu_count()} CPUs "
+        f"(target < {TARGET_S:.0f} s: {'met' if wall < TARGET_S else 'MISSED'})"
+    )
     print(f"load average (1 min) before {load0[0]:.2f}, after {load1[0]:.2f}")
     return 0 if wall < TARGET_S else 1
 

@@ -18,10 +18,32 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-POLICIES = ["vllm-sync", "vllm-batch-queue", "vllm-async", "vllm-mrv2", "sglang-ring", "trtllm-slots", "llamacpp",
-            "no-pp"]
-BASE = ["--model", "llama-3-8b", "--hardware", "h100-sxm", "-pp", "4", "--num-prompts", "120",
-        "--random-input-len", "300", "--random-output-len", "40", "--random-range-ratio", "0.5"]
+POLICIES = [
+    "vllm-sync",
+    "vllm-batch-queue",
+    "vllm-async",
+    "vllm-mrv2",
+    "sglang-ring",
+    "trtllm-slots",
+    "llamacpp",
+    "no-pp",
+]
+BASE = [
+    "--model",
+    "llama-3-8b",
+    "--hardware",
+    "h100-sxm",
+    "-pp",
+    "4",
+    "--num-prompts",
+    "120",
+    "--random-input-len",
+    "300",
+    "--random-output-len",
+    "40",
+    "--random-range-ratio",
+    "0.5",
+]
 
 
 def scenarios(profile: str | None) -> dict[str, list[str]]:
@@ -31,21 +53,60 @@ def scenarios(profile: str | None) -> dict[str, list[str]]:
         out[f"{p}-offline"] = [*BASE, "--policy", p, "--request-rate", "inf"]
         out[f"{p}-abort"] = [*BASE, "--policy", p, "--request-rate", "10", "--abort-rate", "0.3"]
         out[f"{p}-closed"] = [*BASE, "--policy", p, "--request-rate", "inf", "--max-concurrency", "5"]
-        out[f"{p}-kv"] = ["--model", "llama-2-70b", "--hardware", "h100-sxm", "-pp", "4", "--policy", p,
-                          "--num-prompts", "60", "--random-input-len", "2000", "--random-output-len", "200",
-                          "--request-rate", "inf", "--gpu-memory-utilization", "0.44", "--max-num-seqs", "64"]
+        out[f"{p}-kv"] = [
+            "--model",
+            "llama-2-70b",
+            "--hardware",
+            "h100-sxm",
+            "-pp",
+            "4",
+            "--policy",
+            p,
+            "--num-prompts",
+            "60",
+            "--random-input-len",
+            "2000",
+            "--random-output-len",
+            "200",
+            "--request-rate",
+            "inf",
+            "--gpu-memory-utilization",
+            "0.44",
+            "--max-num-seqs",
+            "64",
+        ]
     for name, args in out.items():  # vLLM's V1 runner schedules asynchronously only without PP
         if name.startswith("vllm-async"):
             i = args.index("-pp")
-            out[name] = [*args[:i], "-pp", "1", *args[i + 2:]]
+            out[name] = [*args[:i], "-pp", "1", *args[i + 2 :]]
     out["sglang-defer"] = [*BASE, "--policy", "sglang-ring", "--pp-async-batch-depth", "2", "--request-rate", "20"]
     out["mrv2-serialized"] = [*BASE, "--policy", "vllm-mrv2", "--pp-broadcast", "serialized", "--request-rate", "20"]
     out["batch-queue-small-budget"] = [*BASE, "--request-rate", "30", "--max-num-batched-tokens", "256"]
     if profile:
-        out["vidur-200"] = ["--model", "llama-2-70b", "--hardware", "a100-80gb", "-tp", "2", "-pp", "4",
-                            "--request-rate", "2", "--num-prompts", "200", "--random-input-len", "512",
-                            "--random-output-len", "128", "--max-num-seqs", "128", "--max-num-batched-tokens",
-                            "4096", "--profile", profile]
+        out["vidur-200"] = [
+            "--model",
+            "llama-2-70b",
+            "--hardware",
+            "a100-80gb",
+            "-tp",
+            "2",
+            "-pp",
+            "4",
+            "--request-rate",
+            "2",
+            "--num-prompts",
+            "200",
+            "--random-input-len",
+            "512",
+            "--random-output-len",
+            "128",
+            "--max-num-seqs",
+            "128",
+            "--max-num-batched-tokens",
+            "4096",
+            "--profile",
+            profile,
+        ]
     return out
 
 
@@ -79,8 +140,11 @@ def main() -> int:
                 print(f"{name}: {'same (both fail)' if same else 'DIFFERENT: ' + (err or 'no saved output')}")
                 bad += not same
                 continue
-            diffs = [f for f in ("requests.csv", "summary.json", "timeseries.csv", "timeline.csv")
-                     if (dest / f).exists() and not filecmp.cmp(Path(tmp) / "o" / f, dest / f, shallow=False)]
+            diffs = [
+                f
+                for f in ("requests.csv", "summary.json", "timeseries.csv", "timeline.csv")
+                if (dest / f).exists() and not filecmp.cmp(Path(tmp) / "o" / f, dest / f, shallow=False)
+            ]
             print(f"{name}: {'DIFFERENT ' + ' '.join(diffs) if diffs else 'identical'}{saved_err}")
             bad += bool(diffs)
     return 1 if bad else 0

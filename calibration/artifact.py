@@ -21,8 +21,25 @@ from ppsim.models.shape import ModelShape
 
 ARTIFACT_FILES = ("meta.json", "fits.json", "samples.csv")
 SAMPLE_FIELDS = [
-    "op", "split", "plan", "tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n", "pairs", "experts",
-    "median_s", "p10_s", "p90_s", "repeats", "inner", "items",
+    "op",
+    "split",
+    "plan",
+    "tokens",
+    "reqs",
+    "chunk",
+    "prefix",
+    "batch",
+    "ctx_tokens",
+    "bytes",
+    "n",
+    "pairs",
+    "experts",
+    "median_s",
+    "p10_s",
+    "p90_s",
+    "repeats",
+    "inner",
+    "items",
 ]
 
 
@@ -45,8 +62,9 @@ def check_output_dir(out: str | Path, flag: str = "--output-dir") -> None:
     outputs.check_output_dir(out, flag, ARTIFACT_FILES)
 
 
-def base_meta(shape: ModelShape, source: str, device: str, dtype: str, threads: int | None, tp: int,
-              torch_version: str | None) -> dict[str, Any]:
+def base_meta(
+    shape: ModelShape, source: str, device: str, dtype: str, threads: int | None, tp: int, torch_version: str | None
+) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "source": source,

@@ -25,9 +25,23 @@ from ppsim.policy.plan import PlanItem, StepPlan, make_plan
 
 # operator -> (form, feature)
 FORMS: dict[str, tuple[str, str]] = {
-    **{op: ("linear_floor", "tokens") for op in (
-        "input_layernorm", "attn_qkv", "attn_rope", "attn_o_proj", "post_attention_layernorm",
-        "mlp_gate_up", "mlp_act", "mlp_down", "add", "embedding", "moe_router", "moe_shared")},
+    **{
+        op: ("linear_floor", "tokens")
+        for op in (
+            "input_layernorm",
+            "attn_qkv",
+            "attn_rope",
+            "attn_o_proj",
+            "post_attention_layernorm",
+            "mlp_gate_up",
+            "mlp_act",
+            "mlp_down",
+            "add",
+            "embedding",
+            "moe_router",
+            "moe_shared",
+        )
+    },
     "moe_experts": ("tok_exp", ""),
     "attn_prefill": ("prefill_attn", ""),
     "attn_decode": ("decode_attn", ""),
@@ -44,8 +58,12 @@ CPU_NS = {"quick": (1, 16, 64), "full": (1, 4, 16, 64, 256)}
 
 
 def _feats(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-    keys = {k for r in rows for k in r if k in ("tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens",
-                                                  "bytes", "n", "pairs", "experts")}
+    keys = {
+        k
+        for r in rows
+        for k in r
+        if k in ("tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n", "pairs", "experts")
+    }
     return {k: np.array([float(r.get(k, 0)) for r in rows]) for k in keys}
 
 
@@ -78,8 +96,14 @@ def fit_glue(cost: ProfiledCost, layer_rows: list[dict[str, Any]]) -> tuple[OpFi
     gaps, T, R, res = [], [], [], []
     for r in layer_rows:
         ops = cost.layer_time(plan_of(r["items"]))
-        gaps.append({"plan": r["plan"], "measured_s": r["median_s"], "sum_of_ops_s": ops,
-                     "gap_rel": (r["median_s"] - ops) / r["median_s"]})
+        gaps.append(
+            {
+                "plan": r["plan"],
+                "measured_s": r["median_s"],
+                "sum_of_ops_s": ops,
+                "gap_rel": (r["median_s"] - ops) / r["median_s"],
+            }
+        )
         T.append(r["tokens"])
         R.append(r["reqs"])
         res.append(r["median_s"] - ops)
@@ -95,8 +119,16 @@ def heldout_errors(cost: ProfiledCost, rows: list[dict[str, Any]]) -> list[dict[
             pred = cost.layer_time(plan_of(r["items"]))
         else:
             pred = predict(cost.f[r["op"]], _feats([r]), 0)
-        out.append({"op": r["op"], "plan": r.get("plan") or "", "tokens": r.get("tokens"), "measured_s": r["median_s"],
-                    "predicted_s": pred, "rel_err": (pred - r["median_s"]) / r["median_s"]})
+        out.append(
+            {
+                "op": r["op"],
+                "plan": r.get("plan") or "",
+                "tokens": r.get("tokens"),
+                "measured_s": r["median_s"],
+                "predicted_s": pred,
+                "rel_err": (pred - r["median_s"]) / r["median_s"],
+            }
+        )
     return out
 
 
@@ -104,9 +136,18 @@ def _median_abs(xs: list[dict[str, Any]]) -> float | None:
     return float(np.median([abs(x["rel_err"]) for x in xs])) if xs else None
 
 
-def calibrate(model: str, device: str, out: str, quick: bool = False, threads: int | None = 1,
-              dtype: str | None = None, link: bool = True, log: Callable[[str], None] | None = None,
-              clock: str = "auto", router_zipf: float = 0.0) -> dict[str, Any]:
+def calibrate(
+    model: str,
+    device: str,
+    out: str,
+    quick: bool = False,
+    threads: int | None = 1,
+    dtype: str | None = None,
+    link: bool = True,
+    log: Callable[[str], None] | None = None,
+    clock: str = "auto",
+    router_zipf: float = 0.0,
+) -> dict[str, Any]:
     """Run the whole calibration and write the artifact to ``out``; returns ``meta``.
 
     ``clock`` "auto" times CPU operators by thread CPU time when one torch thread runs them (robust on
@@ -130,8 +171,9 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
         raise PPSimError("--device cuda: torch sees no CUDA device; use --device cpu")
     shape: ModelShape = load_model(model)
     if getattr(shape, "attention", "gqa") == "mla":
-        raise PPSimError(f"--model {model}: the profiler times Llama-style layers, dense or MoE; "
-                         "MLA is not profiled yet")
+        raise PPSimError(
+            f"--model {model}: the profiler times Llama-style layers, dense or MoE; MLA is not profiled yet"
+        )
     if router_zipf < 0:
         raise PPSimError(f"--moe-router-zipf: {router_zipf} is negative; use 0 (router alone) or more")
     dtype = dtype or shape.dtype
@@ -174,17 +216,30 @@ def calibrate(model: str, device: str, out: str, quick: bool = False, threads: i
         rows += lrows
     # the profile is of this dtype: a scenario whose model runs another dtype must not load it
     nbytes = torch.empty(0, dtype=TORCH_DTYPES[dtype]).element_size()
-    measured = shape.model_copy(update={"dtype": dtype, "dtype_bytes": nbytes, "weight_dtype": dtype,
-                                        "kv_cache_dtype": dtype})
-    meta = base_meta(measured, "ppsim calibrate", device_name(device), dtype, torch.get_num_threads(), 1,
-                     torch.__version__)
+    measured = shape.model_copy(
+        update={"dtype": dtype, "dtype_bytes": nbytes, "weight_dtype": dtype, "kv_cache_dtype": dtype}
+    )
+    meta = base_meta(
+        measured, "ppsim calibrate", device_name(device), dtype, torch.get_num_threads(), 1, torch.__version__
+    )
     if shape.is_moe:
         from calibration.moe_ops import router_load
 
-        meta["moe"] = {"router_zipf": router_zipf, "expert_load": router_load(shape, router_zipf),
-                       "note": "P(token picks expert e), engine-initialised routers on unit-RMS states"}
-    meta.update({"grid": kind, "clock": clock, "rounds": rounds, "link_backend": backend, "layer_stack": stack,
-                 "wall_s": round(time.perf_counter() - t0, 1)})
+        meta["moe"] = {
+            "router_zipf": router_zipf,
+            "expert_load": router_load(shape, router_zipf),
+            "note": "P(token picks expert e), engine-initialised routers on unit-RMS states",
+        }
+    meta.update(
+        {
+            "grid": kind,
+            "clock": clock,
+            "rounds": rounds,
+            "link_backend": backend,
+            "layer_stack": stack,
+            "wall_s": round(time.perf_counter() - t0, 1),
+        }
+    )
     return analyse_and_write(rows, shape, meta, out)
 
 
@@ -195,14 +250,16 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
     glue, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"])
     fits["layer_glue"] = glue
     held = heldout_errors(cost, [r for r in rows if r["split"] == "heldout"])
-    meta = {**meta, "layer_gap": {"median_abs_rel": _median_abs([{"rel_err": g["gap_rel"]} for g in gaps]),
-                                  "plans": gaps},
-            "heldout": {
-                "median_abs_rel_err_ops": _median_abs([h for h in held if h["op"] != "layer"]),
-                "median_abs_rel_err_layer": _median_abs([h for h in held if h["op"] == "layer"]),
-                "median_abs_rel_err_all": _median_abs(held),
-                "points": held,
-            }}
+    meta = {
+        **meta,
+        "layer_gap": {"median_abs_rel": _median_abs([{"rel_err": g["gap_rel"]} for g in gaps]), "plans": gaps},
+        "heldout": {
+            "median_abs_rel_err_ops": _median_abs([h for h in held if h["op"] != "layer"]),
+            "median_abs_rel_err_layer": _median_abs([h for h in held if h["op"] == "layer"]),
+            "median_abs_rel_err_all": _median_abs(held),
+            "points": held,
+        },
+    }
     fj = {op: fit_to_json(f, stats.get(op, {})) for op, f in fits.items()}
     fj["layer_glue"].update({"n_samples": len(gaps), "note": "OLS of whole layer minus sum of operators"})
     write_artifact(out, meta, fj, rows)
@@ -233,11 +290,16 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         lines.append(f"{op:<26}{f['form']:<14}{f.get('n_samples', 0):>4}{pct(cv):>14}{pct(mx):>14}")
     gap = meta.get("layer_gap", {})
     if gap.get("median_abs_rel") is not None:
-        lines.append(f"whole layer vs sum of operators: median |gap| {100 * gap['median_abs_rel']:.1f}% "
-                     f"over {len(gap['plans'])} plans (absorbed by layer_glue)")
+        lines.append(
+            f"whole layer vs sum of operators: median |gap| {100 * gap['median_abs_rel']:.1f}% "
+            f"over {len(gap['plans'])} plans (absorbed by layer_glue)"
+        )
     h = meta.get("heldout", {})
-    for k, name in (("median_abs_rel_err_ops", "operators"), ("median_abs_rel_err_layer", "whole layers"),
-                    ("median_abs_rel_err_all", "all")):
+    for k, name in (
+        ("median_abs_rel_err_ops", "operators"),
+        ("median_abs_rel_err_layer", "whole layers"),
+        ("median_abs_rel_err_all", "all"),
+    ):
         if h.get(k) is not None:
             lines.append(f"held-out {name}: median |err| {100 * h[k]:.1f}%")
     return "\n".join(lines)

@@ -34,10 +34,18 @@ def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", help="float32 | float16 | bfloat16 (default: the model's torch_dtype)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: one per stage worker)")
     p.add_argument("--quick", action="store_true", help="small grid (seconds), for tests")
-    p.add_argument("--clock", default="auto", choices=["auto", "wall", "thread"],
-                   help="CPU timing clock; auto = thread CPU time with one torch thread (robust on a shared host)")
-    p.add_argument("--moe-router-zipf", type=float, default=0.0,
-                   help="MoE: the engine router's popularity skew s to measure expert load under (default 0)")
+    p.add_argument(
+        "--clock",
+        default="auto",
+        choices=["auto", "wall", "thread"],
+        help="CPU timing clock; auto = thread CPU time with one torch thread (robust on a shared host)",
+    )
+    p.add_argument(
+        "--moe-router-zipf",
+        type=float,
+        default=0.0,
+        help="MoE: the engine router's popularity skew s to measure expert load under (default 0)",
+    )
     p.add_argument("--no-link", action="store_true", help="skip the two-process link profiler")
     add_output_dir_flag(p, "profile directory to write (alias --output)")
     p.set_defaults(handler=cmd_calibrate)
@@ -47,8 +55,11 @@ def add_import_vidur_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("import-vidur", help="convert Vidur GPU operator profiles (CSV) into a ppsim profile")
     p.add_argument("--root", help=f"Vidur's profiling data: {VIDUR_SOURCE}; default ${VIDUR_ROOT_ENV}")
     p.add_argument("--device", default="h100", help="a100 | h100 | a40 (a folder under ROOT/compute)")
-    p.add_argument("--model", required=True, help="ppsim preset: llama-2-7b, llama-2-70b, llama-3-8b, llama-3-70b, "
-                   "codellama-34b, internlm-20b, qwen-72b")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="ppsim preset: llama-2-7b, llama-2-70b, llama-3-8b, llama-3-70b, codellama-34b, internlm-20b, qwen-72b",
+    )
     p.add_argument("--vidur-model", help="model folder under compute/DEVICE, e.g. meta-llama/Llama-2-7b-hf")
     p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1, dest="tp")
     p.add_argument("--network", default="pairwise_nvlink", help="pairwise_nvlink | dgx (network/DEVICE_NETWORK)")
@@ -60,9 +71,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from calibration.calibrate import calibrate, format_report
 
     t0 = time.perf_counter()
-    meta = calibrate(args.model, args.device, args.output, quick=args.quick, threads=args.threads,
-                     dtype=args.dtype, link=not args.no_link, clock=args.clock,
-                     router_zipf=args.moe_router_zipf)
+    meta = calibrate(
+        args.model,
+        args.device,
+        args.output,
+        quick=args.quick,
+        threads=args.threads,
+        dtype=args.dtype,
+        link=not args.no_link,
+        clock=args.clock,
+        router_zipf=args.moe_router_zipf,
+    )
     print(format_report(meta, json.loads((Path(args.output) / "fits.json").read_text())))
     print(f"profile written to {args.output}/ (meta.json, fits.json, samples.csv) in {time.perf_counter() - t0:.1f} s")
     return 0
@@ -73,8 +92,15 @@ def cmd_import_vidur(args: argparse.Namespace) -> int:
     from calibration.vidur_import import import_vidur
 
     check_output_dir(args.output)  # before the data root: a bad output path is the first thing to fix
-    meta, fits = import_vidur(resolve_vidur_root(args.root), args.device, args.model, args.output, tp=args.tp,
-                              vidur_model=args.vidur_model, network=args.network)
+    meta, fits = import_vidur(
+        resolve_vidur_root(args.root),
+        args.device,
+        args.model,
+        args.output,
+        tp=args.tp,
+        vidur_model=args.vidur_model,
+        network=args.network,
+    )
     for op, f in sorted(fits.items()):
         src = f.get("source", "")
         cv = f.get("cv_median_abs_rel_err")

@@ -87,7 +87,16 @@ def profile_control(ns: tuple[int, ...], repeats: int = 30, timeout_s: float = 6
     rows = []
     for op, data in (("launch", launch), ("return", ret)):
         for n, xs in data.items():
-            rows.append({"op": op, "split": "fit", "n": n, "median_s": float(np.median(xs)),
-                         "p10_s": float(np.percentile(xs, 10)), "p90_s": float(np.percentile(xs, 90)),
-                         "repeats": len(xs), "inner": 1})
+            rows.append(
+                {
+                    "op": op,
+                    "split": "fit",
+                    "n": n,
+                    "median_s": float(np.median(xs)),
+                    "p10_s": float(np.percentile(xs, 10)),
+                    "p90_s": float(np.percentile(xs, 90)),
+                    "repeats": len(xs),
+                    "inner": 1,
+                }
+            )
     return rows

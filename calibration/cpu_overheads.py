@@ -19,8 +19,10 @@ from ppsim.policy.scheduler import Scheduler, SchedulerLimits
 
 def _steady(n: int) -> Scheduler:
     out_len = 100_000  # more steps than any timing loop runs, so nothing finishes
-    sched = Scheduler(SchedulerLimits(max_num_seqs=n, max_num_batched_tokens=max(16 * n, 64)),
-                      BlockPool(num_blocks=n * (out_len // 16 + 2), block_size=16))
+    sched = Scheduler(
+        SchedulerLimits(max_num_seqs=n, max_num_batched_tokens=max(16 * n, 64)),
+        BlockPool(num_blocks=n * (out_len // 16 + 2), block_size=16),
+    )
     for i in range(n):
         if not sched.add_request(Request(i, 0.0, prompt_len=16, output_len=out_len)):
             raise RuntimeError("cpu overheads: request rejected; the block pool is too small")
@@ -53,6 +55,16 @@ def profile_cpu(ns: tuple[int, ...], repeats: int = 7, clock: str = "wall") -> l
     for n in ns:
         steps = max(5, 2000 // n)
         for kind, (med, p10, p90) in time_scheduler(n, steps, repeats, clock).items():
-            rows.append({"op": kind, "split": "fit", "n": n, "median_s": med, "p10_s": p10, "p90_s": p90,
-                         "repeats": repeats, "inner": steps})
+            rows.append(
+                {
+                    "op": kind,
+                    "split": "fit",
+                    "n": n,
+                    "median_s": med,
+                    "p10_s": p10,
+                    "p90_s": p90,
+                    "repeats": repeats,
+                    "inner": steps,
+                }
+            )
     return rows

@@ -95,8 +95,13 @@ def _fitter(form: str, x: str) -> Fitter:
     if form == "decode_attn":
         return lambda f, y: fit_decode(f["batch"], f["ctx_tokens"], y)
     if form == "tok_exp":
-        return lambda f, y: dict(zip(("c0", "pair", "exp"), map(float, _wnnls(
-            np.column_stack([np.ones_like(f["pairs"]), f["pairs"], f["experts"]]), y)), strict=True))
+        return lambda f, y: dict(
+            zip(
+                ("c0", "pair", "exp"),
+                map(float, _wnnls(np.column_stack([np.ones_like(f["pairs"]), f["pairs"], f["experts"]]), y)),
+                strict=True,
+            )
+        )
     raise ValueError(f"no fitter for form {form}")
 
 
@@ -133,8 +138,9 @@ def fit_op(name: str, form: str, x: str, feats: dict[str, np.ndarray], y: np.nda
     return fit, stats
 
 
-def fit_select(name: str, forms: tuple[str, ...], x: str, feats: dict[str, np.ndarray],
-               y: np.ndarray) -> tuple[OpFit, dict[str, Any]]:
+def fit_select(
+    name: str, forms: tuple[str, ...], x: str, feats: dict[str, np.ndarray], y: np.ndarray
+) -> tuple[OpFit, dict[str, Any]]:
     """Fit each candidate form and keep the one with the least cross-validated median error.
 
     The physics form comes first and wins ties. On a CPU, GEMM efficiency changes with the token

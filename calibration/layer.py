@@ -69,6 +69,7 @@ class Layer:
         self.emb, self.lm = w(shape.vocab_size, h), w(shape.vocab_size, h)
         self.router_zipf = router_zipf
         self.moe = build_moe(shape, router_zipf, seed, self.dt, self.dev) if shape.is_moe else None
+
     def sibling(self, seed: int) -> Layer:
         """Another layer of the same shape, dtype and device with its own weights."""
         name = next(k for k, v in TORCH_DTYPES.items() if v == self.dt)
@@ -96,7 +97,7 @@ class Layer:
         freqs = pos.to(torch.float32)[:, None] * inv[None, :]  # [T, D/2]
         emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]  # [T, 1, D]
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        return x * cos + torch.cat((-x[..., d // 2:], x[..., : d // 2]), dim=-1) * sin
+        return x * cos + torch.cat((-x[..., d // 2 :], x[..., : d // 2]), dim=-1) * sin
 
     def rope(self, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self._rope1(q, pos), self._rope1(k, pos)
@@ -120,8 +121,9 @@ class Layer:
         return F.linear(a, self.w_d)
 
     # --- whole layer and stage ends ---------------------------------------------------------
-    def forward(self, x: torch.Tensor, res: torch.Tensor, pos: torch.Tensor,
-                kv: KV) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, res: torch.Tensor, pos: torch.Tensor, kv: KV
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decoder layer as ``engine/model.py::DecoderLayer.forward`` (fused add into the norms)."""
         res = x + res
         q, k, v = self.qkv(self.rms_norm(res, self.ln1))
@@ -171,7 +173,7 @@ def prepare_inputs(seqs: list[Seq], tables: list[list[int]], device: torch.devic
         table = torch.tensor(tbl, dtype=torch.long)
         ctx_slots = (table[:, None] * BLOCK_SIZE + torch.arange(BLOCK_SIZE)[None, :]).reshape(-1)[:ctx]
         pos.append(torch.arange(sq.start, ctx))
-        slots.append(ctx_slots[sq.start:])
+        slots.append(ctx_slots[sq.start :])
         segs.append((off, sq.n, ctx, ctx_slots.to(device)))
         off += sq.n
         rows.append(off - 1)

@@ -55,16 +55,19 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, backend: str, 
                 sync()
                 if i >= WARMUP:
                     times[j].append((time.perf_counter() - t0) / 2)
-        out = [(s, float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90)))
-               for s, t in zip(sizes, times, strict=True)]
+        out = [
+            (s, float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90)))
+            for s, t in zip(sizes, times, strict=True)
+        ]
         if rank == 0:
             q.put(out)
     finally:
         dist.destroy_process_group()
 
 
-def profile_link(sizes: tuple[int, ...], repeats: int, device: str = "cpu",
-                 timeout_s: float = 120.0) -> list[dict[str, Any]]:
+def profile_link(
+    sizes: tuple[int, ...], repeats: int, device: str = "cpu", timeout_s: float = 120.0
+) -> list[dict[str, Any]]:
     """One row per payload size: one-way send/recv seconds (median, p10, p90)."""
     import torch
     import torch.multiprocessing as mp
@@ -73,8 +76,9 @@ def profile_link(sizes: tuple[int, ...], repeats: int, device: str = "cpu",
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, port, list(sizes), repeats, backend, q), daemon=True)
-             for r in range(2)]
+    procs = [
+        ctx.Process(target=_worker, args=(r, port, list(sizes), repeats, backend, q), daemon=True) for r in range(2)
+    ]
     for p in procs:
         p.start()
     try:
@@ -88,5 +92,17 @@ def profile_link(sizes: tuple[int, ...], repeats: int, device: str = "cpu",
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
-    return [{"op": "send_recv", "split": "fit", "bytes": s, "median_s": m, "p10_s": lo, "p90_s": hi,
-             "repeats": repeats, "inner": 1, "backend": backend} for s, m, lo, hi in res]
+    return [
+        {
+            "op": "send_recv",
+            "split": "fit",
+            "bytes": s,
+            "median_s": m,
+            "p10_s": lo,
+            "p90_s": hi,
+            "repeats": repeats,
+            "inner": 1,
+            "backend": backend,
+        }
+        for s, m, lo, hi in res
+    ]

@@ -42,12 +42,20 @@ def build_moe(shape: ModelShape, router_zipf: float, seed: int, dtype: torch.dty
 
 def expert_counts(num_experts: int, top_k: int) -> tuple[int, ...]:
     """Distinct-expert counts to profile: k, E/4, E/2, 3E/4, E (those >= k)."""
-    return tuple(sorted({n for n in (top_k, num_experts // 4, num_experts // 2, 3 * num_experts // 4, num_experts)
-                         if top_k <= n <= num_experts}))
+    return tuple(
+        sorted(
+            {
+                n
+                for n in (top_k, num_experts // 4, num_experts // 2, 3 * num_experts // 4, num_experts)
+                if top_k <= n <= num_experts
+            }
+        )
+    )
 
 
-def forced_routing(T: int, k: int, n: int, device: torch.device,
-                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def forced_routing(
+    T: int, k: int, n: int, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Expert ids [T, k] touching exactly ``n`` experts (k <= n <= T k), rows spread evenly; weights 1/k."""
     ids = (torch.arange(T)[:, None] * k + torch.arange(k)[None, :]) % n  # k distinct per token since n >= k
     return ids.to(device), torch.full((T, k), 1.0 / k, device=device, dtype=dtype)

@@ -25,8 +25,16 @@ from calibration.moe_ops import experts_fn, experts_points, moe_fns
 from calibration.timer import Timer, summarize
 
 TOKEN_OPS = (
-    "input_layernorm", "attn_qkv", "attn_rope", "attn_o_proj", "post_attention_layernorm",
-    "mlp_gate_up", "mlp_act", "mlp_down", "add", "embedding",
+    "input_layernorm",
+    "attn_qkv",
+    "attn_rope",
+    "attn_o_proj",
+    "post_attention_layernorm",
+    "mlp_gate_up",
+    "mlp_act",
+    "mlp_down",
+    "add",
+    "embedding",
 )
 REQ_OPS = ("final_norm", "lm_head", "sampling", "prepare_inputs")  # the engine norms only sampled rows
 
@@ -55,8 +63,17 @@ FULL = Grid(
     prefill=_prod((8, 32, 128, 256, 512), (0, 128, 512, 1536)),
     decode=_prod((1, 4, 16, 32, 64), (16, 128, 512, 1536)),
     reqs=(1, 4, 16, 64, 256),
-    layer_plans=("D1x256", "D16x512", "D64x256", "P64@0", "P256@0", "P128@512", "P256@0+D16x256",
-                 "P32@128+D32x512", "P512@0"),
+    layer_plans=(
+        "D1x256",
+        "D16x512",
+        "D64x256",
+        "P64@0",
+        "P256@0",
+        "P128@512",
+        "P256@0+D16x256",
+        "P32@128+D32x512",
+        "P512@0",
+    ),
     heldout_tokens=(3, 48, 384, 768),
     heldout_prefill=((96, 384), (384, 64), (24, 1024)),
     heldout_decode=((8, 384), (48, 96), (24, 1024)),
@@ -93,8 +110,12 @@ def parse_plan(spec: str, rng: np.random.Generator) -> list[Seq]:
 
 def plan_features(seqs: list[Seq]) -> dict[str, Any]:
     dec = [s for s in seqs if not s.is_prefill]
-    return {"tokens": sum(s.n for s in seqs), "reqs": len(seqs), "batch": len(dec),
-            "ctx_tokens": sum(s.start + 1 for s in dec)}
+    return {
+        "tokens": sum(s.n for s in seqs),
+        "reqs": len(seqs),
+        "batch": len(dec),
+        "ctx_tokens": sum(s.start + 1 for s in dec),
+    }
 
 
 @dataclass
@@ -135,13 +156,16 @@ class OpProfiler:
             "attn_o_proj": lambda: (lambda a: lambda: L.o_proj(a))(self._x(T, s.num_heads, s.head_dim)),
             "mlp_gate_up": lambda: lambda: L.gate_up(x),
             "mlp_act": lambda: (lambda gu: lambda: L.act(gu))(
-                (self._x(T, s.intermediate_size), self._x(T, s.intermediate_size))),
+                (self._x(T, s.intermediate_size), self._x(T, s.intermediate_size))
+            ),
             "mlp_down": lambda: (lambda a: lambda: L.down(a))(self._x(T, s.intermediate_size)),
             "add": lambda: (lambda y: lambda: x + y)(self._x(T, s.hidden_size)),
             "embedding": lambda: (lambda ids: lambda: L.embed(ids))(
-                torch.randint(0, s.vocab_size, (T,), device=self.dev)),
+                torch.randint(0, s.vocab_size, (T,), device=self.dev)
+            ),
             "attn_rope": lambda: (lambda q, k: lambda: L.rope(q, k, pos))(
-                self._x(T, s.num_heads, s.head_dim), self._x(T, s.num_kv_heads, s.head_dim)),
+                self._x(T, s.num_heads, s.head_dim), self._x(T, s.num_kv_heads, s.head_dim)
+            ),
         }
         return fns[op]()
 
@@ -192,8 +216,14 @@ class OpProfiler:
                     out.append(Task(op, split, {"tokens": T}, lambda op=op, T=T: self.token_fn(op, T)))
             for c, p in pre:
                 seqs = [Seq(p, c)]
-                out.append(Task("attn_prefill", split, {"chunk": c, "prefix": p, "tokens": c},
-                                lambda seqs=seqs: self.attn_fn(seqs)))
+                out.append(
+                    Task(
+                        "attn_prefill",
+                        split,
+                        {"chunk": c, "prefix": p, "tokens": c},
+                        lambda seqs=seqs: self.attn_fn(seqs),
+                    )
+                )
             for b, ctx in dec:
                 seqs = parse_plan(f"D{b}x{ctx}", self.rng) if split == "heldout" else [Seq(ctx - 1, 1)] * b
                 out.append(Task("attn_decode", split, plan_features(seqs), lambda seqs=seqs: self.attn_fn(seqs)))
@@ -218,20 +248,36 @@ class OpProfiler:
         def stacked(fns: list[Callable[[], object]]) -> Callable[[], object]:
             return lambda: [f() for f in fns]
 
-        out = [Task(op, split, {"tokens": T}, lambda op=op, T=T: stacked(
-            [moe_fns(m, x)[op] for m, x in zip(moes, [self._x(T, h)] * len(moes), strict=True)]))
-               for op in moe_fns(moes[0], self._x(1, h)) for T in tokens]
+        out = [
+            Task(
+                op,
+                split,
+                {"tokens": T},
+                lambda op=op, T=T: stacked(
+                    [moe_fns(m, x)[op] for m, x in zip(moes, [self._x(T, h)] * len(moes), strict=True)]
+                ),
+            )
+            for op in moe_fns(moes[0], self._x(1, h))
+            for T in tokens
+        ]
         for pt in experts_points(self.L.s, tokens):
-            out.append(Task("moe_experts", split, pt, lambda pt=pt: stacked(
-                [experts_fn(m, self._x(pt["tokens"], h), pt["experts"]) for m in moes])))
+            out.append(
+                Task(
+                    "moe_experts",
+                    split,
+                    pt,
+                    lambda pt=pt: stacked([experts_fn(m, self._x(pt["tokens"], h), pt["experts"]) for m in moes]),
+                )
+            )
         return out
 
     def _layer_task(self, spec: str, split: str) -> Task:
         seqs = parse_plan(spec, self.rng)
         return Task("layer", split, plan_features(seqs), lambda: self.layer_fn(seqs), plan=spec, seqs=seqs)
 
-    def run(self, tasks: list[Task], progress: Callable[[int, int, Task], None],
-            rounds: int = 1) -> list[dict[str, Any]]:
+    def run(
+        self, tasks: list[Task], progress: Callable[[int, int, Task], None], rounds: int = 1
+    ) -> list[dict[str, Any]]:
         """Time every task ``rounds`` times, round-robin, so a burst of load on a shared machine hits one
         round of many tasks rather than every repeat of one; inputs are rebuilt each round."""
         raw: list[list[float]] = [[] for _ in tasks]
@@ -248,8 +294,18 @@ class OpProfiler:
             if t.op == "layer" or t.op.startswith("moe_"):  # a stack of layers ran; report per layer
                 xs = [x / len(self.stack) for x in xs]
             tm = summarize(xs, k)
-            rows.append({"op": t.op, "split": t.split, "plan": t.plan, **t.feats,
-                         "median_s": tm.median_s, "p10_s": tm.p10_s, "p90_s": tm.p90_s,
-                         "repeats": tm.repeats, "inner": tm.inner,
-                         "items": ";".join(f"{s.start}:{s.n}" for s in t.seqs)})
+            rows.append(
+                {
+                    "op": t.op,
+                    "split": t.split,
+                    "plan": t.plan,
+                    **t.feats,
+                    "median_s": tm.median_s,
+                    "p10_s": tm.p10_s,
+                    "p90_s": tm.p90_s,
+                    "repeats": tm.repeats,
+                    "inner": tm.inner,
+                    "items": ";".join(f"{s.start}:{s.n}" for s in t.seqs),
+                }
+            )
         return rows

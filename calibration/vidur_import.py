@@ -60,9 +60,16 @@ PRESET_TO_VIDUR = {
     "qwen-72b": "Qwen/Qwen-72B",
 }
 MLP_OPS = {
-    "emb": "embedding", "input_layernorm": "input_layernorm", "attn_pre_proj": "attn_qkv",
-    "attn_rope": "attn_rope", "attn_post_proj": "attn_o_proj", "post_attention_layernorm": "post_attention_layernorm",
-    "mlp_up_proj": "mlp_gate_up", "mlp_act": "mlp_act", "mlp_down_proj": "mlp_down", "add": "add",
+    "emb": "embedding",
+    "input_layernorm": "input_layernorm",
+    "attn_pre_proj": "attn_qkv",
+    "attn_rope": "attn_rope",
+    "attn_post_proj": "attn_o_proj",
+    "post_attention_layernorm": "post_attention_layernorm",
+    "mlp_up_proj": "mlp_gate_up",
+    "mlp_act": "mlp_act",
+    "mlp_down_proj": "mlp_down",
+    "add": "add",
 }
 DEVICE_PRESET = {"a100": "a100-80gb", "h100": "h100-sxm", "a40": "a40"}
 
@@ -93,8 +100,12 @@ def _interp(coef: dict[str, Any], x: str, source: str) -> dict[str, Any]:
 
 
 def check_vidur_shape(row: dict[str, str], shape: ModelShape, path: Path) -> None:
-    want = {"n_head": shape.num_heads, "n_kv_head": shape.num_kv_heads, "n_embd": shape.hidden_size,
-            "n_expanded_embd": shape.intermediate_size}  # vocab_size: Vidur pads it (32000 -> 32768)
+    want = {
+        "n_head": shape.num_heads,
+        "n_kv_head": shape.num_kv_heads,
+        "n_embd": shape.hidden_size,
+        "n_expanded_embd": shape.intermediate_size,
+    }  # vocab_size: Vidur pads it (32000 -> 32768)
     bad = [f"{k}={row[k]} (model has {v})" for k, v in want.items() if k in row and int(float(row[k])) != v]
     if bad:
         raise PPSimError(f"vidur import: {path} is not model {shape.name}: {'; '.join(bad)}; pick the matching --model")
@@ -117,19 +128,40 @@ def roofline_fits(shape: ModelShape, device: str, tp: int) -> dict[str, dict[str
     src = f"analytic model ({dev.name}, ppsim/cost/kernels.py)"
     w_read = shape.hidden_size * v_gpu * b / (PB * d.memory_eff)
     return {
-        "lm_head": {"form": "linear_floor", "x": "reqs", "source": src,
-                    "coef": {"floor": 0.0, "c0": w_read + k.gemm_launch_us * 1e-6,
-                             "c1": 2 * shape.hidden_size * v_gpu / (F * d.compute_eff)}},
+        "lm_head": {
+            "form": "linear_floor",
+            "x": "reqs",
+            "source": src,
+            "coef": {
+                "floor": 0.0,
+                "c0": w_read + k.gemm_launch_us * 1e-6,
+                "c1": 2 * shape.hidden_size * v_gpu / (F * d.compute_eff),
+            },
+        },
         # per item: causal pairs c p + c^2 / 2 at 4 q_dim FLOPs each (QK^T and PV), KV reshapes per token
-        "attn_prefill": {"form": "prefill_attn", "x": "", "source": src,
-                         "coef": {"call": k.attn_call_us * 1e-6, "tok": reshape,
-                                  "cp": 4 * q_gpu / (F * k.attn_compute_eff),
-                                  "cc": 2 * q_gpu / (F * k.attn_compute_eff)}},
-        "attn_decode": {"form": "decode_attn", "x": "", "source": src,
-                        "coef": {"call": k.attn_call_us * 1e-6, "req": reshape,
-                                 "ctx": 2 * kv_gpu * b / (PB * k.attn_memory_eff)}},
-        "sampling": {"form": "linear", "x": "reqs", "source": src,
-                     "coef": {"c0": d.sampler_us * 1e-6, "c1": d.sampler_per_req_us * 1e-6}},
+        "attn_prefill": {
+            "form": "prefill_attn",
+            "x": "",
+            "source": src,
+            "coef": {
+                "call": k.attn_call_us * 1e-6,
+                "tok": reshape,
+                "cp": 4 * q_gpu / (F * k.attn_compute_eff),
+                "cc": 2 * q_gpu / (F * k.attn_compute_eff),
+            },
+        },
+        "attn_decode": {
+            "form": "decode_attn",
+            "x": "",
+            "source": src,
+            "coef": {"call": k.attn_call_us * 1e-6, "req": reshape, "ctx": 2 * kv_gpu * b / (PB * k.attn_memory_eff)},
+        },
+        "sampling": {
+            "form": "linear",
+            "x": "reqs",
+            "source": src,
+            "coef": {"c0": d.sampler_us * 1e-6, "c1": d.sampler_per_req_us * 1e-6},
+        },
     }
 
 
@@ -139,14 +171,18 @@ def attention_fits(path: Path, tp: int) -> dict[str, dict[str, Any]]:
         return {}
     extra = ("time_stats.attn_input_reshape.median", "time_stats.attn_output_reshape.median")
     out = {}
-    for op, is_pre, col in (("attn_prefill", "True", "time_stats.attn_prefill.median"),
-                            ("attn_decode", "False", "time_stats.attn_decode.median")):
+    for op, is_pre, col in (
+        ("attn_prefill", "True", "time_stats.attn_prefill.median"),
+        ("attn_decode", "False", "time_stats.attn_decode.median"),
+    ):
         sel = [r for r in rows if r["is_prefill"] == is_pre and r[col] != ""]
         y = np.array([_ms(r[col]) + sum(_ms(r[e]) for e in extra) for r in sel])
         ok = y > 0
         if is_pre == "True":
-            feats = {"chunk": np.array([float(r["prefill_chunk_size"]) for r in sel]),
-                     "prefix": np.array([float(r["kv_cache_size"]) for r in sel])}
+            feats = {
+                "chunk": np.array([float(r["prefill_chunk_size"]) for r in sel]),
+                "prefix": np.array([float(r["kv_cache_size"]) for r in sel]),
+            }
             form = "prefill_attn"
         else:
             B = np.array([float(r["batch_size"]) for r in sel])
@@ -165,27 +201,35 @@ def cpu_fits(root: Path, device: str) -> tuple[dict[str, dict[str, Any]], str | 
     if not path.is_file():
         return {}, f"cpu overheads: none under {root}/cpu_overheads; the scenario's engine.cpu is used"
     rows = _rows(path)
-    cols = {"schedule": "schedule_median", "update": "process_model_outputs_median",
-            "prepare_inputs": "prepare_inputs_e2e_median", "sampling": "sampler_e2e_median"}
+    cols = {
+        "schedule": "schedule_median",
+        "update": "process_model_outputs_median",
+        "prepare_inputs": "prepare_inputs_e2e_median",
+        "sampling": "sampler_e2e_median",
+    }
     src = f"{path.relative_to(root)} ({rows[0]['model_name']} TP{rows[0]['tensor_parallel_degree']})"
-    return {op: _interp(table(rows, "batch_size", c), "n" if op in ("schedule", "update") else "reqs", f"{src} {c}")
-            for op, c in cols.items()}, note
+    return {
+        op: _interp(table(rows, "batch_size", c), "n" if op in ("schedule", "update") else "reqs", f"{src} {c}")
+        for op, c in cols.items()
+    }, note
 
 
 def check_network(root: Path, network: str) -> None:
     """Refuse a ``--network`` name no ``network/<device>_<network>`` folder under ``root`` has."""
     known = sorted({p.name.split("_", 1)[1] for p in (root / "network").glob("*_*") if p.is_dir()})
     if network not in known and (known or network != "pairwise_nvlink"):
-        raise PPSimError(f"--network: unknown network {network!r} under {root}/network; "
-                         f"available: {', '.join(known) or 'none'}")
+        raise PPSimError(
+            f"--network: unknown network {network!r} under {root}/network; available: {', '.join(known) or 'none'}"
+        )
 
 
 def network_fits(root: Path, device: str, network: str, tp: int) -> tuple[dict[str, dict[str, Any]], list[str]]:
     d = root / "network" / f"{device}_{network}"
     out, missing = {}, []
     if (d / "send_recv.csv").is_file():
-        out["send_recv"] = _interp(table(_rows(d / "send_recv.csv"), "size", "time_stats.send_recv.median"),
-                                   "bytes", f"{d.name}/send_recv.csv")
+        out["send_recv"] = _interp(
+            table(_rows(d / "send_recv.csv"), "size", "time_stats.send_recv.median"), "bytes", f"{d.name}/send_recv.csv"
+        )
     else:
         missing.append(f"send_recv: no {d}/send_recv.csv; the scenario's --link preset is used")
     if tp > 1:
@@ -195,21 +239,33 @@ def network_fits(root: Path, device: str, network: str, tp: int) -> tuple[dict[s
         intra = [r for r in ar if r.get("devices_per_node") == r["num_workers"]]
         ar = intra or ar
         if ar:
-            out["all_reduce"] = _interp(table(ar, "size", "time_stats.all_reduce.median"), "bytes",
-                                        f"{d.name}/all_reduce.csv")
+            out["all_reduce"] = _interp(
+                table(ar, "size", "time_stats.all_reduce.median"), "bytes", f"{d.name}/all_reduce.csv"
+            )
         else:
-            missing.append(f"all_reduce at {tp} workers: not in {d}; the ring all-reduce over the scenario's "
-                           "cluster.tp_link is used")
+            missing.append(
+                f"all_reduce at {tp} workers: not in {d}; the ring all-reduce over the scenario's "
+                "cluster.tp_link is used"
+            )
     return out, missing
 
 
-def import_vidur(root: str, device: str, model: str, out: str, tp: int = 1, vidur_model: str | None = None,
-                 network: str = "pairwise_nvlink") -> tuple[dict[str, Any], dict[str, Any]]:
+def import_vidur(
+    root: str,
+    device: str,
+    model: str,
+    out: str,
+    tp: int = 1,
+    vidur_model: str | None = None,
+    network: str = "pairwise_nvlink",
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Write a ppsim profile for ``model`` on ``device`` at ``tp`` from Vidur's CSVs; returns (meta, fits)."""
     base = Path(root)
     if not (base / "compute").is_dir():
-        raise PPSimError(f"--root: {base} has no compute/ folder; point it at Vidur's profiling data, "
-                         "the data/profiling directory of a Vidur checkout (github.com/microsoft/vidur)")
+        raise PPSimError(
+            f"--root: {base} has no compute/ folder; point it at Vidur's profiling data, "
+            "the data/profiling directory of a Vidur checkout (github.com/microsoft/vidur)"
+        )
     check_network(base, network)
     check_output_dir(out)
     shape = load_model(model)
@@ -224,8 +280,9 @@ def import_vidur(root: str, device: str, model: str, out: str, tp: int = 1, vidu
         raise PPSimError(f"vidur import: {mdir}/mlp.csv has no rows at tensor parallel size {tp}; try -tp 1, 2, 4 or 8")
     check_vidur_shape(rows[0], shape, mdir / "mlp.csv")
     fits: dict[str, Any] = {
-        ppsim_op: _interp(table(rows, "num_tokens", f"time_stats.{v}.median"), "tokens",
-                          f"mlp.csv time_stats.{v}.median")
+        ppsim_op: _interp(
+            table(rows, "num_tokens", f"time_stats.{v}.median"), "tokens", f"mlp.csv time_stats.{v}.median"
+        )
         for v, ppsim_op in MLP_OPS.items()
     }
     fits["final_norm"] = {**fits["input_layernorm"], "source": "mlp.csv input_layernorm (no final norm profiled)"}
@@ -243,8 +300,11 @@ def import_vidur(root: str, device: str, model: str, out: str, tp: int = 1, vidu
     missing += miss
     meta = base_meta(shape, f"vidur {base}", f"{device} (Vidur profile)", "float16", None, tp, None)
     meta.update({"vidur_model": vm, "network": f"{device}_{network}", "missing": missing})
-    samples = [{"op": f"{op}", "split": "fit", f["x"]: int(x) if float(x).is_integer() else x, "median_s": y}
-               for op, f in fits.items() if f["form"] == "interp"
-               for x, y in zip(f["coef"]["xs"], f["coef"]["ys"], strict=True)]
+    samples = [
+        {"op": f"{op}", "split": "fit", f["x"]: int(x) if float(x).is_integer() else x, "median_s": y}
+        for op, f in fits.items()
+        if f["form"] == "interp"
+        for x, y in zip(f["coef"]["xs"], f["coef"]["ys"], strict=True)
+    ]
     write_artifact(out, meta, fits, samples)
     return meta, fits

@@ -39,8 +39,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
     out_dir = check_output_dir(args.output_dir)
     try:
         with sigterm_as_interrupt():
-            run = run_engine(s, out_dir, opts, log=lambda m: print(m, flush=True),
-                             dashboard=not args.no_dashboard)
+            run = run_engine(s, out_dir, opts, log=lambda m: print(m, flush=True), dashboard=not args.no_dashboard)
     except EngineFault as err:
         print(f"error: {err}", file=sys.stderr)
         print(f"partial results written to {out_dir}/", file=sys.stderr)
@@ -56,9 +55,11 @@ def cmd_engine(args: argparse.Namespace) -> int:
             return 128 + signal.SIGTERM
         raise
     print(format_summary(run.summary, "Engine Benchmark Result"))
-    print(f"results written to {out_dir}/ (summary.json, requests.csv, tokens.csv, stage_ops.csv, "
-          "trace.json, actions.csv, config.json, engine.json, tokens.json, timeseries.csv, timeline.csv"
-          f"{'' if args.no_dashboard else ', dashboard.png'})")
+    print(
+        f"results written to {out_dir}/ (summary.json, requests.csv, tokens.csv, stage_ops.csv, "
+        "trace.json, actions.csv, config.json, engine.json, tokens.json, timeseries.csv, timeline.csv"
+        f"{'' if args.no_dashboard else ', dashboard.png'})"
+    )
     return report_rejections(*rejections_of(run.prep, run.requests, run.summary))
 
 
@@ -85,24 +86,51 @@ def sigterm_as_interrupt() -> Iterator[None]:
 # EngineOptions field -> (its flag, argparse settings): the one table of the engine's own flags (the
 # parser and the one-line error messages both read it)
 OPTION_FLAGS: dict[str, tuple[str, dict]] = {
-    "backend": ("--backend", {"choices": ["gloo", "nccl"], "default": "gloo",
-                              "help": "torch.distributed backend (default gloo)"}),
-    "device": ("--device", {"choices": ["cpu", "cuda"], "default": "cpu",
-                            "help": "where stages compute (default cpu)"}),
-    "threads_per_stage": ("--threads-per-stage", {"type": int, "default": 1,
-                                                  "help": "torch threads per stage process (default 1)"}),
-    "stage_timeout_s": ("--stage-timeout-s", {"type": float, "default": None, "help": "declare a stage dead after "
-                                              "this long without progress (default 5 s + 4 x a full step)"}),
-    "startup_timeout_s": ("--startup-timeout-s", {"type": float, "default": 60.0, "help": "give up if a stage is "
-                          "not ready (spawned, joined, weights loaded, warmed up) within this (default 60)"}),
-    "kv_num_blocks": ("--kv-blocks", {"type": int, "default": None,
-                                      "help": "KV pool size (default: what the workload can hold at once)"}),
-    "max_kv_gib": ("--max-kv-gib", {"type": float, "default": 4.0,
-                                    "help": "refuse a larger KV cache per stage (default 4)"}),
-    "checkpoint": ("--checkpoint", {"default": None,
-                                    "help": "HF-layout safetensors directory (default: random weights from --seed)"}),
-    "inject_fault": ("--inject-fault", {"default": None,
-                                        "help": "test the fault path: kill:STAGE:STEP or stall:STAGE:STEP"}),
+    "backend": (
+        "--backend",
+        {"choices": ["gloo", "nccl"], "default": "gloo", "help": "torch.distributed backend (default gloo)"},
+    ),
+    "device": (
+        "--device",
+        {"choices": ["cpu", "cuda"], "default": "cpu", "help": "where stages compute (default cpu)"},
+    ),
+    "threads_per_stage": (
+        "--threads-per-stage",
+        {"type": int, "default": 1, "help": "torch threads per stage process (default 1)"},
+    ),
+    "stage_timeout_s": (
+        "--stage-timeout-s",
+        {
+            "type": float,
+            "default": None,
+            "help": "declare a stage dead after this long without progress (default 5 s + 4 x a full step)",
+        },
+    ),
+    "startup_timeout_s": (
+        "--startup-timeout-s",
+        {
+            "type": float,
+            "default": 60.0,
+            "help": "give up if a stage is "
+            "not ready (spawned, joined, weights loaded, warmed up) within this (default 60)",
+        },
+    ),
+    "kv_num_blocks": (
+        "--kv-blocks",
+        {"type": int, "default": None, "help": "KV pool size (default: what the workload can hold at once)"},
+    ),
+    "max_kv_gib": (
+        "--max-kv-gib",
+        {"type": float, "default": 4.0, "help": "refuse a larger KV cache per stage (default 4)"},
+    ),
+    "checkpoint": (
+        "--checkpoint",
+        {"default": None, "help": "HF-layout safetensors directory (default: random weights from --seed)"},
+    ),
+    "inject_fault": (
+        "--inject-fault",
+        {"default": None, "help": "test the fault path: kill:STAGE:STEP or stall:STAGE:STEP"},
+    ),
 }
 FLAGS = {field: flag for field, (flag, _) in OPTION_FLAGS.items()}
 
@@ -121,5 +149,5 @@ def engine_options(args: argparse.Namespace):  # noqa: ANN201 - EngineOptions; e
         msg = format_validation_error(err)
         field = msg.split(":", 1)[0]
         if field in FLAGS:
-            msg = FLAGS[field] + msg[len(field):]
+            msg = FLAGS[field] + msg[len(field) :]
         raise PPSimError(msg) from None

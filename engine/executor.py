@@ -44,9 +44,13 @@ from ppsim.policy.requests import TokenOutput
 def data_path(prep: Prepared) -> DataPath:
     """The policy's data path, as the simulator models it: its pipe options and its return cost."""
     opts = pipe_options(prep.knobs())
-    return DataPath(opts.overlap_sends, opts.token_path, opts.broadcast_serialized,
-                    ring_return=isinstance(prep.cost, RingReturnCost),
-                    defer_outputs=opts.defer_outputs)
+    return DataPath(
+        opts.overlap_sends,
+        opts.token_path,
+        opts.broadcast_serialized,
+        ring_return=isinstance(prep.cost, RingReturnCost),
+        defer_outputs=opts.defer_outputs,
+    )
 
 
 WAIT_SLICE_S = 0.2  # longest single wait on the result queue before re-checking clients and faults
@@ -70,8 +74,15 @@ class EngineResult:
 class EngineExecutor:
     """The live engine's backend for :class:`ppsim.driver.Driver`: real stage processes, wall-clock time."""
 
-    def __init__(self, prep: Prepared, group: StageGroup, prompts: dict[int, list[int]], stage_timeout_s: float,
-                 clock_offsets: list[float], path: DataPath | None = None) -> None:
+    def __init__(
+        self,
+        prep: Prepared,
+        group: StageGroup,
+        prompts: dict[int, list[int]],
+        stage_timeout_s: float,
+        clock_offsets: list[float],
+        path: DataPath | None = None,
+    ) -> None:
         self.prep, self.group, self.prompts = prep, group, prompts
         self.stage_timeout_s = stage_timeout_s
         self.offsets = clock_offsets  # add to a stage's perf_counter reading to get this process's
@@ -207,8 +218,9 @@ class EngineExecutor:
         now = self.now()
         items, ids, holes = [], [], []
         for it in plan.items:
-            items.append(StepItem(it.req_id, it.start, it.num_tokens, it.samples,
-                                  tuple(self.pool.block_table(it.req_id))))
+            items.append(
+                StepItem(it.req_id, it.start, it.num_tokens, it.samples, tuple(self.pool.block_table(it.req_id)))
+            )
             seq = self.prompts[it.req_id] + self.tokens[it.req_id]
             for pos in range(it.start, it.start + it.num_tokens):
                 if pos >= len(seq):  # async scheduling: sampled by an earlier step, maybe still in flight
@@ -252,13 +264,34 @@ class EngineExecutor:
                 p = self.launched.get(t.step_id)
                 if p is None:
                     continue
-                ops.append(OpRecord(f"stage{rank}", "compute", p.step_id, t.start_s + rel, t.end_s + rel,
-                                    p.num_tokens, p.num_reqs, p.num_prefill_tokens, p.num_decode_tokens))
+                ops.append(
+                    OpRecord(
+                        f"stage{rank}",
+                        "compute",
+                        p.step_id,
+                        t.start_s + rel,
+                        t.end_s + rel,
+                        p.num_tokens,
+                        p.num_reqs,
+                        p.num_prefill_tokens,
+                        p.num_decode_tokens,
+                    )
+                )
                 got = recv_at[rank + 1].get(t.step_id, -1.0) if rank + 1 < self.num_stages else -1.0
                 if t.send_start_s >= 0 and got >= 0:
                     end = got + self.offsets[rank + 1] - self.t0
-                    ops.append(OpRecord(f"link{rank}->{rank + 1}", "send", p.step_id, t.send_start_s + rel, end,
-                                        p.num_tokens, p.num_reqs, nbytes=seam(p.num_tokens)))
+                    ops.append(
+                        OpRecord(
+                            f"link{rank}->{rank + 1}",
+                            "send",
+                            p.step_id,
+                            t.send_start_s + rel,
+                            end,
+                            p.num_tokens,
+                            p.num_reqs,
+                            nbytes=seam(p.num_tokens),
+                        )
+                    )
         ops.sort(key=lambda o: (o.start_s, o.track))
         return ops
 
@@ -270,10 +303,22 @@ class EngineExecutor:
         ends = [o.end_s for o in ops] + [f for f in self.ledger.finish if f == f]
         self.series.close(max(ends, default=0.0))
         return EngineResult(
-            self.ledger.records(), ops, self.tokens,
-            self.scheduler.num_preemptions, self.pool.peak_used, self.pool.num_used, self.now(), fault,
-            {"async_filled_tokens": self.num_holes, "num_steps_launched": len(self.launched),
-             "data_path": dataclasses.asdict(self.path), "outputs_returned_by_rank": self.returned_by,
-             "sampled_forwarded_by_core": self.num_forwarded, **self.stage_stats}, self.series,
+            self.ledger.records(),
+            ops,
+            self.tokens,
+            self.scheduler.num_preemptions,
+            self.pool.peak_used,
+            self.pool.num_used,
+            self.now(),
+            fault,
+            {
+                "async_filled_tokens": self.num_holes,
+                "num_steps_launched": len(self.launched),
+                "data_path": dataclasses.asdict(self.path),
+                "outputs_returned_by_rank": self.returned_by,
+                "sampled_forwarded_by_core": self.num_forwarded,
+                **self.stage_stats,
+            },
+            self.series,
             self.driver.launched or [],
         )

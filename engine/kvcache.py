@@ -48,22 +48,31 @@ def build_batch(items: tuple[StepItem, ...], block_size: int, device: torch.devi
         if ctx_slots.shape[0] < ctx:
             raise ValueError(f"request {it.req_id}: block table holds {ctx_slots.shape[0]} tokens, needs {ctx}")
         pos_parts.append(torch.arange(it.start, ctx))
-        slot_parts.append(ctx_slots[it.start:])
+        slot_parts.append(ctx_slots[it.start :])
         segments.append((offset, it.num_tokens, ctx, ctx_slots.to(device)))
         offset += it.num_tokens
         if it.samples:
             rows.append(offset - 1)
             req_ids.append(it.req_id)
     cat = (lambda xs: torch.cat(xs).to(device)) if items else (lambda _xs: torch.zeros(0, dtype=torch.long))
-    return StepBatch(cat(pos_parts), cat(slot_parts), segments,
-                     torch.tensor(rows, dtype=torch.long, device=device), req_ids)
+    return StepBatch(
+        cat(pos_parts), cat(slot_parts), segments, torch.tensor(rows, dtype=torch.long, device=device), req_ids
+    )
 
 
 class PagedKVCache:
     """K and V slot arrays for ``num_layers`` local layers."""
 
-    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ) -> None:
         shape = (num_layers, num_blocks * block_size, num_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
@@ -82,8 +91,15 @@ class PagedKVCache:
         return attn
 
 
-def paged_attention(kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, segments: list, q: torch.Tensor,
-                    k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def paged_attention(
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    slots: torch.Tensor,
+    segments: list,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+) -> torch.Tensor:
     """Write the step's K/V into their slots, then attend per request over its gathered context.
 
     ``kc``/``vc``: [S, Hkv, D] slot arrays of one layer; ``segments``: (row offset, new tokens, context
@@ -93,7 +109,7 @@ def paged_attention(kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, seg
     vc.index_copy_(0, slots, v)
     out = torch.empty_like(q)
     for off, n, ctx, ctx_slots in segments:
-        qi = q[off:off + n].transpose(0, 1)  # [Hq, n, D]
+        qi = q[off : off + n].transpose(0, 1)  # [Hq, n, D]
         ki = kc.index_select(0, ctx_slots).transpose(0, 1)  # [Hkv, ctx, D]
         vi = vc.index_select(0, ctx_slots).transpose(0, 1)
         mask = None
@@ -101,5 +117,5 @@ def paged_attention(kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, seg
             qpos = torch.arange(ctx - n, ctx, device=q.device)[:, None]
             mask = torch.arange(ctx, device=q.device)[None, :] <= qpos  # [n, ctx]
         o = F.scaled_dot_product_attention(qi, ki, vi, attn_mask=mask, enable_gqa=True)
-        out[off:off + n] = o.transpose(0, 1)
+        out[off : off + n] = o.transpose(0, 1)
     return out

@@ -32,8 +32,12 @@ class StartupTimeout(StageFault):
 
 
 # start-up phases a stage reports, in order, and where a stage that reported only that one is stuck
-PHASES = {"spawning": "starting its process (importing torch)", "started": "joining the process group",
-          "joined": "building its layers and loading weights", "loaded": "in its warm-up step"}
+PHASES = {
+    "spawning": "starting its process (importing torch)",
+    "started": "joining the process group",
+    "joined": "building its layers and loading weights",
+    "loaded": "in its warm-up step",
+}
 
 
 def startup_message(phase: dict[int, str], ready: set[int], timeout_s: float) -> str:
@@ -73,8 +77,9 @@ class StageGroup:
 
     def __enter__(self) -> StageGroup:
         for cfg, ctrl in zip(self.cfgs, self.ctrls, strict=True):
-            p = self.ctx.Process(target=stage_main, args=(cfg, ctrl, self.results), daemon=True,
-                                 name=f"ppsim-stage{cfg.rank}")
+            p = self.ctx.Process(
+                target=stage_main, args=(cfg, ctrl, self.results), daemon=True, name=f"ppsim-stage{cfg.rank}"
+            )
             p.start()
             self.procs.append(p)
         return self

@@ -101,8 +101,9 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
 
-    def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor,
-                attn: AttnFn, local: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, hidden: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor, attn: AttnFn, local: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         hidden, residual = self.input_layernorm(hidden, residual)
         hidden = self.self_attn(hidden, positions, attn, local)
         hidden, residual = self.post_attention_layernorm(hidden, residual)
@@ -116,8 +117,9 @@ class _Body(nn.Module):
 class StageModel(nn.Module):
     """Global layers ``[start, end)``; the embedding on the first stage, norm + lm_head on the last."""
 
-    def __init__(self, s: ModelShape, start: int, end: int, is_first: bool, is_last: bool,
-                 router_zipf: float = 0.0) -> None:
+    def __init__(
+        self, s: ModelShape, start: int, end: int, is_first: bool, is_last: bool, router_zipf: float = 0.0
+    ) -> None:
         super().__init__()
         self.shape, self.start, self.end = s, start, end
         self.is_first, self.is_last = is_first, is_last
@@ -181,8 +183,17 @@ def init_random(m: StageModel, seed: int) -> None:
         p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * std)
 
 
-def build_stage(s: ModelShape, start: int, end: int, is_first: bool, is_last: bool, seed: int,
-                dtype: torch.dtype, device: torch.device | str = "cpu", router_zipf: float = 0.0) -> StageModel:
+def build_stage(
+    s: ModelShape,
+    start: int,
+    end: int,
+    is_first: bool,
+    is_last: bool,
+    seed: int,
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+    router_zipf: float = 0.0,
+) -> StageModel:
     """A stage with seeded random weights, in ``dtype`` on ``device``, in eval mode.
 
     ``router_zipf``: MoE router popularity skew (:func:`engine.moe.zipf_bias`); ignored by dense layers.
@@ -197,8 +208,9 @@ def build_stage(s: ModelShape, start: int, end: int, is_first: bool, is_last: bo
 
 def causal_attn(_local: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Plain causal attention over one whole sequence (the reference path, no cache)."""
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                         is_causal=True, enable_gqa=True)
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+    )
     return out.transpose(0, 1)
 
 
@@ -214,4 +226,4 @@ def reference_generate(m: StageModel, prompt: list[int], num_new: int) -> list[i
         pos = torch.arange(len(seq), device=dev)
         hidden, residual = m(pos, causal_attn, input_ids=ids)
         seq.append(int(m.sample(hidden, residual, torch.tensor([len(seq) - 1], device=dev))[0]))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]

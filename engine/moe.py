@@ -56,8 +56,9 @@ def route(logits: torch.Tensor, bias: torch.Tensor, top_k: int) -> tuple[torch.T
     return ids, weights.to(logits.dtype)
 
 
-def grouped_experts(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
-                    experts: nn.ModuleList) -> tuple[torch.Tensor, int]:
+def grouped_experts(
+    x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, experts: nn.ModuleList
+) -> tuple[torch.Tensor, int]:
     """Sum over each token's experts of ``weight x expert(x)``; returns (out [T, H], distinct experts run)."""
     k = ids.shape[1]
     flat = ids.reshape(-1)  # [T k]
@@ -70,8 +71,8 @@ def grouped_experts(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
     for e, c in enumerate(counts):
         if c == 0:
             continue
-        r = rows[off:off + c]
-        out.index_add_(0, r, experts[e](x[r]) * w[off:off + c])
+        r = rows[off : off + c]
+        out.index_add_(0, r, experts[e](x[r]) * w[off : off + c])
         off += c
         touched += 1
     return out, touched
@@ -84,8 +85,9 @@ class MoE(nn.Module):
         super().__init__()
         self.top_k = s.num_experts_per_tok
         self.gate = nn.Linear(s.hidden_size, s.n_routed_experts, bias=False)
-        self.experts = nn.ModuleList(ExpertMLP(s.hidden_size, s.moe_intermediate_size)
-                                     for _ in range(s.n_routed_experts))
+        self.experts = nn.ModuleList(
+            ExpertMLP(s.hidden_size, s.moe_intermediate_size) for _ in range(s.n_routed_experts)
+        )
         if s.shared_expert_intermediate_size:
             self.shared_experts = ExpertMLP(s.hidden_size, s.shared_expert_intermediate_size)
         self.register_buffer("router_bias", zipf_bias(s.n_routed_experts, router_zipf), persistent=False)

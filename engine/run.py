@@ -105,8 +105,10 @@ class EngineRun:
 
 
 def make_prompts(requests: list[Request], vocab_size: int, seed: int) -> dict[int, list[int]]:
-    return {r.req_id: np.random.default_rng([seed, r.req_id]).integers(0, vocab_size, r.prompt_len).tolist()
-            for r in requests}
+    return {
+        r.req_id: np.random.default_rng([seed, r.req_id]).integers(0, vocab_size, r.prompt_len).tolist()
+        for r in requests
+    }
 
 
 def engine_num_blocks(prep: Prepared, opts: EngineOptions) -> int:
@@ -134,8 +136,9 @@ def check_supported(prep: Prepared) -> None:
     if getattr(shape, "kv_lora_rank", 0) or getattr(shape, "qk_norm", False):
         raise PPSimError(f"model {shape.name}: the engine runs Llama-style decoders, dense or MoE (no MLA, qk-norm)")
     if policy in REPLICATED:
-        raise PPSimError(f"policy {policy}: runs data-parallel replicas, which the engine does not; "
-                         "use a pipeline policy")
+        raise PPSimError(
+            f"policy {policy}: runs data-parallel replicas, which the engine does not; use a pipeline policy"
+        )
 
 
 def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
@@ -150,11 +153,25 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
     url = init_method()
     ckpt = _checkpoint(s, opts)
     return [
-        StageConfig(st.index, len(prep.topology.stages), url, shape, st.start_layer, st.end_layer, prep.num_blocks,
-                    s.engine.block_size, s.seed, ckpt, opts.backend, opts.device, opts.threads_per_stage,
-                    opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S,
-                    min(opts.warm_tokens, s.engine.step_token_budget), router_zipf=s.moe_router_zipf,
-                    path=data_path(prep) if opts.data_path == "policy" else DataPath())
+        StageConfig(
+            st.index,
+            len(prep.topology.stages),
+            url,
+            shape,
+            st.start_layer,
+            st.end_layer,
+            prep.num_blocks,
+            s.engine.block_size,
+            s.seed,
+            ckpt,
+            opts.backend,
+            opts.device,
+            opts.threads_per_stage,
+            opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S,
+            min(opts.warm_tokens, s.engine.step_token_budget),
+            router_zipf=s.moe_router_zipf,
+            path=data_path(prep) if opts.data_path == "policy" else DataPath(),
+        )
         for st in prep.topology.stages
     ]
 
@@ -164,22 +181,28 @@ def _check_cuda(opts: EngineOptions, num_stages: int) -> None:
     if opts.device != "cuda":
         return
     if not torch.cuda.is_available():
-        raise PPSimError("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False); "
-                         "use --device cpu")
+        raise PPSimError(
+            "--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False); use --device cpu"
+        )
     count = torch.cuda.device_count()
     need = num_stages if opts.backend == "nccl" else 1
     if count < need:
-        raise PPSimError(f"--device cuda --backend {opts.backend}: {num_stages} stages need {need} GPU(s), "
-                         f"torch sees {count}; use --backend gloo (stages share GPUs, host-staged) or fewer stages")
+        raise PPSimError(
+            f"--device cuda --backend {opts.backend}: {num_stages} stages need {need} GPU(s), "
+            f"torch sees {count}; use --backend gloo (stages share GPUs, host-staged) or fewer stages"
+        )
 
 
 def _check_kv_memory(prep: Prepared, shape: ModelShape, opts: EngineOptions) -> None:
     most = max(st.num_layers for st in prep.topology.stages)
-    need = PagedKVCache.bytes_needed(most, prep.num_blocks, prep.scenario.engine.block_size, shape.kv_dim,
-                                     shape.dtype_bytes)
+    need = PagedKVCache.bytes_needed(
+        most, prep.num_blocks, prep.scenario.engine.block_size, shape.kv_dim, shape.dtype_bytes
+    )
     if need > opts.max_kv_gib * 1024**3:
-        raise PPSimError(f"kv cache: {prep.num_blocks} blocks need {need / 1024**3:.1f} GiB on a stage, above "
-                         f"max_kv_gib={opts.max_kv_gib}; use fewer/shorter requests or --kv-blocks")
+        raise PPSimError(
+            f"kv cache: {prep.num_blocks} blocks need {need / 1024**3:.1f} GiB on a stage, above "
+            f"max_kv_gib={opts.max_kv_gib}; use fewer/shorter requests or --kv-blocks"
+        )
 
 
 def _clock_offsets(ready: dict[int, tuple[float, float]], t_spawn: float, t_ready: float) -> list[float]:
@@ -203,9 +226,14 @@ def _fault_plan(opts: EngineOptions, cfgs: list[StageConfig]) -> list[StageConfi
     return [dataclasses.replace(c, fault=(kind, step_i)) if c.rank == stage_i else c for c in cfgs]
 
 
-def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOptions | None = None,
-               requests: list[Request] | None = None, log: Callable[[str], None] | None = None,
-               dashboard: bool = True) -> EngineRun:
+def run_engine(
+    s: Scenario,
+    out_dir: str | Path | None = None,
+    options: EngineOptions | None = None,
+    requests: list[Request] | None = None,
+    log: Callable[[str], None] | None = None,
+    dashboard: bool = True,
+) -> EngineRun:
     """Run ``s`` on real stage processes; write the simulator's files to ``out_dir`` (also on a fault).
 
     Raises :class:`EngineFault` (a ``PPSimError``) when a stage dies, fails or stalls; its
@@ -225,14 +253,26 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
         warm = [ready[r][1] for r in sorted(ready)]
         budget = s.engine.step_token_budget / cfgs[0].warm_tokens
         timeout = opts.stage_timeout_s or 5.0 + 4.0 * sum(warm) * budget
-        info = {"executor": "engine", "policy": s.engine.policy.kind, "backend": opts.backend, "device": opts.device,
-                "threads_per_stage": opts.threads_per_stage, "stage_timeout_s": timeout,
-                "warmup_step_s": warm, "clock_offsets_s": offsets, "kv_num_blocks": prep.num_blocks,
-                "kv_num_blocks_simulator": prep0.num_blocks, "checkpoint": cfgs[0].checkpoint,
-                "stage_pids": [p.pid for p in group.procs], "startup_s": time.perf_counter() - t_spawn}
+        info = {
+            "executor": "engine",
+            "policy": s.engine.policy.kind,
+            "backend": opts.backend,
+            "device": opts.device,
+            "threads_per_stage": opts.threads_per_stage,
+            "stage_timeout_s": timeout,
+            "warmup_step_s": warm,
+            "clock_offsets_s": offsets,
+            "kv_num_blocks": prep.num_blocks,
+            "kv_num_blocks_simulator": prep0.num_blocks,
+            "checkpoint": cfgs[0].checkpoint,
+            "stage_pids": [p.pid for p in group.procs],
+            "startup_s": time.perf_counter() - t_spawn,
+        }
         if log:
-            log(f"engine: {len(cfgs)} stages ready in {info['startup_s']:.1f} s (pids {info['stage_pids']}), "
-                f"KV {prep.num_blocks} blocks, stage timeout {timeout:.1f} s")
+            log(
+                f"engine: {len(cfgs)} stages ready in {info['startup_s']:.1f} s (pids {info['stage_pids']}), "
+                f"KV {prep.num_blocks} blocks, stage timeout {timeout:.1f} s"
+            )
         ex = EngineExecutor(prep, group, prompts, timeout, offsets, cfgs[0].path)
         try:
             ex.run()
@@ -248,21 +288,29 @@ def run_engine(s: Scenario, out_dir: str | Path | None = None, options: EngineOp
             run = _finish(prep, res, info, out_dir, dashboard)
             lost = run.info["unfinished_requests"]
             where = f" (all in {out_dir}/engine.json, unfinished_requests)" if out_dir is not None else ""
-            raise EngineFault(f"{res.fault}; {len(lost)} requests unfinished: {lost[:20]}"
-                              f"{' ...' if len(lost) > 20 else ''}{where}", run.result) from None
+            raise EngineFault(
+                f"{res.fault}; {len(lost)} requests unfinished: {lost[:20]}{' ...' if len(lost) > 20 else ''}{where}",
+                run.result,
+            ) from None
     run = _finish(prep, ex.result(), info, out_dir, dashboard)
     run.plans = dict(ex.launched)
     run.stage_cpu_s = {(rank, t.step_id): t.cpu_s for rank, ts in enumerate(ex.stage_times) for t in ts}
     return run
 
 
-def _finish(prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path | None,
-            dashboard: bool = True) -> EngineRun:
+def _finish(
+    prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path | None, dashboard: bool = True
+) -> EngineRun:
     num_stages = len(prep.topology.stages)
     summary = summarize(res.requests, res.ops, num_stages, kv_figures(prep, res.peak_blocks_used))
-    info = {**info, **res.extra, "fault": res.fault, "wall_s": res.end_s,
-            "kv_blocks_used_at_end": res.blocks_used_at_end,
-            "unfinished_requests": [r.req_id for r in res.requests if r.status == "unfinished"]}
+    info = {
+        **info,
+        **res.extra,
+        "fault": res.fault,
+        "wall_s": res.end_s,
+        "kv_blocks_used_at_end": res.blocks_used_at_end,
+        "unfinished_requests": [r.req_id for r in res.requests if r.status == "unfinished"],
+    }
     run = EngineRun(res, summary, info, prep)
     if out_dir is not None:
         write_result_set(out_dir, engine_files(run), derived=drawn_dashboards("") if dashboard else None)
@@ -272,7 +320,16 @@ def _finish(prep: Prepared, res: EngineResult, info: dict, out_dir: str | Path |
 def engine_files(run: EngineRun) -> dict[str, str | bytes]:
     """The files of an engine run: the simulator's set plus engine.json, tokens.json and the series."""
     res = run.result
-    return {**run_files(scenario_json(run.prep.scenario), run.summary, res.requests, res.ops,
-                        chrome_trace(res.ops, "ppsim engine"), res.actions),
-            "engine.json": dumps(run.info), "tokens.json": dumps({str(k): v for k, v in res.tokens.items()}),
-            **series_files(res.series)}
+    return {
+        **run_files(
+            scenario_json(run.prep.scenario),
+            run.summary,
+            res.requests,
+            res.ops,
+            chrome_trace(res.ops, "ppsim engine"),
+            res.actions,
+        ),
+        "engine.json": dumps(run.info),
+        "tokens.json": dumps({str(k): v for k, v in res.tokens.items()}),
+        **series_files(res.series),
+    }

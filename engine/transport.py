@@ -121,8 +121,9 @@ class Flush:
 class StageLink:
     """Point-to-point tensors to and from the neighbouring stages of ``rank``."""
 
-    def __init__(self, rank: int, world: int, hidden_size: int, dtype: torch.dtype, device: torch.device,
-                 host_staged: bool) -> None:
+    def __init__(
+        self, rank: int, world: int, hidden_size: int, dtype: torch.dtype, device: torch.device, host_staged: bool
+    ) -> None:
         self.rank, self.world, self.hidden_size = rank, world, hidden_size
         self.dtype, self.device, self.host_staged = dtype, device, host_staged
         self.wire = torch.device("cpu") if host_staged else device
@@ -132,8 +133,10 @@ class StageLink:
     def post_recv(self, step_id: int, num_tokens: int) -> tuple[list[dist.Work], torch.Tensor, torch.Tensor]:
         h = torch.empty(num_tokens, self.hidden_size, dtype=self.dtype, device=self.wire)
         r = torch.empty_like(h)
-        works = [dist.irecv(h, src=self.rank - 1, tag=_tag(step_id, 0)),
-                 dist.irecv(r, src=self.rank - 1, tag=_tag(step_id, 1))]
+        works = [
+            dist.irecv(h, src=self.rank - 1, tag=_tag(step_id, 0)),
+            dist.irecv(r, src=self.rank - 1, tag=_tag(step_id, 1)),
+        ]
         return works, h, r
 
     def wait_recv(self, pending: tuple[list[dist.Work], torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:

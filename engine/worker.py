@@ -89,14 +89,22 @@ class Stage:
         s = cfg.shape
         self.is_first, self.is_last = cfg.rank == 0, cfg.rank == cfg.world - 1
         dtype = torch_dtype(s.dtype)
-        self.model: StageModel = build_stage(s, cfg.start_layer, cfg.end_layer, self.is_first, self.is_last,
-                                             cfg.seed, dtype, self.dev, cfg.router_zipf)
+        self.model: StageModel = build_stage(
+            s, cfg.start_layer, cfg.end_layer, self.is_first, self.is_last, cfg.seed, dtype, self.dev, cfg.router_zipf
+        )
         if cfg.checkpoint:
             load_stage_weights(self.model, cfg.checkpoint)
-        self.kv = PagedKVCache(self.model.num_layers, cfg.num_blocks, cfg.block_size, s.num_kv_heads, s.head_dim,
-                               dtype, self.dev)
-        self.link = StageLink(cfg.rank, cfg.world, s.hidden_size, dtype, self.dev,
-                              host_staged=cfg.device == "cuda" and cfg.backend == "gloo")
+        self.kv = PagedKVCache(
+            self.model.num_layers, cfg.num_blocks, cfg.block_size, s.num_kv_heads, s.head_dim, dtype, self.dev
+        )
+        self.link = StageLink(
+            cfg.rank,
+            cfg.world,
+            s.hidden_size,
+            dtype,
+            self.dev,
+            host_staged=cfg.device == "cuda" and cfg.backend == "gloo",
+        )
         self._data_path(cfg)
         self.parent = os.getppid()
         self.times: list[StageTimes] = []
@@ -108,12 +116,21 @@ class Stage:
         """The policy's routes for sampled tokens (engine/datapath.py); none of them at one stage."""
         p, multi, wire = cfg.path, cfg.world > 1, self.link.wire
         self.overlap = p.overlap_sends
-        self.ring_out = RingSender(wire, p.defer_outputs, cfg.dist_timeout_s) if (
-            multi and p.ring_return and self.is_last) else None
-        self.ring_in = RingForwarder(cfg.rank, cfg.world - 1, wire, self.results, cfg.dist_timeout_s) if (
-            multi and p.ring_return and self.is_first) else None
-        self.bcast = TokenBroadcast(cfg.rank, cfg.world, wire, p.broadcast_serialized, cfg.dist_timeout_s) if (
-            multi and p.token_path == "broadcast") else None
+        self.ring_out = (
+            RingSender(wire, p.defer_outputs, cfg.dist_timeout_s)
+            if (multi and p.ring_return and self.is_last)
+            else None
+        )
+        self.ring_in = (
+            RingForwarder(cfg.rank, cfg.world - 1, wire, self.results, cfg.dist_timeout_s)
+            if (multi and p.ring_return and self.is_first)
+            else None
+        )
+        self.bcast = (
+            TokenBroadcast(cfg.rank, cfg.world, wire, p.broadcast_serialized, cfg.dist_timeout_s)
+            if (multi and p.token_path == "broadcast")
+            else None
+        )
         self.own_tokens = p.token_path == "broadcast" and not multi  # one rank keeps what it samples
 
     # --- one micro-batch ---------------------------------------------------------------------
@@ -229,8 +246,12 @@ class Stage:
             recv = None if self.is_first else self.link.post_recv(msg.step_id, msg.num_tokens)
             if self.ring_in is not None:
                 self.ring_in.expect(msg.step_id, _sample_ids(msg))
-            if self.bcast is not None and not self.is_last and not self.bcast.serialized and (
-                    any(it.samples for it in msg.items)):
+            if (
+                self.bcast is not None
+                and not self.is_last
+                and not self.bcast.serialized
+                and (any(it.samples for it in msg.items))
+            ):
                 self.bcast.post(msg.step_id, _sample_ids(msg))
             self.pending.append((msg, recv))
         return True
@@ -303,8 +324,13 @@ def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
         _startup_fault(cfg)
         results.put(("phase", cfg.rank, "started"))
         if cfg.world > 1:
-            dist.init_process_group(cfg.backend, init_method=cfg.init_method, rank=cfg.rank,
-                                    world_size=cfg.world, timeout=timedelta(seconds=cfg.dist_timeout_s))
+            dist.init_process_group(
+                cfg.backend,
+                init_method=cfg.init_method,
+                rank=cfg.rank,
+                world_size=cfg.world,
+                timeout=timedelta(seconds=cfg.dist_timeout_s),
+            )
         results.put(("phase", cfg.rank, "joined"))
         stage = Stage(cfg, ctrl, results)
         results.put(("phase", cfg.rank, "loaded"))

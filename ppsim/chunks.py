@@ -40,15 +40,24 @@ def _ints(text: str, flag: str) -> list[int]:
     return [int(v) for v in vals]
 
 
-WORKLOAD_DESTS = ("num_prompts", "request_rate", "burstiness", "max_concurrency", "random_input_len",
-                  "random_output_len", "random_range_ratio", "trace", "abort_rate", "abort_window_s")
+WORKLOAD_DESTS = (
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "random_input_len",
+    "random_output_len",
+    "random_range_ratio",
+    "trace",
+    "abort_rate",
+    "abort_window_s",
+)
 
 # dest -> why the command cannot honour the flag
 CHUNK_PLAN_REJECTS: dict[str, str] = {
     "policy": "chunk-plan always plans sglang-ring's chunks; drop it",
     "enable_dynamic_chunking": "chunk-plan always plans dynamic chunking; drop it (--smooth-factor 0: fixed chunks)",
-    **{d: "chunk-plan plans one prompt and runs no workload; drop it and give --prompt-len"
-       for d in WORKLOAD_DESTS},
+    **{d: "chunk-plan plans one prompt and runs no workload; drop it and give --prompt-len" for d in WORKLOAD_DESTS},
 }
 FIT_CHUNKS_REJECTS: dict[str, str] = {
     "policy": "fit-chunks always runs sglang-ring; drop it",
@@ -88,11 +97,14 @@ def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - Ch
         if len(vals) not in (3, 4):
             raise PPSimError("--coefficients: give a,b,c (or a,b,c,gamma for the refined form)")
         if not all(math.isfinite(v) for v in vals):
-            raise PPSimError(f"--coefficients: {args.coefficients} holds inf or nan; give finite numbers like "
-                             "1e-6,0.02,1.5")
+            raise PPSimError(
+                f"--coefficients: {args.coefficients} holds inf or nan; give finite numbers like 1e-6,0.02,1.5"
+            )
         if vals[0] < 0 or vals[1] < 0:
-            raise PPSimError(f"--coefficients: a={vals[0]:g} and b={vals[1]:g} must be >= 0 "
-                             "(f(l) = a l^2 + b l + c grows with length), e.g. 1e-6,0.02,1.5")
+            raise PPSimError(
+                f"--coefficients: a={vals[0]:g} and b={vals[1]:g} must be >= 0 "
+                "(f(l) = a l^2 + b l + c grows with length), e.g. 1e-6,0.02,1.5"
+            )
         return ChunkModel(*vals)
     from ppsim.cost.chunk_fit import fit_from_cost, fit_refined_from_cost
     from ppsim.deployment import prepare
@@ -114,16 +126,21 @@ def cmd_chunk_plan(args: argparse.Namespace) -> int:
     s = sglang_scenario(args)
     e = s.engine.policy
     model = resolve_model(args, s)
-    sizes = chunk_plan(args.prompt_len, e.chunked_prefill_size, model, e.smooth_factor, e.page_size,
-                       e.max_prefill_tokens)
+    sizes = chunk_plan(
+        args.prompt_len, e.chunked_prefill_size, model, e.smooth_factor, e.page_size, e.max_prefill_tokens
+    )
     if args.json:
         print(json.dumps(sizes))
         return 0
     form = "refined" if model.gamma or args.refined or e.dynamic_chunking_form == "refined" else "quadratic"
-    print(f"model ({form}, ms): a={model.a:.4g} b={model.b:.4g} c={model.c:.4g}"
-          + (f" gamma={model.gamma:.4g}" if model.gamma else ""))
-    print(f"prompt {args.prompt_len} tokens, initial chunk {e.chunked_prefill_size}, "
-          f"smooth factor {e.smooth_factor}, page size {e.page_size}: {len(sizes)} chunks")
+    print(
+        f"model ({form}, ms): a={model.a:.4g} b={model.b:.4g} c={model.c:.4g}"
+        + (f" gamma={model.gamma:.4g}" if model.gamma else "")
+    )
+    print(
+        f"prompt {args.prompt_len} tokens, initial chunk {e.chunked_prefill_size}, "
+        f"smooth factor {e.smooth_factor}, page size {e.page_size}: {len(sizes)} chunks"
+    )
     done = 0
     print(f"{'chunk':>6}{'prefix':>9}{'tokens':>8}")
     for i, n in enumerate(sizes):
@@ -135,22 +152,30 @@ def cmd_chunk_plan(args: argparse.Namespace) -> int:
 def _ttft(scenario: Any, chunk: int, smooth: float | None) -> float:
     from ppsim.run import run_scenario
 
-    pol = scenario.engine.policy.model_copy(update={
-        "chunked_prefill_size": chunk,
-        "enable_dynamic_chunking": smooth is not None, "smooth_factor": smooth if smooth is not None else 0.75,
-    })
+    pol = scenario.engine.policy.model_copy(
+        update={
+            "chunked_prefill_size": chunk,
+            "enable_dynamic_chunking": smooth is not None,
+            "smooth_factor": smooth if smooth is not None else 0.75,
+        }
+    )
     eng = scenario.engine.model_copy(update={"policy": pol})
     out = run_scenario(scenario.model_copy(update={"engine": eng}))
     if not out.summary["completed"]:
-        raise PPSimError("fit-chunks: no request completed (prompts longer than the model's context?); "
-                         "lower --random-input-len or raise --num-prompts")
+        raise PPSimError(
+            "fit-chunks: no request completed (prompts longer than the model's context?); "
+            "lower --random-input-len or raise --num-prompts"
+        )
     return float(out.summary["mean_ttft_ms"])
 
 
 def fit_chunks(scenario: Any, chunks: list[int], smooths: list[float]) -> dict[str, Any]:
     """Mean TTFT (ms) for each (chunk, smooth) pair with dynamic chunking and for each fixed chunk."""
-    grid = [{"chunked_prefill_size": c, "smooth_factor": s, "mean_ttft_ms": _ttft(scenario, c, s)}
-            for c in chunks for s in smooths]
+    grid = [
+        {"chunked_prefill_size": c, "smooth_factor": s, "mean_ttft_ms": _ttft(scenario, c, s)}
+        for c in chunks
+        for s in smooths
+    ]
     fixed = [{"chunked_prefill_size": c, "mean_ttft_ms": _ttft(scenario, c, None)} for c in chunks]
     best = min(grid, key=lambda r: (r["mean_ttft_ms"], r["chunked_prefill_size"], r["smooth_factor"]))
     base = min(fixed, key=lambda r: (r["mean_ttft_ms"], r["chunked_prefill_size"]))
@@ -168,8 +193,9 @@ def plot_fit(result: dict[str, Any], path: Path) -> None:
     for c in chunks:
         rows = [r for r in result["dynamic"] if r["chunked_prefill_size"] == c]
         rows.sort(key=lambda r: r["smooth_factor"])
-        line, = ax.plot([r["smooth_factor"] for r in rows], [r["mean_ttft_ms"] for r in rows], "o-",
-                        label=f"dynamic, C={c}")
+        (line,) = ax.plot(
+            [r["smooth_factor"] for r in rows], [r["mean_ttft_ms"] for r in rows], "o-", label=f"dynamic, C={c}"
+        )
         fixed = next(r["mean_ttft_ms"] for r in result["fixed"] if r["chunked_prefill_size"] == c)
         ax.axhline(fixed, linestyle="--", color=line.get_color(), label=f"fixed {c}")
     ax.set_xlabel("smoothing factor")
@@ -214,10 +240,14 @@ def cmd_fit_chunks(args: argparse.Namespace) -> int:
     for r in res["dynamic"]:
         print(f"{r['chunked_prefill_size']:>7}{r['smooth_factor']:>8.2f}{r['mean_ttft_ms']:>16.2f}")
     b, f = res["best"], res["baseline"]
-    print(f"best: --chunked-prefill-size {b['chunked_prefill_size']} --smooth-factor {b['smooth_factor']} "
-          f"(mean TTFT {b['mean_ttft_ms']:.2f} ms)")
-    print(f"fixed-chunk baseline: --chunked-prefill-size {f['chunked_prefill_size']} "
-          f"(mean TTFT {f['mean_ttft_ms']:.2f} ms); dynamic/fixed = {b['mean_ttft_ms'] / f['mean_ttft_ms']:.3f}")
+    print(
+        f"best: --chunked-prefill-size {b['chunked_prefill_size']} --smooth-factor {b['smooth_factor']} "
+        f"(mean TTFT {b['mean_ttft_ms']:.2f} ms)"
+    )
+    print(
+        f"fixed-chunk baseline: --chunked-prefill-size {f['chunked_prefill_size']} "
+        f"(mean TTFT {f['mean_ttft_ms']:.2f} ms); dynamic/fixed = {b['mean_ttft_ms'] / f['mean_ttft_ms']:.3f}"
+    )
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0

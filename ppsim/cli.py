@@ -75,8 +75,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     s = scenario_from_args(args)
     window = None if args.trace_window_s is not None and math.isinf(args.trace_window_s) else args.trace_window_s
     out_dir = check_output_dir(args.output_dir)
-    out = run_scenario(s, out_dir, save_detailed=args.save_detailed, lean=True, trace_window_s=window,
-                       progress=not args.quiet, dashboard=not args.no_dashboard)
+    out = run_scenario(
+        s,
+        out_dir,
+        save_detailed=args.save_detailed,
+        lean=True,
+        trace_window_s=window,
+        progress=not args.quiet,
+        dashboard=not args.no_dashboard,
+    )
     print(format_summary(out.summary))
     files = DEFAULT_FILES + (DETAILED_FILES if args.save_detailed else ()) + DASHBOARD_FILES
     if args.no_dashboard:
@@ -96,14 +103,18 @@ def report_rejections(message: str | None, all_rejected: bool) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     from ppsim.models.shape import list_presets, load_model
 
-    print(f"{'name':<16}{'layers':>7}{'hidden':>8}{'heads':>7}{'kv':>5}{'vocab':>8}{'params(B)':>11}"
-          f"{'active(B)':>11}{'attn':>6}{'experts':>9}{'weights':>10}")
+    print(
+        f"{'name':<16}{'layers':>7}{'hidden':>8}{'heads':>7}{'kv':>5}{'vocab':>8}{'params(B)':>11}"
+        f"{'active(B)':>11}{'attn':>6}{'experts':>9}{'weights':>10}"
+    )
     for n in list_presets():
         m = load_model(n)
         experts = f"{m.num_experts_per_tok}/{m.n_routed_experts}" if m.is_moe else "-"
-        print(f"{n:<16}{m.num_layers:>7}{m.hidden_size:>8}{m.num_heads:>7}{m.num_kv_heads:>5}{m.vocab_size:>8}"
-              f"{m.total_params() / 1e9:>11.2f}{m.active_params() / 1e9:>11.2f}{m.attention:>6}{experts:>9}"
-              f"{m.weight_dtype:>10}")
+        print(
+            f"{n:<16}{m.num_layers:>7}{m.hidden_size:>8}{m.num_heads:>7}{m.num_kv_heads:>5}{m.vocab_size:>8}"
+            f"{m.total_params() / 1e9:>11.2f}{m.active_params() / 1e9:>11.2f}{m.attention:>6}{experts:>9}"
+            f"{m.weight_dtype:>10}"
+        )
     return 0
 
 
@@ -138,8 +149,10 @@ def cmd_bubble(args: argparse.Namespace) -> int:
     return 0
 
 
-DESCRIPTION = ("ppsim: simulate pipeline-parallel LLM serving (vLLM and SGLang flag names), run the same "
-               "policies on a real torch.distributed engine, calibrate, validate and sweep.")
+DESCRIPTION = (
+    "ppsim: simulate pipeline-parallel LLM serving (vLLM and SGLang flag names), run the same "
+    "policies on a real torch.distributed engine, calibrate, validate and sweep."
+)
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "simulate": (cmd_simulate, "simulate a serving scenario (default: Llama-3-70B, PP=4 H100, 8 req/s)"),
@@ -163,19 +176,30 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="ppsim", description=DESCRIPTION,
-               epilog="`ppsim COMMAND --help` lists a command's flags; flags alone (or nothing) run `ppsim simulate`.")
+    p = Parser(
+        prog="ppsim",
+        description=DESCRIPTION,
+        epilog="`ppsim COMMAND --help` lists a command's flags; flags alone (or nothing) run `ppsim simulate`.",
+    )
     p.add_argument("--version", action="version", version=f"ppsim {version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sim = sub.add_parser("simulate", help=COMMANDS["simulate"][1])
     add_scenario_flags(sim)
-    sim.add_argument("--output-dir", default="ppsim-results", metavar="DIR",
-                     help="where results go (default ppsim-results)")
+    sim.add_argument(
+        "--output-dir", default="ppsim-results", metavar="DIR", help="where results go (default ppsim-results)"
+    )
     sim.add_argument("--no-dashboard", action="store_true", help="skip dashboard.png (`ppsim plot` draws it later)")
-    sim.add_argument("--save-detailed", action="store_true",
-                     help="also write tokens.csv, stage_ops.csv and trace.json (every token and operation)")
-    sim.add_argument("--trace-window-s", type=_window_s, default=TRACE_WINDOW_S,
-                     help=f"simulated seconds in trace.json (default {TRACE_WINDOW_S:g}; inf: the whole run)")
+    sim.add_argument(
+        "--save-detailed",
+        action="store_true",
+        help="also write tokens.csv, stage_ops.csv and trace.json (every token and operation)",
+    )
+    sim.add_argument(
+        "--trace-window-s",
+        type=_window_s,
+        default=TRACE_WINDOW_S,
+        help=f"simulated seconds in trace.json (default {TRACE_WINDOW_S:g}; inf: the whole run)",
+    )
     sim.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     sub.add_parser("models", help=COMMANDS["models"][1])
     sub.add_parser("hardware", help=COMMANDS["hardware"][1])
@@ -189,8 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
     from ppsim.sweep.runner import add_sweep_parser
     from ppsim.validate.cli import add_validate_parser
 
-    for add in (add_sweep_parser, add_calibrate_parser, add_import_vidur_parser, add_chunk_parsers,
-                add_engine_parser, add_validate_parser, add_plot_parser, add_compare_parser):
+    for add in (
+        add_sweep_parser,
+        add_calibrate_parser,
+        add_import_vidur_parser,
+        add_chunk_parsers,
+        add_engine_parser,
+        add_validate_parser,
+        add_plot_parser,
+        add_compare_parser,
+    ):
         add(sub)
     return p
 

@@ -140,14 +140,22 @@ class WorkloadConfig(_Frozen):
     def _trace_or_synthetic(self) -> WorkloadConfig:
         given = sorted(SYNTHETIC_FIELDS & self.model_fields_set)
         if self.trace and given:
-            raise ValueError(f"--trace replays the requests and arrival times in its file; drop {', '.join(given)} "
-                             "(settings of the synthetic workload)")
+            raise ValueError(
+                f"--trace replays the requests and arrival times in its file; drop {', '.join(given)} "
+                "(settings of the synthetic workload)"
+            )
         return self
 
 
 # WorkloadConfig fields that a trace replaces
-SYNTHETIC_FIELDS = {"num_prompts", "request_rate", "burstiness", "random_input_len", "random_output_len",
-                    "random_range_ratio"}
+SYNTHETIC_FIELDS = {
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "random_input_len",
+    "random_output_len",
+    "random_range_ratio",
+}
 
 
 class Scenario(_Frozen):
@@ -168,8 +176,17 @@ class Scenario(_Frozen):
     @field_validator("weight_dtype", "kv_cache_dtype", mode="before")
     @classmethod
     def _dtype_alias(cls, v: Any) -> Any:
-        aliases = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "none": "auto",
-                   "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "nvfp4": "fp4", "modelopt_fp4": "fp4"}
+        aliases = {
+            "bfloat16": "bf16",
+            "float16": "fp16",
+            "half": "fp16",
+            "float32": "fp32",
+            "none": "auto",
+            "fp8_e4m3": "fp8",
+            "fp8_e5m2": "fp8",
+            "nvfp4": "fp4",
+            "modelopt_fp4": "fp4",
+        }
         return aliases.get(v.lower(), v.lower()) if isinstance(v, str) else v
 
     @model_validator(mode="after")
@@ -214,9 +231,11 @@ def format_validation_error(err: ValidationError) -> str:
     e = next((x for x in errs if x["type"] != "string_type"), errs[0])
     loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith(UNION_PREFIXES) and str(x) not in UNION_NAMES)
     msg = e["msg"].removeprefix("Value error, ")
-    return f"{loc or 'scenario'}: {msg} (got {e.get('input')!r})" if "input" in e and not isinstance(
-        e.get("input"), dict
-    ) else f"{loc or 'scenario'}: {msg}"
+    return (
+        f"{loc or 'scenario'}: {msg} (got {e.get('input')!r})"
+        if "input" in e and not isinstance(e.get("input"), dict)
+        else f"{loc or 'scenario'}: {msg}"
+    )
 
 
 def build_scenario(config_path: str | None = None, overrides: dict[str, Any] | None = None) -> Scenario:

@@ -50,9 +50,7 @@ class Topology:
 
 def build_topology(shape: ModelShape, pp: int, tp: int, rule: str | list[int]) -> Topology:
     parts = partition_layers(rule, shape.num_layers, pp)
-    stages = tuple(
-        StageSpec(i, a, b, i == 0, i == pp - 1, tp) for i, (a, b) in enumerate(layer_ranges(parts))
-    )
+    stages = tuple(StageSpec(i, a, b, i == 0, i == pp - 1, tp) for i, (a, b) in enumerate(layer_ranges(parts)))
     topo = Topology(stages)
     topo.check(shape.num_layers)
     return topo
@@ -80,8 +78,14 @@ class Prepared:
         extra = pol.knob_values()
         if pol.kind == "sglang-ring":  # dynamic chunking is fitted to this deployment's cost model
             extra["sglang"] = sglang_knobs(pol, self.cost, self.topology.stages[0], self.requests.max_prompt_len())
-        return PolicyKnobs(policy=pol.kind, pp=len(self.topology.stages), max_num_seqs=e.max_num_seqs,
-                           max_model_len=self.max_model_len, pipe=pol.pipe_options(), **extra)
+        return PolicyKnobs(
+            policy=pol.kind,
+            pp=len(self.topology.stages),
+            max_num_seqs=e.max_num_seqs,
+            max_model_len=self.max_model_len,
+            pipe=pol.pipe_options(),
+            **extra,
+        )
 
     @property
     def max_model_len(self) -> int:
@@ -105,12 +109,16 @@ def build_cost(s: Scenario, shape: ModelShape, device: DeviceSpec) -> CostModel:
 def check_tensor_parallel(shape: ModelShape, tp: int) -> None:
     """vLLM's rules: query heads divide evenly over the TP group; KV heads are split or replicated evenly."""
     if shape.num_heads % tp:
-        raise PPSimError(f"tensor_parallel_size: {shape.num_heads} attention heads of {shape.name} do not divide "
-                         f"over {tp} GPUs; use a divisor of {shape.num_heads}")
+        raise PPSimError(
+            f"tensor_parallel_size: {shape.num_heads} attention heads of {shape.name} do not divide "
+            f"over {tp} GPUs; use a divisor of {shape.num_heads}"
+        )
     kv = shape.num_kv_heads
     if (kv % tp) if tp <= kv else (tp % kv):
-        raise PPSimError(f"tensor_parallel_size: {kv} KV heads of {shape.name} can be neither split nor replicated "
-                         f"evenly over {tp} GPUs; use a divisor or a multiple of {kv}")
+        raise PPSimError(
+            f"tensor_parallel_size: {kv} KV heads of {shape.name} can be neither split nor replicated "
+            f"evenly over {tp} GPUs; use a divisor or a multiple of {kv}"
+        )
 
 
 def check_prompt_budget(s: Scenario, requests: Workload) -> None:
@@ -120,8 +128,10 @@ def check_prompt_budget(s: Scenario, requests: Workload) -> None:
     longest = requests.max_prompt_len()
     budget = s.engine.step_token_budget
     if longest > budget:
-        raise PPSimError(f"engine.max_num_batched_tokens: {budget} is below a "
-                         f"{longest}-token prompt with chunked prefill disabled; raise it or enable chunked prefill")
+        raise PPSimError(
+            f"engine.max_num_batched_tokens: {budget} is below a "
+            f"{longest}-token prompt with chunked prefill disabled; raise it or enable chunked prefill"
+        )
 
 
 def prepare(s: Scenario, requests: Workload | Iterable[Request] | None = None) -> Prepared:
@@ -147,15 +157,18 @@ def prepare(s: Scenario, requests: Workload | Iterable[Request] | None = None) -
 def replica_prepared(prep: Prepared) -> Prepared:
     """The one-stage preparation of a ``no-pp`` replica: whole model on one TP group, same requests."""
     s = prep.scenario
-    one = s.model_copy(update={"cluster": s.cluster.model_copy(update={"pipeline_parallel_size": 1,
-                                                                          "layer_partition": "vllm"})})
+    one = s.model_copy(
+        update={"cluster": s.cluster.model_copy(update={"pipeline_parallel_size": 1, "layer_partition": "vllm"})}
+    )
     try:
         rp = prepare(one, prep.requests)
     except PPSimError as err:
         why = str(err).split("; raise")[0]  # the stage-level advice (more stages) does not apply here
-        raise PPSimError(f"engine.policy: no-pp puts the whole model on each group of "
-                         f"{s.cluster.tensor_parallel_size} GPU(s) and it does not fit ({why}); "
-                         "raise --tensor-parallel-size or pick a pipeline policy") from None
+        raise PPSimError(
+            f"engine.policy: no-pp puts the whole model on each group of "
+            f"{s.cluster.tensor_parallel_size} GPU(s) and it does not fit ({why}); "
+            "raise --tensor-parallel-size or pick a pipeline policy"
+        ) from None
     return replace(rp, scenario=one)
 
 

@@ -81,8 +81,9 @@ class Driver:
     """Runs one engine core (``core.run()``) against ``backend``; ``client`` and ``ledger`` may be
     shared by several drivers (``no-pp`` replicas)."""
 
-    def __init__(self, core: Any, ledger: Ledger, client: Client, backend: Backend,
-                 observer: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self, core: Any, ledger: Ledger, client: Client, backend: Backend, observer: Callable[[Any], None] | None = None
+    ) -> None:
         self.core, self.scheduler = core, core.scheduler
         self.ledger, self.client, self.backend = ledger, client, backend
         self.observer = observer  # sees every action the core yields (tests check invariants on it)
@@ -198,8 +199,10 @@ class Driver:
                 if not plan.items and be.in_flight == 0:
                     spins += 1
                     if spins > MAX_IDLE_SPINS:
-                        be.stalled("scheduler stalled: requests wait but none can be scheduled "
-                                   "(check max_num_batched_tokens and KV capacity)")
+                        be.stalled(
+                            "scheduler stalled: requests wait but none can be scheduled "
+                            "(check max_num_batched_tokens and KV capacity)"
+                        )
                 else:
                     spins = 0
                     self._launched(plan)

@@ -26,13 +26,16 @@ from ppsim.policies import POLICIES, POLICY_KNOBS
 FLAG_TABLE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
     ("model",): (("--model",), "preset name (see `ppsim models`) or path to a HF config.json"),
     ("hardware",): (("--hardware",), "device preset (see `ppsim hardware`)"),
-    ("weight_dtype",): (("-q", "--quantization"), "weight dtype: auto (the checkpoint's), bf16, fp8, fp4 "
-                        "(modelopt_fp4)"),
+    ("weight_dtype",): (
+        ("-q", "--quantization"),
+        "weight dtype: auto (the checkpoint's), bf16, fp8, fp4 (modelopt_fp4)",
+    ),
     ("kv_cache_dtype",): (("--kv-cache-dtype",), "KV cache dtype: auto (activation dtype), bf16, fp8"),
-    ("cost", "moe_routing_skew"): (("--moe-routing-skew",), "MoE: tokens sharing one expert choice (1 = uniform "
-                                   "routing)"),
-    ("moe_router_zipf",): (("--moe-router-zipf",), "MoE engine router: expert e's odds x (e+1)^-s (0 = router "
-                           "alone)"),
+    ("cost", "moe_routing_skew"): (
+        ("--moe-routing-skew",),
+        "MoE: tokens sharing one expert choice (1 = uniform routing)",
+    ),
+    ("moe_router_zipf",): (("--moe-router-zipf",), "MoE engine router: expert e's odds x (e+1)^-s (0 = router alone)"),
     ("cluster", "pipeline_parallel_size"): (("-pp", "--pipeline-parallel-size"), None),
     ("cluster", "tensor_parallel_size"): (("-tp", "--tensor-parallel-size"), None),
     ("cluster", "layer_partition"): (("--layer-partition",), "vllm | last-heavy | counts like 20,20,20,20"),
@@ -40,24 +43,34 @@ FLAG_TABLE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
     ("cluster", "tp_link"): (("--tp-link",), "link preset inside a stage"),
     ("engine", "policy"): (("--policy",), "pipeline policy (default vllm-batch-queue; see docs/policies.md)"),
     ("engine", "max_num_seqs"): (("--max-num-seqs",), None),
-    ("engine", "max_model_len"): (("--max-model-len",), "prompt + output tokens per request (default: the "
-                                  "model's max_position_embeddings); longer requests are rejected"),
+    ("engine", "max_model_len"): (
+        ("--max-model-len",),
+        "prompt + output tokens per request (default: the "
+        "model's max_position_embeddings); longer requests are rejected",
+    ),
     ("engine", "block_size"): (("--block-size",), None),
     ("engine", "gpu_memory_utilization"): (("--gpu-memory-utilization",), None),
     # policy knobs (owners are added to the help)
-    ("engine", "max_num_batched_tokens"): (("--max-num-batched-tokens",), "token budget per step (TRT-LLM's "
-                                           "max_num_tokens, llama.cpp's n_batch)"),
+    ("engine", "max_num_batched_tokens"): (
+        ("--max-num-batched-tokens",),
+        "token budget per step (TRT-LLM's max_num_tokens, llama.cpp's n_batch)",
+    ),
     ("engine", "enable_chunked_prefill"): (("--enable-chunked-prefill",), None),
-    ("engine", "pp_throttle"): (("--pp-throttle",), "the proposed cap of new requests per step at "
-                                "max_num_seqs // pp (vLLM has none; default off)"),
+    ("engine", "pp_throttle"): (
+        ("--pp-throttle",),
+        "the proposed cap of new requests per step at max_num_seqs // pp (vLLM has none; default off)",
+    ),
     ("engine", "pp_async_batch_depth"): (("--pp-async-batch-depth",), "extra micro-batch slots (default 0)"),
     ("engine", "pp_max_micro_batch_size"): (("--pp-max-micro-batch-size",), "requests per micro-batch"),
-    ("engine", "chunked_prefill_size"): (("--chunked-prefill-size",), "(initial) prefill chunk (default by GPU "
-                                         "memory)"),
-    ("engine", "max_prefill_tokens"): (("--max-prefill-tokens",), "prefill-batch token budget (SGLang default "
-                                       "16384)"),
-    ("engine", "dynamic_chunking_form"): (("--dynamic-chunking-form",), "dynamic chunking fit: SGLang's f(l) "
-                                          "(default) or the refined t(L, x)"),
+    ("engine", "chunked_prefill_size"): (
+        ("--chunked-prefill-size",),
+        "(initial) prefill chunk (default by GPU memory)",
+    ),
+    ("engine", "max_prefill_tokens"): (("--max-prefill-tokens",), "prefill-batch token budget (SGLang default 16384)"),
+    ("engine", "dynamic_chunking_form"): (
+        ("--dynamic-chunking-form",),
+        "dynamic chunking fit: SGLang's f(l) (default) or the refined t(L, x)",
+    ),
     ("engine", "enable_dynamic_chunking"): (("--enable-dynamic-chunking",), None),
     ("engine", "smooth_factor"): (("--smooth-factor",), "dynamic chunking smoothing (default 0.75)"),
     ("engine", "page_size"): (("--page-size",), "KV page size (chunk alignment max(page, 64))"),
@@ -69,10 +82,14 @@ FLAG_TABLE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
     ("engine", "llamacpp_n_copies"): (("--llamacpp-n-copies",), "pipeline buffer copies (default 4)"),
     ("engine", "dp_routing"): (("--dp-routing",), "request router"),
     # workload (``vllm bench serve`` names)
-    ("workload", "abort_rate"): (("--abort-rate",), "fraction of requests cancelled mid-prefill or mid-decode "
-                                 "(seeded)"),
-    ("workload", "abort_window_s"): (("--abort-window-s",), "time-based aborts fall within this many seconds of "
-                                     "arrival"),
+    ("workload", "abort_rate"): (
+        ("--abort-rate",),
+        "fraction of requests cancelled mid-prefill or mid-decode (seeded)",
+    ),
+    ("workload", "abort_window_s"): (
+        ("--abort-window-s",),
+        "time-based aborts fall within this many seconds of arrival",
+    ),
     ("workload", "num_prompts"): (("--num-prompts",), None),
     ("workload", "request_rate"): (("--request-rate",), "requests/s; inf sends all at once"),
     ("workload", "burstiness"): (("--burstiness",), None),
@@ -112,8 +129,11 @@ def field_info(path: tuple[str, ...]) -> Any:
 def _kwargs(info: Any, name: str) -> dict[str, Any]:
     """argparse settings from a field's type: on/off flags for bools, choices for literals."""
     ann = info.annotation
-    args = [a for a in typing.get_args(ann) if a is not type(None)] \
-        if typing.get_origin(ann) in (typing.Union, types.UnionType) else [ann]
+    args = (
+        [a for a in typing.get_args(ann) if a is not type(None)]
+        if typing.get_origin(ann) in (typing.Union, types.UnionType)
+        else [ann]
+    )
     if name == "policy" or name in ALIASED:
         return {}  # a name (the union's tag) or an alias: a wrong one gets the scenario's one-line message
     if args == [bool]:
@@ -129,8 +149,9 @@ def _kwargs(info: Any, name: str) -> dict[str, Any]:
 
 def flag_specs() -> list[FlagSpec]:
     """Every scenario flag: the table's, then a flag for any policy knob the table does not name."""
-    paths = list(FLAG_TABLE) + [("engine", k) for k in POLICY_KNOBS
-                                if ("engine", k) not in FLAG_TABLE and k not in NOT_FLAGS]
+    paths = list(FLAG_TABLE) + [
+        ("engine", k) for k in POLICY_KNOBS if ("engine", k) not in FLAG_TABLE and k not in NOT_FLAGS
+    ]
     out = []
     for path in paths:
         flags, help_ = FLAG_TABLE.get(path, (("--" + path[-1].replace("_", "-"),), None))

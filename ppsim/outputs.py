@@ -31,9 +31,27 @@ from ppsim.errors import PPSimError
 MARKER = ".ppsim-result"
 # what ppsim commands wrote into a result directory before the marker existed
 KNOWN_NAMES = {
-    "summary.json", "requests.csv", "tokens.csv", "stage_ops.csv", "trace.json", "config.json", "engine.json",
-    "tokens.json", "validation.json", "latency_cdf.png", "trace_combined.json", "meta.json", "fits.json",
-    "samples.csv", "sweep.csv", "space.json", "pareto.png", "results", "sim", "profile", "dashboard.png",
+    "summary.json",
+    "requests.csv",
+    "tokens.csv",
+    "stage_ops.csv",
+    "trace.json",
+    "config.json",
+    "engine.json",
+    "tokens.json",
+    "validation.json",
+    "latency_cdf.png",
+    "trace_combined.json",
+    "meta.json",
+    "fits.json",
+    "samples.csv",
+    "sweep.csv",
+    "space.json",
+    "pareto.png",
+    "results",
+    "sim",
+    "profile",
+    "dashboard.png",
 }
 KNOWN_PATTERN = re.compile(r"engine-\d+|\..*\.tmp-?\d+")
 
@@ -82,8 +100,9 @@ def is_result_dir(d: Path) -> bool:
     return all(n in KNOWN_NAMES or KNOWN_PATTERN.fullmatch(n) for n in names)
 
 
-def check_output_dir(out: str | Path, flag: str = "--output-dir", names: Iterable[str] = (),
-                     replace: bool = True) -> Path:
+def check_output_dir(
+    out: str | Path, flag: str = "--output-dir", names: Iterable[str] = (), replace: bool = True
+) -> Path:
     """Raise (one line) unless the results can be written to ``out``; return it as an absolute path.
 
     ``names``: the files about to be written (one taken by a directory is refused). ``replace``:
@@ -103,17 +122,20 @@ def check_output_dir(out: str | Path, flag: str = "--output-dir", names: Iterabl
         err = _can_create(d) if err is not None else None
     if err is not None:
         where = anc if not d.exists() else d
-        raise PPSimError(f"{flag}: cannot create {d}: {where} is not writable ({err.strerror}); "
-                         "pick another directory")
+        raise PPSimError(f"{flag}: cannot create {d}: {where} is not writable ({err.strerror}); pick another directory")
     if d.exists():
         for name in names:
             if (d / name).is_dir():
-                raise PPSimError(f"{flag}: {d / name} is a directory where the result file {name} goes; "
-                                 "remove it or pick another directory")
+                raise PPSimError(
+                    f"{flag}: {d / name} is a directory where the result file {name} goes; "
+                    "remove it or pick another directory"
+                )
         if replace and not is_result_dir(d):
             others = sorted(p.name for p in d.iterdir())[:3]
-            raise PPSimError(f"{flag}: {d} is not a ppsim result directory (it holds {', '.join(others)}, ...) "
-                             "and would be replaced; pick a new or empty directory")
+            raise PPSimError(
+                f"{flag}: {d} is not a ppsim result directory (it holds {', '.join(others)}, ...) "
+                "and would be replaced; pick a new or empty directory"
+            )
     return d
 
 
@@ -135,9 +157,13 @@ def _write_tree(root: Path, files: Mapping[str, str | bytes | Iterable[str]]) ->
             raise
 
 
-def write_result_set(out: str | Path, files: Mapping[str, str | bytes | Iterable[str]], flag: str = "--output-dir",
-                     replace: bool = True,
-                     derived: Callable[[Path], Mapping[str, str | bytes]] | None = None) -> Path:
+def write_result_set(
+    out: str | Path,
+    files: Mapping[str, str | bytes | Iterable[str]],
+    flag: str = "--output-dir",
+    replace: bool = True,
+    derived: Callable[[Path], Mapping[str, str | bytes]] | None = None,
+) -> Path:
     """Write ``files`` (relative name -> text, bytes or an iterable of text chunks) as the directory
     ``out``, all or nothing.
 

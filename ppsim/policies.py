@@ -164,8 +164,10 @@ class VllmAsync(_Budgeted):
 
     def check(self, pp: int) -> str | None:
         if pp > 1:  # vllm/config/vllm.py::VllmConfig.max_concurrent_batches: pp + 1 only with the V2 runner
-            return ("vllm-async is vLLM's V1 model runner, which runs async scheduling only at "
-                    "pipeline_parallel_size 1; use --policy vllm-mrv2 for async scheduling with PP")
+            return (
+                "vllm-async is vLLM's V1 model runner, which runs async scheduling only at "
+                "pipeline_parallel_size 1; use --policy vllm-mrv2 for async scheduling with PP"
+            )
         return None
 
 
@@ -202,7 +204,7 @@ class SglangRing(Policy):
     dynamic_chunking_form: Literal["quadratic", "refined"] = "quadratic"
     foreign_hints: ClassVar[dict[str, str]] = {
         "max_num_batched_tokens": "SGLang bounds a prefill batch by --max-prefill-tokens and "
-                                  "--chunked-prefill-size; give those",
+        "--chunked-prefill-size; give those",
         "enable_chunked_prefill": "SGLang chunks prompts by --chunked-prefill-size; give that",
     }
 
@@ -268,8 +270,11 @@ class Llamacpp(_Budgeted):
         return LLAMACPP_N_BATCH
 
     def knob_values(self) -> dict[str, Any]:
-        return {**super().knob_values(), "llamacpp_ubatch_tokens": self.llamacpp_ubatch_tokens,
-                "llamacpp_n_copies": self.llamacpp_n_copies}
+        return {
+            **super().knob_values(),
+            "llamacpp_ubatch_tokens": self.llamacpp_ubatch_tokens,
+            "llamacpp_n_copies": self.llamacpp_n_copies,
+        }
 
 
 class NoPP(_Budgeted):
@@ -280,11 +285,21 @@ class NoPP(_Budgeted):
         return {**super().knob_values(), "dp_routing": self.dp_routing}
 
 
-POLICY_TYPES: tuple[type[Policy], ...] = (VllmSync, VllmBatchQueue, VllmAsync, VllmMrv2, SglangRing, TrtllmSlots,
-                                          Llamacpp, NoPP)
+POLICY_TYPES: tuple[type[Policy], ...] = (
+    VllmSync,
+    VllmBatchQueue,
+    VllmAsync,
+    VllmMrv2,
+    SglangRing,
+    TrtllmSlots,
+    Llamacpp,
+    NoPP,
+)
 POLICIES: dict[str, type[Policy]] = {t.model_fields["kind"].default: t for t in POLICY_TYPES}
-PolicyConfig = Annotated[VllmSync | VllmBatchQueue | VllmAsync | VllmMrv2 | SglangRing | TrtllmSlots | Llamacpp | NoPP,
-                         Field(discriminator="kind")]
+PolicyConfig = Annotated[
+    VllmSync | VllmBatchQueue | VllmAsync | VllmMrv2 | SglangRing | TrtllmSlots | Llamacpp | NoPP,
+    Field(discriminator="kind"),
+]
 
 
 def knobs_of(kind: str) -> tuple[str, ...]:

@@ -15,8 +15,9 @@ from typing import Any
 from ppsim.policy.requests import Request
 
 
-def rejection_message(requests: Iterable[Request], rejected_ids: set[int], max_model_len: int | None,
-                      num_blocks: int, block_size: int) -> str | None:
+def rejection_message(
+    requests: Iterable[Request], rejected_ids: set[int], max_model_len: int | None, num_blocks: int, block_size: int
+) -> str | None:
     """One line saying how many requests were rejected and why, or None if none was."""
     if not rejected_ids:
         return None
@@ -29,12 +30,16 @@ def rejection_message(requests: Iterable[Request], rejected_ids: set[int], max_m
         (too_long if max_model_len is not None and total > max_model_len else too_big).append(total)
     parts = []
     if too_long:
-        parts.append(f"{len(too_long)} longer than max_model_len {max_model_len} (prompt + output up to "
-                     f"{max(too_long)} tokens; raise --max-model-len or shorten the requests)")
+        parts.append(
+            f"{len(too_long)} longer than max_model_len {max_model_len} (prompt + output up to "
+            f"{max(too_long)} tokens; raise --max-model-len or shorten the requests)"
+        )
     if too_big:
         need = -(-max(too_big) // block_size)
-        parts.append(f"{len(too_big)} need up to {need} KV blocks, the cache has {num_blocks} (shorten the "
-                     "requests, or add memory: --gpu-memory-utilization, -pp, -tp)")
+        parts.append(
+            f"{len(too_big)} need up to {need} KV blocks, the cache has {num_blocks} (shorten the "
+            "requests, or add memory: --gpu-memory-utilization, -pp, -tp)"
+        )
     return f"{len(rejected_ids)} of {len(reqs)} requests rejected: {'; '.join(parts)}"
 
 
@@ -47,6 +52,7 @@ def rejections_of(prep: Any, requests: Sequence[Any] | Any, summary: dict[str, A
         rejected = {int(prep.requests.req_id[row]) for row, st in enumerate(requests.status) if st == REJECTED}
     else:
         rejected = {r.req_id for r in requests if r.status == "rejected"}
-    msg = rejection_message(prep.requests, rejected, prep.max_model_len, summary["kv_num_blocks"],
-                            summary["kv_block_size"])
+    msg = rejection_message(
+        prep.requests, rejected, prep.max_model_len, summary["kv_num_blocks"], summary["kv_block_size"]
+    )
     return msg, bool(len(prep.requests)) and len(rejected) == len(prep.requests)

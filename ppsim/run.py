@@ -25,9 +25,16 @@ class RunOutput:
     all_rejected: bool = False
 
 
-def run_scenario(s: Scenario, out_dir: str | Path | None = None, *, save_detailed: bool = False,
-                 lean: bool = False, trace_window_s: float | None = TRACE_WINDOW_S,
-                 progress: bool = False, dashboard: bool = True) -> RunOutput:
+def run_scenario(
+    s: Scenario,
+    out_dir: str | Path | None = None,
+    *,
+    save_detailed: bool = False,
+    lean: bool = False,
+    trace_window_s: float | None = TRACE_WINDOW_S,
+    progress: bool = False,
+    dashboard: bool = True,
+) -> RunOutput:
     """Simulate ``s``; write its files to ``out_dir`` if given.
 
     ``save_detailed`` also writes ``tokens.csv``, ``stage_ops.csv`` and ``trace.json`` (the first
@@ -48,7 +55,15 @@ def run_scenario(s: Scenario, out_dir: str | Path | None = None, *, save_detaile
     if out_dir is not None:
         trace = chrome_trace(res.ops, window_s=trace_window_s) if save_detailed else None
         ops = res.ops if save_detailed else None
-        write_run(out_dir, scenario_json(s), summary, res.ledger, ops, trace,
-                  extra=series_files(res.series), derived=drawn_dashboards("") if dashboard else None,
-                  actions=res.actions if save_detailed else None)
+        write_run(
+            out_dir,
+            scenario_json(s),
+            summary,
+            res.ledger,
+            ops,
+            trace,
+            extra=series_files(res.series),
+            derived=drawn_dashboards("") if dashboard else None,
+            actions=res.actions if save_detailed else None,
+        )
     return RunOutput(res, summary, *rejections_of(prep, res.ledger, summary))

@@ -36,15 +36,23 @@ class Workload:
 
     __slots__ = ("req_id", "arrival_s", "prompt_len", "output_len", "abort_tokens", "abort_s", "_order", "_rows")
 
-    def __init__(self, req_id: Any, arrival_s: Any, prompt_len: Any, output_len: Any,
-                 abort_tokens: Any = None, abort_s: Any = None) -> None:
+    def __init__(
+        self,
+        req_id: Any,
+        arrival_s: Any,
+        prompt_len: Any,
+        output_len: Any,
+        abort_tokens: Any = None,
+        abort_s: Any = None,
+    ) -> None:
         n = len(arrival_s)
         self.req_id = np.asarray(req_id, dtype=np.int64)
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         self.prompt_len = np.asarray(prompt_len, dtype=np.int64)
         self.output_len = np.asarray(output_len, dtype=np.int64)
-        self.abort_tokens = (np.full(n, NO_ABORT, dtype=np.int64) if abort_tokens is None
-                             else np.asarray(abort_tokens, dtype=np.int64))
+        self.abort_tokens = (
+            np.full(n, NO_ABORT, dtype=np.int64) if abort_tokens is None else np.asarray(abort_tokens, dtype=np.int64)
+        )
         self.abort_s = np.full(n, np.nan) if abort_s is None else np.asarray(abort_s, dtype=np.float64)
         order = np.lexsort((self.req_id, self.arrival_s))
         self._order = None if np.array_equal(order, np.arange(n)) else order
@@ -56,10 +64,14 @@ class Workload:
     @classmethod
     def from_requests(cls, reqs: Iterable[Request]) -> Workload:
         reqs = list(reqs)
-        return cls([r.req_id for r in reqs], [r.arrival_s for r in reqs], [r.prompt_len for r in reqs],
-                   [r.output_len for r in reqs],
-                   [NO_ABORT if r.abort_after_tokens is None else r.abort_after_tokens for r in reqs],
-                   [math.nan if r.abort_after_s is None else r.abort_after_s for r in reqs])
+        return cls(
+            [r.req_id for r in reqs],
+            [r.arrival_s for r in reqs],
+            [r.prompt_len for r in reqs],
+            [r.output_len for r in reqs],
+            [NO_ABORT if r.abort_after_tokens is None else r.abort_after_tokens for r in reqs],
+            [math.nan if r.abort_after_s is None else r.abort_after_s for r in reqs],
+        )
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -70,8 +82,14 @@ class Workload:
 
     def request(self, row: int) -> Request:
         a, s = int(self.abort_tokens[row]), float(self.abort_s[row])
-        return Request(int(self.req_id[row]), float(self.arrival_s[row]), int(self.prompt_len[row]),
-                       int(self.output_len[row]), None if a == NO_ABORT else a, None if math.isnan(s) else s)
+        return Request(
+            int(self.req_id[row]),
+            float(self.arrival_s[row]),
+            int(self.prompt_len[row]),
+            int(self.output_len[row]),
+            None if a == NO_ABORT else a,
+            None if math.isnan(s) else s,
+        )
 
     def __getitem__(self, row: int) -> Request:
         if not -len(self) <= row < len(self):
@@ -83,7 +101,7 @@ class Workload:
             yield from range(len(self))
         else:
             for i in range(0, len(self), 4096):
-                yield from self._order[i:i + 4096].tolist()
+                yield from self._order[i : i + 4096].tolist()
 
     def in_arrival_order(self) -> Iterator[tuple[int, Request]]:
         """(row, request) in the order a client sends them, built one at a time."""
@@ -98,8 +116,10 @@ class Workload:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Workload):
             return NotImplemented
-        return all(np.array_equal(getattr(self, c), getattr(other, c), equal_nan=c == "abort_s")
-                   for c in ("req_id", "arrival_s", "prompt_len", "output_len", "abort_tokens", "abort_s"))
+        return all(
+            np.array_equal(getattr(self, c), getattr(other, c), equal_nan=c == "abort_s")
+            for c in ("req_id", "arrival_s", "prompt_len", "output_len", "abort_tokens", "abort_s")
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -162,8 +182,7 @@ def read_trace(path: str) -> Workload:
         raise PPSimError(f"workload.trace: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     if not cols[0]:
         raise PPSimError(f"workload.trace: {path} needs a header with columns {', '.join(TRACE_COLUMNS)}")
-    t, n_in, n_out, ab_n, ab_s = (np.frombuffer(c, dtype=np.float64 if c.typecode == "d" else np.int64)
-                                  for c in cols)
+    t, n_in, n_out, ab_n, ab_s = (np.frombuffer(c, dtype=np.float64 if c.typecode == "d" else np.int64) for c in cols)
     order = np.lexsort((np.arange(len(t)), t))
     return Workload(order, t[order], n_in[order], n_out[order], ab_n[order], ab_s[order])
 
@@ -185,8 +204,11 @@ def _trace_row(row: list[str], at: list[int], opt: list[int | None], where: str,
     if abort_s is not None and not (math.isfinite(abort_s) and abort_s >= 0):
         raise PPSimError(f"{where}: abort_after_s must be finite and >= 0")
     try:
-        for c, v in zip(cols, (t, n_in, n_out, NO_ABORT if abort_n is None else abort_n,
-                               math.nan if abort_s is None else abort_s), strict=True):
+        for c, v in zip(
+            cols,
+            (t, n_in, n_out, NO_ABORT if abort_n is None else abort_n, math.nan if abort_s is None else abort_s),
+            strict=True,
+        ):
             c.append(v)
     except OverflowError:
         raise PPSimError(f"{where}: a token count is too large") from None

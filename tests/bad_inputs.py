@@ -47,13 +47,17 @@ def _dir(name: str) -> Callable[[Path], None]:
     return make
 
 
-HF_BAD = ('{"hidden_size": -64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, '
-          '"vocab_size": 100}')
+HF_BAD = (
+    '{"hidden_size": -64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, '
+    '"vocab_size": 100}'
+)
 LATIN1 = "# r\xe9sum\xe9\nseed = 1\n".encode("latin-1")
 TRACE_LATIN1 = "arrival_s,input_tokens,output_tokens\n0,16,4 # caf\xe9\n".encode("latin-1")
 TRACE = "arrival_s,input_tokens,output_tokens\n0,16,4\n0.1,16,4\n"
-SPACE = ('name = "tiny"\n[base]\nmodel = "tiny"\n[base.workload]\nnum_prompts = 4\nrandom_input_len = 16\n'
-         'random_output_len = 4\n[space]\npp = [1]\n[slo]\np99_ttft_ms = 1000\n[search]\nmax_steps = 1\n')
+SPACE = (
+    'name = "tiny"\n[base]\nmodel = "tiny"\n[base.workload]\nnum_prompts = 4\nrandom_input_len = 16\n'
+    "random_output_len = 4\n[space]\npp = [1]\n[slo]\np99_ttft_ms = 1000\n[search]\nmax_steps = 1\n"
+)
 TINY_MEM = 'hardware = {name = "tiny-gpu", peak_tflops = 10, hbm_bandwidth_gbps = 100, memory_gib = 1}\n'
 
 HW_INF = 'hardware = {name = "inf-gpu", peak_tflops = inf, hbm_bandwidth_gbps = 100, memory_gib = 80}\n'
@@ -74,73 +78,181 @@ CASES: list[Case] = [
     Case("outdir-under-file", ["simulate", *TINY, "--output-dir", "{d}/f/out"], "not a directory", _files(f="x")),
     Case("outdir-in-proc", ["simulate", *TINY, "--output-dir", "/proc/ppsim-out"], "/proc"),
     Case("outdir-empty-string", ["simulate", *TINY, "--output-dir", ""], "--output-dir: empty"),
-    Case("result-name-is-dir", ["simulate", *TINY, "--output-dir", "{d}/out"], "summary.json",
-         _dir("out/summary.json")),
-    Case("outdir-holds-user-files", ["simulate", *TINY, "--output-dir", "{d}/out"], "not a ppsim result",
-         _files(out__notes="mine")),
+    Case(
+        "result-name-is-dir", ["simulate", *TINY, "--output-dir", "{d}/out"], "summary.json", _dir("out/summary.json")
+    ),
+    Case(
+        "outdir-holds-user-files",
+        ["simulate", *TINY, "--output-dir", "{d}/out"],
+        "not a ppsim result",
+        _files(out__notes="mine"),
+    ),
     Case("engine-outdir-is-file", [*ENGINE, "--output-dir", "{d}/f"], "not a directory", _files(f="x")),
-    Case("validate-outdir-is-file", ["validate", *TINY, "--profile", "profiles/tiny-cpu", "--output-dir", "{d}/f"],
-         "not a directory", _files(f="x")),
-    Case("sweep-outdir-is-file", ["sweep", "--space", "{d}/s.toml", "--no-progress", "--output-dir", "{d}/f"],
-         "not a directory", _files(f="x", **{"s.toml": SPACE})),
-    Case("calibrate-output-under-file", ["calibrate", "--quick", "--output", "{d}/f/p"], "not a directory",
-         _files(f="x"), needs_torch=True),
-    Case("import-vidur-output-is-file", ["import-vidur", "--model", "llama-2-7b", "--output", "{d}/f"],
-         "not a directory", _files(f="x")),
-    Case("fit-chunks-plot-is-dir", ["fit-chunks", *TINY, "--chunk-sizes", "64", "--smooth-factors", "0.5",
-                                    "--plot", "{d}/out"], "--plot", _dir("out")),
+    Case(
+        "validate-outdir-is-file",
+        ["validate", *TINY, "--profile", "profiles/tiny-cpu", "--output-dir", "{d}/f"],
+        "not a directory",
+        _files(f="x"),
+    ),
+    Case(
+        "sweep-outdir-is-file",
+        ["sweep", "--space", "{d}/s.toml", "--no-progress", "--output-dir", "{d}/f"],
+        "not a directory",
+        _files(f="x", **{"s.toml": SPACE}),
+    ),
+    Case(
+        "calibrate-output-under-file",
+        ["calibrate", "--quick", "--output", "{d}/f/p"],
+        "not a directory",
+        _files(f="x"),
+        needs_torch=True,
+    ),
+    Case(
+        "import-vidur-output-is-file",
+        ["import-vidur", "--model", "llama-2-7b", "--output", "{d}/f"],
+        "not a directory",
+        _files(f="x"),
+    ),
+    Case(
+        "fit-chunks-plot-is-dir",
+        ["fit-chunks", *TINY, "--chunk-sizes", "64", "--smooth-factors", "0.5", "--plot", "{d}/out"],
+        "--plot",
+        _dir("out"),
+    ),
     # --- values -------------------------------------------------------------------------------
     Case("negative-seed-flag", ["simulate", *TINY, "--seed", "-1", "--output-dir", "{d}/out"], "seed"),
-    Case("negative-seed-config", ["simulate", *TINY, "--config", "{d}/c.toml", "--output-dir", "{d}/out"], "seed",
-         _files(**{"c.toml": "seed = -3\n"})),
-    Case("config-not-utf8", ["simulate", *TINY, "--config", "{d}/c.toml", "--output-dir", "{d}/out"], "UTF-8",
-         _files(**{"c.toml": LATIN1})),
-    Case("trace-not-utf8", ["simulate", "--model", "tiny", "--trace", "{d}/t.csv", "--output-dir", "{d}/out"],
-         "UTF-8", _files(**{"t.csv": TRACE_LATIN1})),
-    Case("hf-config-not-utf8", ["simulate", "--model", "{d}/config.json", "--output-dir", "{d}/out"], "UTF-8",
-         _files(**{"config.json": b'{"name": "\xe9"}'})),
-    Case("num-prompts-absurd", ["simulate", *TINY, "--num-prompts", "1000000000000", "--output-dir", "{d}/out"],
-         "workload.num_prompts"),
-    Case("input-len-absurd", ["simulate", *TINY, "--random-input-len", "1000000000000", "--output-dir", "{d}/out"],
-         "workload.random_input_len"),
-    Case("chunk-plan-prompt-len-absurd", ["chunk-plan", "--model", "tiny", "-pp", "2", "--coefficients",
-                                          "1e-6,0.01,1", "--prompt-len", "1000000000000"], "--prompt-len"),
-    Case("burstiness-inf", ["simulate", *TINY, "--burstiness", "inf", "--output-dir", "{d}/out"],
-         "workload.burstiness"),
-    Case("burstiness-nan", ["simulate", *TINY, "--burstiness", "nan", "--output-dir", "{d}/out"],
-         "workload.burstiness"),
-    Case("abort-window-inf", ["simulate", *TINY, "--abort-rate", "0.5", "--abort-window-s", "inf",
-                              "--output-dir", "{d}/out"], "workload.abort_window_s"),
-    Case("request-rate-nan", ["simulate", *TINY, "--request-rate", "nan", "--output-dir", "{d}/out"],
-         "workload.request_rate"),
-    Case("moe-skew-inf", ["simulate", *TINY, "--moe-routing-skew", "inf", "--output-dir", "{d}/out"],
-         "cost.moe_routing_skew"),
-    Case("engine-stage-timeout-inf", [*ENGINE, "--stage-timeout-s", "inf", "--output-dir", "{d}/out"],
-         "--stage-timeout-s", needs_torch=True),
-    Case("engine-startup-timeout-zero", [*ENGINE, "--startup-timeout-s", "0", "--output-dir", "{d}/out"],
-         "--startup-timeout-s", needs_torch=True),
-    Case("hardware-table-inf", ["simulate", *TINY, "--config", "{d}/h.toml", "--output-dir", "{d}/out"],
-         "hardware.peak_tflops", _files(**{"h.toml": HW_INF})),
-    Case("max-model-len-zero", ["simulate", *TINY, "--max-model-len", "0", "--output-dir", "{d}/out"],
-         "engine.max_model_len"),
-    Case("trace-with-num-prompts", ["simulate", "--model", "tiny", "--trace", "{d}/t.csv", "--num-prompts", "9",
-                                    "--output-dir", "{d}/out"], "num_prompts", _files(**{"t.csv": TRACE})),
-    Case("trace-with-request-rate", ["simulate", "--model", "tiny", "--trace", "{d}/t.csv", "--request-rate", "3",
-                                     "--output-dir", "{d}/out"], "request_rate", _files(**{"t.csv": TRACE})),
-    Case("validate-calibrate-and-profile", ["validate", *TINY, "--calibrate", "--profile", "profiles/tiny-cpu",
-                                            "--output-dir", "{d}/out"], "--calibrate"),
-    Case("validate-repeats-zero", ["validate", *TINY, "--profile", "profiles/tiny-cpu", "--repeats", "0",
-                                   "--output-dir", "{d}/out"], "--repeats"),
-    Case("sweep-top-negative", ["sweep", "--space", "experiments/spaces/llama2-70b-small.toml", "--top", "-1",
-                                "--output-dir", "{d}/out"], "--top"),
-    Case("hf-config-bad-value", ["simulate", "--model", "{d}/config.json", "--output-dir", "{d}/out"],
-         "hidden_size", _files(**{"config.json": HF_BAD})),
-    Case("coefficients-inf", ["chunk-plan", "--model", "tiny", "--coefficients", "inf,0,0", "--prompt-len", "100"],
-         "--coefficients"),
-    Case("coefficients-negative", ["chunk-plan", "--model", "tiny", "--coefficients", "-1,0,0", "--prompt-len",
-                                   "100"], "--coefficients"),
-    Case("tiny-memory-hardware", ["simulate", *TINY, "--config", "{d}/h.toml", "--output-dir", "{d}/out"],
-         "hardware.memory_gib", _files(**{"h.toml": TINY_MEM})),
+    Case(
+        "negative-seed-config",
+        ["simulate", *TINY, "--config", "{d}/c.toml", "--output-dir", "{d}/out"],
+        "seed",
+        _files(**{"c.toml": "seed = -3\n"}),
+    ),
+    Case(
+        "config-not-utf8",
+        ["simulate", *TINY, "--config", "{d}/c.toml", "--output-dir", "{d}/out"],
+        "UTF-8",
+        _files(**{"c.toml": LATIN1}),
+    ),
+    Case(
+        "trace-not-utf8",
+        ["simulate", "--model", "tiny", "--trace", "{d}/t.csv", "--output-dir", "{d}/out"],
+        "UTF-8",
+        _files(**{"t.csv": TRACE_LATIN1}),
+    ),
+    Case(
+        "hf-config-not-utf8",
+        ["simulate", "--model", "{d}/config.json", "--output-dir", "{d}/out"],
+        "UTF-8",
+        _files(**{"config.json": b'{"name": "\xe9"}'}),
+    ),
+    Case(
+        "num-prompts-absurd",
+        ["simulate", *TINY, "--num-prompts", "1000000000000", "--output-dir", "{d}/out"],
+        "workload.num_prompts",
+    ),
+    Case(
+        "input-len-absurd",
+        ["simulate", *TINY, "--random-input-len", "1000000000000", "--output-dir", "{d}/out"],
+        "workload.random_input_len",
+    ),
+    Case(
+        "chunk-plan-prompt-len-absurd",
+        ["chunk-plan", "--model", "tiny", "-pp", "2", "--coefficients", "1e-6,0.01,1", "--prompt-len", "1000000000000"],
+        "--prompt-len",
+    ),
+    Case(
+        "burstiness-inf", ["simulate", *TINY, "--burstiness", "inf", "--output-dir", "{d}/out"], "workload.burstiness"
+    ),
+    Case(
+        "burstiness-nan", ["simulate", *TINY, "--burstiness", "nan", "--output-dir", "{d}/out"], "workload.burstiness"
+    ),
+    Case(
+        "abort-window-inf",
+        ["simulate", *TINY, "--abort-rate", "0.5", "--abort-window-s", "inf", "--output-dir", "{d}/out"],
+        "workload.abort_window_s",
+    ),
+    Case(
+        "request-rate-nan",
+        ["simulate", *TINY, "--request-rate", "nan", "--output-dir", "{d}/out"],
+        "workload.request_rate",
+    ),
+    Case(
+        "moe-skew-inf",
+        ["simulate", *TINY, "--moe-routing-skew", "inf", "--output-dir", "{d}/out"],
+        "cost.moe_routing_skew",
+    ),
+    Case(
+        "engine-stage-timeout-inf",
+        [*ENGINE, "--stage-timeout-s", "inf", "--output-dir", "{d}/out"],
+        "--stage-timeout-s",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-startup-timeout-zero",
+        [*ENGINE, "--startup-timeout-s", "0", "--output-dir", "{d}/out"],
+        "--startup-timeout-s",
+        needs_torch=True,
+    ),
+    Case(
+        "hardware-table-inf",
+        ["simulate", *TINY, "--config", "{d}/h.toml", "--output-dir", "{d}/out"],
+        "hardware.peak_tflops",
+        _files(**{"h.toml": HW_INF}),
+    ),
+    Case(
+        "max-model-len-zero",
+        ["simulate", *TINY, "--max-model-len", "0", "--output-dir", "{d}/out"],
+        "engine.max_model_len",
+    ),
+    Case(
+        "trace-with-num-prompts",
+        ["simulate", "--model", "tiny", "--trace", "{d}/t.csv", "--num-prompts", "9", "--output-dir", "{d}/out"],
+        "num_prompts",
+        _files(**{"t.csv": TRACE}),
+    ),
+    Case(
+        "trace-with-request-rate",
+        ["simulate", "--model", "tiny", "--trace", "{d}/t.csv", "--request-rate", "3", "--output-dir", "{d}/out"],
+        "request_rate",
+        _files(**{"t.csv": TRACE}),
+    ),
+    Case(
+        "validate-calibrate-and-profile",
+        ["validate", *TINY, "--calibrate", "--profile", "profiles/tiny-cpu", "--output-dir", "{d}/out"],
+        "--calibrate",
+    ),
+    Case(
+        "validate-repeats-zero",
+        ["validate", *TINY, "--profile", "profiles/tiny-cpu", "--repeats", "0", "--output-dir", "{d}/out"],
+        "--repeats",
+    ),
+    Case(
+        "sweep-top-negative",
+        ["sweep", "--space", "experiments/spaces/llama2-70b-small.toml", "--top", "-1", "--output-dir", "{d}/out"],
+        "--top",
+    ),
+    Case(
+        "hf-config-bad-value",
+        ["simulate", "--model", "{d}/config.json", "--output-dir", "{d}/out"],
+        "hidden_size",
+        _files(**{"config.json": HF_BAD}),
+    ),
+    Case(
+        "coefficients-inf",
+        ["chunk-plan", "--model", "tiny", "--coefficients", "inf,0,0", "--prompt-len", "100"],
+        "--coefficients",
+    ),
+    Case(
+        "coefficients-negative",
+        ["chunk-plan", "--model", "tiny", "--coefficients", "-1,0,0", "--prompt-len", "100"],
+        "--coefficients",
+    ),
+    Case(
+        "tiny-memory-hardware",
+        ["simulate", *TINY, "--config", "{d}/h.toml", "--output-dir", "{d}/out"],
+        "hardware.memory_gib",
+        _files(**{"h.toml": TINY_MEM}),
+    ),
     # --- argparse -----------------------------------------------------------------------------
     Case("num-prompts-not-int", ["simulate", "--num-prompts", "abc", "--output-dir", "{d}/out"], "--help"),
     Case("typo-flag", ["simulate", "--num-promts", "3", "--output-dir", "{d}/out"], "--help"),
@@ -178,8 +290,11 @@ def run_case(case: Case, d: Path) -> Ending:
         return Ending("accepted", 0, text)
     if code == 2 and len(lines) > 1:
         return Ending("usage", 2, text)
-    written = d / "out" if case.id not in ("result-name-is-dir", "outdir-holds-user-files",
-                                           "fit-chunks-plot-is-dir") else None
+    written = (
+        d / "out"
+        if case.id not in ("result-name-is-dir", "outdir-holds-user-files", "fit-chunks-plot-is-dir")
+        else None
+    )
     if code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and not (written and written.exists()):
         return Ending("refused", 2, text)
     return Ending("other", code, text)
@@ -191,7 +306,7 @@ def main() -> int:
 
     counts: dict[str, int] = {}
     start, skip = os.environ.get("BAD_INPUTS_FROM"), set(os.environ.get("BAD_INPUTS_SKIP", "").split(","))
-    cases = CASES[[c.id for c in CASES].index(start):] if start else CASES
+    cases = CASES[[c.id for c in CASES].index(start) :] if start else CASES
     for case in cases:
         if case.id in skip:
             print(f"{case.id:<34}skipped")

@@ -34,11 +34,24 @@ def own_knobs(policy: str, engine: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in engine.items() if k not in POLICY_KNOBS or policy in POLICY_KNOBS[k]}
 
 
-def run_policy(policy: str, pp: int, requests: list[Request], *, max_num_seqs: int = 8,
-               max_num_batched_tokens: int = 128, num_blocks: int | None = None, cost: Any = None,
-               engine: dict[str, Any] | None = None, model: str = "tiny") -> tuple[SimResult, Trace]:
-    eng = {"policy": policy, "max_num_seqs": max_num_seqs, **step_budget_fields(policy, max_num_batched_tokens),
-           **own_knobs(policy, engine or {})}
+def run_policy(
+    policy: str,
+    pp: int,
+    requests: list[Request],
+    *,
+    max_num_seqs: int = 8,
+    max_num_batched_tokens: int = 128,
+    num_blocks: int | None = None,
+    cost: Any = None,
+    engine: dict[str, Any] | None = None,
+    model: str = "tiny",
+) -> tuple[SimResult, Trace]:
+    eng = {
+        "policy": policy,
+        "max_num_seqs": max_num_seqs,
+        **step_budget_fields(policy, max_num_batched_tokens),
+        **own_knobs(policy, engine or {}),
+    }
     s = build_scenario(None, {"model": model, "cluster": {"pipeline_parallel_size": pp}, "engine": eng})
     prep = prepare(s, requests)
     if num_blocks is not None:

@@ -10,8 +10,9 @@ from experiments.analytic_vs_vidur.data import VIDUR_ROOT
 from experiments.analytic_vs_vidur.run import CASES, DATA, TOKENS, analytic_ms, measured_ms
 from experiments.analytic_vs_vidur.steps import all_cases, compare_case
 
-pytestmark = pytest.mark.skipif(not (VIDUR_ROOT / "compute").is_dir(),
-                                reason=f"Vidur profiling data not at {VIDUR_ROOT}; set PPSIM_VIDUR_ROOT")
+pytestmark = pytest.mark.skipif(
+    not (VIDUR_ROOT / "compute").is_dir(), reason=f"Vidur profiling data not at {VIDUR_ROOT}; set PPSIM_VIDUR_ROOT"
+)
 
 
 def test_analytic_layer_time_within_measured_band():

@@ -111,8 +111,10 @@ def test_rejected_requests_are_named_with_the_fix(tmp_path, capsys):
     # tiny has max_position_embeddings 4096 (see ppsim/models/presets/tiny.json)
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,input_tokens,output_tokens\n0,16,4\n0,5000,4\n0.1,16,4\n")
-    assert main(["simulate", "--model", "tiny", "-pp", "2", "--trace", str(trace),
-                 "--output-dir", str(tmp_path / "out")]) == 0
+    assert (
+        main(["simulate", "--model", "tiny", "-pp", "2", "--trace", str(trace), "--output-dir", str(tmp_path / "out")])
+        == 0
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: 1 of 3 requests rejected: 1 longer than max_model_len")
     assert "--max-model-len" in err[0]
@@ -128,8 +130,23 @@ def test_every_request_rejected_exits_1(tmp_path, capsys):
 
 def test_kv_cache_too_small_names_blocks(tmp_path, capsys):
     pytest.importorskip("torch")
-    assert main(["engine", *TINY, "--request-rate", "inf", "--kv-blocks", "1", "--block-size", "4",
-                 "--output-dir", str(tmp_path / "out")]) == 1
+    assert (
+        main(
+            [
+                "engine",
+                *TINY,
+                "--request-rate",
+                "inf",
+                "--kv-blocks",
+                "1",
+                "--block-size",
+                "4",
+                "--output-dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: 4 of 4 requests rejected: 4 need up to 5 KV blocks, the cache has 1"), err
 
@@ -138,8 +155,24 @@ def test_max_model_len_extends_past_the_config(tmp_path, capsys):
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,input_tokens,output_tokens\n0,5000,4\n")
     out = tmp_path / "out"
-    assert main(["simulate", "--model", "tiny", "-pp", "2", "--trace", str(trace), "--max-model-len", "8192",
-                 "--output-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--model",
+                "tiny",
+                "-pp",
+                "2",
+                "--trace",
+                str(trace),
+                "--max-model-len",
+                "8192",
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "summary.json").read_text())["completed"] == 1
     assert capsys.readouterr().err == ""
 
@@ -170,8 +203,9 @@ def test_read_only_parent_stages_inside(tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert _simulate(out) == 0
     real = outputs._can_create
-    monkeypatch.setattr(outputs, "_can_create", lambda where: OSError(13, "Permission denied")
-                        if where == tmp_path else real(where))
+    monkeypatch.setattr(
+        outputs, "_can_create", lambda where: OSError(13, "Permission denied") if where == tmp_path else real(where)
+    )
     (out / "engine.json").write_text("{}")
     assert _simulate(out, "--seed", "5") == 0
     names = {p.name for p in out.iterdir()}

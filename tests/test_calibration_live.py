@@ -137,15 +137,22 @@ def test_profiled_layer_computes_what_the_engine_layer_computes():
     d = engine_model.DecoderLayer(s)
     with torch.no_grad():
         a, m = d.self_attn, d.mlp
-        for mod, w in ((a.q_proj, L.w_q), (a.k_proj, L.w_k), (a.v_proj, L.w_v), (a.o_proj, L.w_o),
-                       (m.gate_proj, L.w_g), (m.up_proj, L.w_u), (m.down_proj, L.w_d)):
+        for mod, w in (
+            (a.q_proj, L.w_q),
+            (a.k_proj, L.w_k),
+            (a.v_proj, L.w_v),
+            (a.o_proj, L.w_o),
+            (m.gate_proj, L.w_g),
+            (m.up_proj, L.w_u),
+            (m.down_proj, L.w_d),
+        ):
             mod.weight.copy_(w)
-    cache = kvcache.PagedKVCache(1, sum(len(t) for t in tables), BLOCK_SIZE, s.num_kv_heads, s.head_dim,
-                                 torch.float32)
+    cache = kvcache.PagedKVCache(1, sum(len(t) for t in tables), BLOCK_SIZE, s.num_kv_heads, s.head_dim, torch.float32)
     cache.k[0].copy_(kv.k)
     cache.v[0].copy_(kv.v)
-    items = tuple(transport.StepItem(i, q.start, q.n, True, tuple(t))
-                  for i, (q, t) in enumerate(zip(seqs, tables, strict=True)))
+    items = tuple(
+        transport.StepItem(i, q.start, q.n, True, tuple(t)) for i, (q, t) in enumerate(zip(seqs, tables, strict=True))
+    )
     batch = kvcache.build_batch(items, BLOCK_SIZE)
     with torch.inference_mode():
         h_e, r_e = d(x, res, batch.positions, cache.attention(batch), 0)

@@ -64,8 +64,9 @@ def _engine_touched(zipf: float, batch: int, rounds: int = 4) -> float:
     with torch.inference_mode():
         for _ in range(rounds):
             kv = PagedKVCache(SHAPE.num_layers, 8 * batch, 4, SHAPE.num_kv_heads, SHAPE.head_dim, torch.float32)
-            items = [StepItem(r, 0, int(rng.integers(8, 24)), True, tuple(range(8 * r, 8 * r + 8)))
-                     for r in range(batch)]
+            items = [
+                StepItem(r, 0, int(rng.integers(8, 24)), True, tuple(range(8 * r, 8 * r + 8))) for r in range(batch)
+            ]
             ids = rng.integers(0, SHAPE.vocab_size, sum(it.num_tokens for it in items)).tolist()
             b = build_batch(tuple(items), 4)
             m(b.positions, kv.attention(b), torch.tensor(ids))
@@ -79,8 +80,11 @@ def _engine_touched(zipf: float, batch: int, rounds: int = 4) -> float:
 def _moe_fits() -> dict:
     f = _fits()
     lin = lambda c0, c1: {"form": "linear", "x": "tokens", "coef": {"c0": c0, "c1": c1}}  # noqa: E731
-    f.update(moe_router=lin(2e-6, 1e-8), moe_shared=lin(5e-6, 1e-7),
-             moe_experts={"form": "tok_exp", "x": "", "coef": {"c0": 1e-6, "pair": 1e-7, "exp": 1e-4}})
+    f.update(
+        moe_router=lin(2e-6, 1e-8),
+        moe_shared=lin(5e-6, 1e-7),
+        moe_experts={"form": "tok_exp", "x": "", "coef": {"c0": 1e-6, "pair": 1e-7, "exp": 1e-4}},
+    )
     return f
 
 
@@ -131,7 +135,8 @@ def test_moe_stage_time_composition():
     p = _decode(8)
     want = 4 * c2.layer_base_time(p) + c2.mlp_time(8, False) + 3 * c2.mlp_time(8, True)
     assert c2.stage_time(StageSpec(0, 0, 4, False, False), p) == pytest.approx(
-        want + c2.f["prepare_inputs"].at(8), rel=1e-12)
+        want + c2.f["prepare_inputs"].at(8), rel=1e-12
+    )
 
 
 def _write(tmp_path, fits: dict, zipf: float = 0.0):
@@ -142,8 +147,15 @@ def _write(tmp_path, fits: dict, zipf: float = 0.0):
 
 
 def _scenario(d, zipf: float = 0.0):
-    return build_scenario(None, {"model": "tiny-moe", "moe_router_zipf": zipf, "cluster": {"pipeline_parallel_size": 2},
-                                 "cost": {"kind": "profile", "profile_dir": str(d)}})
+    return build_scenario(
+        None,
+        {
+            "model": "tiny-moe",
+            "moe_router_zipf": zipf,
+            "cluster": {"pipeline_parallel_size": 2},
+            "cost": {"kind": "profile", "profile_dir": str(d)},
+        },
+    )
 
 
 def test_profile_errors_name_the_fix(tmp_path):

@@ -22,10 +22,17 @@ def _fits() -> dict:
     f["attn_qkv"] = {"form": "linear_floor", "x": "tokens", "coef": {"floor": 5e-5, "c0": 0.0, "c1": 1e-7}}
     f["attn_prefill"] = {"form": "prefill_attn", "x": "", "coef": {"call": 2e-6, "tok": 1e-8, "cp": 1e-10, "cc": 2e-10}}
     f["attn_decode"] = {"form": "decode_attn", "x": "", "coef": {"call": 3e-6, "req": 1e-6, "ctx": 1e-9}}
-    f.update(embedding=lin(1e-6, 0.0), final_norm=lin(2e-6, 0.0), lm_head=lin(1e-5, 1e-6, "reqs"),
-             sampling=lin(4e-6, 1e-7, "reqs"), prepare_inputs=lin(7e-6, 1e-7, "reqs"),
-             schedule=lin(2e-5, 1e-6, "n"), update=lin(1e-5, 5e-7, "n"), send_recv=lin(5e-5, 1e-9, "bytes"),
-             layer_glue=lin(1e-5, 0.0))
+    f.update(
+        embedding=lin(1e-6, 0.0),
+        final_norm=lin(2e-6, 0.0),
+        lm_head=lin(1e-5, 1e-6, "reqs"),
+        sampling=lin(4e-6, 1e-7, "reqs"),
+        prepare_inputs=lin(7e-6, 1e-7, "reqs"),
+        schedule=lin(2e-5, 1e-6, "n"),
+        update=lin(1e-5, 5e-7, "n"),
+        send_recv=lin(5e-5, 1e-9, "bytes"),
+        layer_glue=lin(1e-5, 0.0),
+    )
     return f
 
 
@@ -36,8 +43,14 @@ def _write(tmp_path, model="tiny", tp=1, fits=None):
 
 
 def _scenario(d, model="tiny", tp=1):
-    return build_scenario(None, {"model": model, "cost": {"kind": "profile", "profile_dir": str(d)},
-                                 "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": tp}})
+    return build_scenario(
+        None,
+        {
+            "model": model,
+            "cost": {"kind": "profile", "profile_dir": str(d)},
+            "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": tp},
+        },
+    )
 
 
 def _load(d, model="tiny", tp=1):
@@ -45,8 +58,9 @@ def _load(d, model="tiny", tp=1):
     return load_profiled_cost(str(d), load_model(model), s, resolve_link("nvlink", "link"))
 
 
-PLAN = make_plan(0, [PlanItem(0, 100, 1, False, True), PlanItem(1, 30, 1, False, True),
-                     PlanItem(2, 64, 32, True, False)])
+PLAN = make_plan(
+    0, [PlanItem(0, 100, 1, False, True), PlanItem(1, 30, 1, False, True), PlanItem(2, 64, 32, True, False)]
+)
 
 
 def test_round_trip_predictions(tmp_path):
@@ -54,11 +68,20 @@ def test_round_trip_predictions(tmp_path):
     cost = _load(d)
     assert set(REQUIRED_OPS) <= set(cost.f)
     T = PLAN.num_tokens  # 34
-    layer = (sum(1e-6 + 1e-8 * T for op in TOKEN_OPS if op != "attn_qkv") + 1e-6 + 1e-8 * T  # second add
-             + max(5e-5, 1e-7 * T)
-             + 2e-6 + 1e-8 * 32 + 1e-10 * 32 * 64 + 2e-10 * 32 * 32  # the prefill chunk
-             + 3e-6 + 1e-6 * 2 + 1e-9 * (101 + 31)  # two decodes
-             + 1e-5)  # glue
+    layer = (
+        sum(1e-6 + 1e-8 * T for op in TOKEN_OPS if op != "attn_qkv")
+        + 1e-6
+        + 1e-8 * T  # second add
+        + max(5e-5, 1e-7 * T)
+        + 2e-6
+        + 1e-8 * 32
+        + 1e-10 * 32 * 64
+        + 2e-10 * 32 * 32  # the prefill chunk
+        + 3e-6
+        + 1e-6 * 2
+        + 1e-9 * (101 + 31)  # two decodes
+        + 1e-5
+    )  # glue
     assert cost.layer_time(PLAN) == pytest.approx(layer, rel=1e-12)
     first = StageSpec(0, 0, 4, True, False)
     last = StageSpec(1, 4, 8, False, True)
@@ -116,9 +139,15 @@ def test_simulate_with_profile(tmp_path):
     from ppsim.run import run_scenario
 
     d = _write(tmp_path / "prof")
-    s = build_scenario(None, {"model": "tiny", "cost": {"kind": "profile", "profile_dir": str(d)},
-                              "cluster": {"pipeline_parallel_size": 2},
-                              "workload": {"num_prompts": 8, "random_input_len": 64, "random_output_len": 8}})
+    s = build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "cost": {"kind": "profile", "profile_dir": str(d)},
+            "cluster": {"pipeline_parallel_size": 2},
+            "workload": {"num_prompts": 8, "random_input_len": 64, "random_output_len": 8},
+        },
+    )
     out = run_scenario(s, str(tmp_path / "out"))
     assert out.summary["completed"] == 8
 
@@ -156,8 +185,10 @@ def test_weight_and_kv_dtype_mismatch_refused(tmp_path):
     d = _write(tmp_path)
     s = _scenario(d)
     link = resolve_link("nvlink", "link")
-    for shape, field, want in ((load_model("tiny").with_dtypes("fp8"), "weight_dtype", "fp8"),
-                               (load_model("tiny").with_dtypes(None, "fp8"), "kv_cache_dtype", "fp8")):
+    for shape, field, want in (
+        (load_model("tiny").with_dtypes("fp8"), "weight_dtype", "fp8"),
+        (load_model("tiny").with_dtypes(None, "fp8"), "kv_cache_dtype", "fp8"),
+    ):
         with pytest.raises(PPSimError, match=rf"{field}='float32' \(model has '{want}'\)") as e:
             load_profiled_cost(str(d), shape, s, link)
         assert "\n" not in str(e.value)
@@ -174,7 +205,22 @@ def test_simulate_cli_refuses_quantized_model_on_float32_profile(tmp_path, capsy
     from ppsim.cli import main
 
     d = _write(tmp_path / "prof")
-    rc = main(["simulate", "--model", "tiny", "-pp", "2", "--profile", str(d), "-q", "fp8", "--num-prompts", "2",
-               "--output", str(tmp_path / "out")])
+    rc = main(
+        [
+            "simulate",
+            "--model",
+            "tiny",
+            "-pp",
+            "2",
+            "--profile",
+            str(d),
+            "-q",
+            "fp8",
+            "--num-prompts",
+            "2",
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "weight_dtype='float32' (model has 'fp8')" in err and len(err.strip().splitlines()) == 1

@@ -44,8 +44,9 @@ def test_mlp_ops_equal_csv_medians(tmp_path, device, model, tp):
             assert prof.fits[op].at(tokens) == pytest.approx(sum(vals) / len(vals), rel=1e-12, abs=1e-15)
             checked += 1
     assert checked > 1000
-    send = _medians(ROOT / "network" / f"{device}_pairwise_nvlink" / "send_recv.csv", "time_stats.send_recv.median",
-                    "size")
+    send = _medians(
+        ROOT / "network" / f"{device}_pairwise_nvlink" / "send_recv.csv", "time_stats.send_recv.median", "size"
+    )
     for size, vals in list(send.items())[::50]:
         assert prof.fits["send_recv"].at(size) == pytest.approx(sum(vals) / len(vals), rel=1e-12)
     assert prof.meta["tp"] == tp and prof.meta["missing"]
@@ -56,9 +57,15 @@ def test_attention_fitted_where_measured(tmp_path):
     assert "fitted" in fits["attn_prefill"]["source"] and fits["attn_prefill"]["cv_median_abs_rel_err"] < 0.2
     assert "fitted" in fits["attn_decode"]["source"] and fits["attn_decode"]["cv_median_abs_rel_err"] < 0.2
     assert not any(m.startswith("attention") for m in meta["missing"])
-    s = build_scenario(None, {"model": "llama-2-70b", "hardware": "a100-80gb",
-                              "cost": {"kind": "profile", "profile_dir": str(tmp_path)},
-                              "cluster": {"pipeline_parallel_size": 4, "tensor_parallel_size": 2}})
+    s = build_scenario(
+        None,
+        {
+            "model": "llama-2-70b",
+            "hardware": "a100-80gb",
+            "cost": {"kind": "profile", "profile_dir": str(tmp_path)},
+            "cluster": {"pipeline_parallel_size": 4, "tensor_parallel_size": 2},
+        },
+    )
     cost = load_profiled_cost(str(tmp_path), load_model("llama-2-70b"), s, resolve_link("nvlink", "link"))
     plan = make_plan(0, [PlanItem(0, 0, 512, True, True)] + [PlanItem(i, 700, 1, False, True) for i in range(1, 33)])
     t = cost.stage_time(StageSpec(1, 20, 40, False, False, 2), plan)
@@ -79,9 +86,15 @@ def test_tp_without_all_reduce_data_uses_ring_over_tp_link(tmp_path):
     plan = make_plan(0, [PlanItem(i, 500, 1, False, True) for i in range(16)])
     times = {}
     for tl in ("nvlink", "pcie"):
-        s = build_scenario(None, {"model": "llama-2-7b", "hardware": "h100-sxm",
-                                  "cost": {"kind": "profile", "profile_dir": str(tmp_path)},
-                                  "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": 8, "tp_link": tl}})
+        s = build_scenario(
+            None,
+            {
+                "model": "llama-2-7b",
+                "hardware": "h100-sxm",
+                "cost": {"kind": "profile", "profile_dir": str(tmp_path)},
+                "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": 8, "tp_link": tl},
+            },
+        )
         cost = load_profiled_cost(str(tmp_path), shape, s, resolve_link("nvlink", "link"))
         link = resolve_link(tl, "tp_link")
         nbytes = 16 * shape.hidden_size * shape.dtype_bytes
@@ -97,8 +110,19 @@ def test_unknown_network_is_rejected(tmp_path, capsys):
 
     with pytest.raises(PPSimError, match=r"--network: unknown network 'nvswitch'.*available: dgx, pairwise_nvlink"):
         import_vidur(str(ROOT), "h100", "llama-2-7b", str(tmp_path / "a"), network="nvswitch")
-    rc = main(["import-vidur", "--root", str(ROOT), "--model", "llama-2-7b", "--network", "nvswitch",
-               "--output-dir", str(tmp_path / "b")])
+    rc = main(
+        [
+            "import-vidur",
+            "--root",
+            str(ROOT),
+            "--model",
+            "llama-2-7b",
+            "--network",
+            "nvswitch",
+            "--output-dir",
+            str(tmp_path / "b"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "available: dgx, pairwise_nvlink" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

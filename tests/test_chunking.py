@@ -53,18 +53,22 @@ def test_fit_recovers_sglang_profile():
 def test_refined_fit_and_its_effect():
     a, b, c, g = 1e-7, 0.02, 0.5, 2e-3
     pts = [(p, x) for p in (0, 4000, 8000, 16000) for x in (512, 1024, 2048, 4096)]
-    m = fit_refined([p for p, _ in pts], [x for _, x in pts],
-                    [c + g * p + b * x + a * (2 * p * x + x * x) for p, x in pts])
+    m = fit_refined(
+        [p for p, _ in pts], [x for _, x in pts], [c + g * p + b * x + a * (2 * p * x + x * x) for p, x in pts]
+    )
     assert (m.a, m.b, m.gamma) == pytest.approx((a, b, g), rel=1e-6)
     # per-chunk prefix work makes later chunks smaller than the basic form predicts
     basic = ChunkModel(a, b, c)
     assert predict_next_chunk_size(m, 16000, 4096, 1.0) < predict_next_chunk_size(basic, 16000, 4096, 1.0)
 
 
-@pytest.mark.parametrize("times", [
-    [1.0] * 5,  # too few samples
-    [math.sqrt(n) for n in range(0, 2000, 100)],  # concave: a < 0
-])
+@pytest.mark.parametrize(
+    "times",
+    [
+        [1.0] * 5,  # too few samples
+        [math.sqrt(n) for n in range(0, 2000, 100)],  # concave: a < 0
+    ],
+)
 def test_bad_fits_error(times):
     lengths = list(range(0, 100 * len(times), 100))
     with pytest.raises(PPSimError, match="chunking"):
@@ -111,8 +115,18 @@ def test_plan_properties(prompt, chunk, smooth, page, a, b):
 
 
 def test_chunk_plan_cli(ppsim_cli):
-    r = ppsim_cli("chunk-plan", "--prompt-len", "32768", "--chunked-prefill-size", "4096",
-                  "--coefficients", "1,0,0", "--smooth-factor", "1", "--json")
+    r = ppsim_cli(
+        "chunk-plan",
+        "--prompt-len",
+        "32768",
+        "--chunked-prefill-size",
+        "4096",
+        "--coefficients",
+        "1,0,0",
+        "--smooth-factor",
+        "1",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[:5] == [4096, 1664, 1280, 1088, 1024]
     r = ppsim_cli("chunk-plan", "--prompt-len", "1000", "--coefficients=-1,1,0")
@@ -122,14 +136,20 @@ def test_chunk_plan_cli(ppsim_cli):
     assert "chunks" in r.stdout and "a=" in r.stdout
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["fit-chunks", "--smooth-factor", "0.5"], "--smooth-factor: fit-chunks searches the smoothing factor"),
-    (["fit-chunks", "--chunked-prefill-size", "2048"], "--chunked-prefill-size: fit-chunks searches"),
-    (["fit-chunks", "--policy", "vllm-sync"], "--policy: fit-chunks always runs sglang-ring"),
-    (["fit-chunks", "--no-enable-dynamic-chunking"], "--no-enable-dynamic-chunking: fit-chunks runs"),
-    (["chunk-plan", "--prompt-len", "100", "--enable-dynamic-chunking"], "--enable-dynamic-chunking: chunk-plan"),
-    (["chunk-plan", "--prompt-len", "100", "--random-input-len", "100"], "--random-input-len: chunk-plan plans one"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["fit-chunks", "--smooth-factor", "0.5"], "--smooth-factor: fit-chunks searches the smoothing factor"),
+        (["fit-chunks", "--chunked-prefill-size", "2048"], "--chunked-prefill-size: fit-chunks searches"),
+        (["fit-chunks", "--policy", "vllm-sync"], "--policy: fit-chunks always runs sglang-ring"),
+        (["fit-chunks", "--no-enable-dynamic-chunking"], "--no-enable-dynamic-chunking: fit-chunks runs"),
+        (["chunk-plan", "--prompt-len", "100", "--enable-dynamic-chunking"], "--enable-dynamic-chunking: chunk-plan"),
+        (
+            ["chunk-plan", "--prompt-len", "100", "--random-input-len", "100"],
+            "--random-input-len: chunk-plan plans one",
+        ),
+    ],
+)
 def test_chunk_commands_reject_flags_they_would_override(argv, msg, capsys):
     from ppsim.cli import main
 

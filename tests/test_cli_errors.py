@@ -20,8 +20,10 @@ import pytest
         (["--gpu-memory-utilization", "1.5"], "engine.gpu_memory_utilization"),
         (["--model", "llama-3-70b", "-pp", "1"], "memory: stage 0"),
         (["--model", "llama-3-8b", "-tp", "3"], "tensor_parallel_size: 32 attention heads"),
-        (["--no-enable-chunked-prefill", "--max-num-batched-tokens", "512", "--random-input-len", "1024"],
-         "engine.max_num_batched_tokens: 512 is below a 1024-token prompt"),
+        (
+            ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "512", "--random-input-len", "1024"],
+            "engine.max_num_batched_tokens: 512 is below a 1024-token prompt",
+        ),
     ],
 )
 def test_bad_input_one_line_exit_2(ppsim_cli, tmp_path, args, fragment):

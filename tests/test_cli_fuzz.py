@@ -16,22 +16,57 @@ from hypothesis import strategies as st
 from ppsim.cli import main
 
 SMALL_INT = st.integers(-3, 64)
-ANY_VALUE = st.one_of(SMALL_INT, st.floats(allow_nan=True, allow_infinity=True, width=32), st.text(max_size=6),
-                      st.booleans(), st.none(), st.lists(st.integers(0, 9), max_size=4))
-POLICIES = ["vllm-sync", "vllm-batch-queue", "vllm-async", "vllm-mrv2", "sglang-ring", "trtllm-slots",
-            "llamacpp", "no-pp", "vllm"]
+ANY_VALUE = st.one_of(
+    SMALL_INT,
+    st.floats(allow_nan=True, allow_infinity=True, width=32),
+    st.text(max_size=6),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(0, 9), max_size=4),
+)
+POLICIES = [
+    "vllm-sync",
+    "vllm-batch-queue",
+    "vllm-async",
+    "vllm-mrv2",
+    "sglang-ring",
+    "trtllm-slots",
+    "llamacpp",
+    "no-pp",
+    "vllm",
+]
 
 # (section or None, field) pairs of the scenario, plus names that do not exist
 CONFIG_FIELDS = [
-    (None, "seed"), (None, "weight_dtype"), (None, "kv_cache_dtype"), (None, "bogus"),
-    ("cluster", "pipeline_parallel_size"), ("cluster", "tensor_parallel_size"), ("cluster", "layer_partition"),
-    ("cluster", "link"), ("engine", "policy"), ("engine", "max_num_seqs"), ("engine", "max_num_batched_tokens"),
-    ("engine", "block_size"), ("engine", "enable_chunked_prefill"), ("engine", "max_model_len"),
-    ("engine", "gpu_memory_utilization"), ("engine", "pp_async_batch_depth"), ("engine", "smooth_factor"),
-    ("engine", "maxnumseqs"), ("workload", "num_prompts"), ("workload", "request_rate"),
-    ("workload", "burstiness"), ("workload", "random_input_len"), ("workload", "random_output_len"),
-    ("workload", "random_range_ratio"), ("workload", "max_concurrency"), ("workload", "abort_rate"),
-    ("workload", "abort_window_s"), ("cost", "compute_efficiency"), ("cost", "moe_routing_skew"),
+    (None, "seed"),
+    (None, "weight_dtype"),
+    (None, "kv_cache_dtype"),
+    (None, "bogus"),
+    ("cluster", "pipeline_parallel_size"),
+    ("cluster", "tensor_parallel_size"),
+    ("cluster", "layer_partition"),
+    ("cluster", "link"),
+    ("engine", "policy"),
+    ("engine", "max_num_seqs"),
+    ("engine", "max_num_batched_tokens"),
+    ("engine", "block_size"),
+    ("engine", "enable_chunked_prefill"),
+    ("engine", "max_model_len"),
+    ("engine", "gpu_memory_utilization"),
+    ("engine", "pp_async_batch_depth"),
+    ("engine", "smooth_factor"),
+    ("engine", "maxnumseqs"),
+    ("workload", "num_prompts"),
+    ("workload", "request_rate"),
+    ("workload", "burstiness"),
+    ("workload", "random_input_len"),
+    ("workload", "random_output_len"),
+    ("workload", "random_range_ratio"),
+    ("workload", "max_concurrency"),
+    ("workload", "abort_rate"),
+    ("workload", "abort_window_s"),
+    ("cost", "compute_efficiency"),
+    ("cost", "moe_routing_skew"),
 ]
 
 
@@ -99,8 +134,21 @@ def test_cli_ends_cleanly(config, flags):
         d = Path(tmp)
         (d / "f").write_text("a file")
         (d / "c.json").write_text(json.dumps(config))
-        argv = ["simulate", "--model", "tiny", "--num-prompts", "8", "--random-input-len", "32",
-                "--random-output-len", "8", "--output-dir", f"{d}/out", "--config", f"{d}/c.json"]
+        argv = [
+            "simulate",
+            "--model",
+            "tiny",
+            "--num-prompts",
+            "8",
+            "--random-input-len",
+            "32",
+            "--random-output-len",
+            "8",
+            "--output-dir",
+            f"{d}/out",
+            "--config",
+            f"{d}/c.json",
+        ]
         argv += [a.replace("{d}", tmp) for a in flags]  # later flags win
         code, err = run(argv)  # an exception escaping main fails the test with its traceback
         lines = err.strip().splitlines()

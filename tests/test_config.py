@@ -5,8 +5,10 @@ from ppsim.config import build_scenario
 
 def test_file_then_flags_override(tmp_path, ppsim_cli):
     cfg = tmp_path / "s.toml"
-    cfg.write_text('model = "llama-3-8b"\nseed = 5\n[cluster]\npipeline_parallel_size = 2\n'
-                   '[workload]\nnum_prompts = 20\nrandom_input_len = 128\n')
+    cfg.write_text(
+        'model = "llama-3-8b"\nseed = 5\n[cluster]\npipeline_parallel_size = 2\n'
+        "[workload]\nnum_prompts = 20\nrandom_input_len = 128\n"
+    )
     out = tmp_path / "out"
     r = ppsim_cli("simulate", "--config", str(cfg), "--num-prompts", "12", "--output-dir", str(out))
     assert r.returncode == 0, r.stderr
@@ -25,20 +27,38 @@ def test_yaml_and_json_configs(tmp_path):
     s = build_scenario(str(y))
     assert s.cluster.layer_partition == [10] * 8
     j = tmp_path / "s.json"
-    j.write_text(json.dumps({"hardware": {"name": "mygpu", "peak_tflops": 100, "hbm_bandwidth_gbps": 1000,
-                                          "memory_gib": 48}}))
+    j.write_text(
+        json.dumps({"hardware": {"name": "mygpu", "peak_tflops": 100, "hbm_bandwidth_gbps": 1000, "memory_gib": 48}})
+    )
     s = build_scenario(str(j))
     assert s.hardware.peak_tflops == 100
 
 
 def test_summary_has_vllm_keys(tmp_path, ppsim_cli):
     out = tmp_path / "o"
-    r = ppsim_cli("simulate", "--model", "llama-3-8b", "-pp", "2", "--num-prompts", "10", "--output-dir", str(out),
-                  "--save-detailed")
+    r = ppsim_cli(
+        "simulate",
+        "--model",
+        "llama-3-8b",
+        "-pp",
+        "2",
+        "--num-prompts",
+        "10",
+        "--output-dir",
+        str(out),
+        "--save-detailed",
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads((out / "summary.json").read_text())
-    for k in ("completed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
-              "output_throughput", "total_token_throughput"):
+    for k in (
+        "completed",
+        "duration",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+    ):
         assert k in s
     for m in ("ttft", "tpot", "itl", "e2el"):
         for stat in ("mean", "median", "std", "p99"):

@@ -23,11 +23,21 @@ from ppsim.run import run_scenario
 
 
 def scenario(policy: str = "vllm-batch-queue", **workload):
-    return build_scenario(None, {
-        "model": "llama-3-8b", "cluster": {"pipeline_parallel_size": 4}, "engine": {"policy": policy},
-        "workload": {"num_prompts": 40, "request_rate": 8.0, "random_input_len": 512, "random_output_len": 48,
-                     **workload},
-    })
+    return build_scenario(
+        None,
+        {
+            "model": "llama-3-8b",
+            "cluster": {"pipeline_parallel_size": 4},
+            "engine": {"policy": policy},
+            "workload": {
+                "num_prompts": 40,
+                "request_rate": 8.0,
+                "random_input_len": 512,
+                "random_output_len": 48,
+                **workload,
+            },
+        },
+    )
 
 
 def reference_bins(intervals: list[tuple[int, int]], width: int, nbins: int) -> list[int]:
@@ -46,7 +56,8 @@ def reference_bins(intervals: list[tuple[int, int]], width: int, nbins: int) -> 
 
 ops_strategy = st.lists(
     st.tuples(st.integers(0, 2), st.integers(0, 50_000), st.integers(1, 30_000)),  # stage, gap ns, length ns
-    min_size=1, max_size=60,
+    min_size=1,
+    max_size=60,
 )
 
 
@@ -76,8 +87,10 @@ def test_bin_merging_preserves_busy_time_exactly_and_memory_is_bounded(ops, max_
 
 
 @settings(max_examples=100, deadline=None)
-@given(steps=st.lists(st.tuples(st.integers(0, 40_000), st.integers(0, 500)), min_size=1, max_size=50),
-       max_bins=st.sampled_from([2, 4, 8]))
+@given(
+    steps=st.lists(st.tuples(st.integers(0, 40_000), st.integers(0, 500)), min_size=1, max_size=50),
+    max_bins=st.sampled_from([2, 4, 8]),
+)
 def test_kv_series_keeps_the_exact_integral_and_maximum(steps, max_bins):
     rec = SeriesRecorder(1, max_bins=max_bins, first_width_ns=100)
     t, prev_t, prev_used, area, peak = 0, 0, 0, 0, 0
@@ -110,8 +123,12 @@ def two_runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("runs")
     a, b = base / "vllm-batch-queue", base / "sglang-ring"
     # the first with the detailed files: `ppsim plot` of a run without series files rebuilds them from stage_ops.csv
-    return (run_scenario(scenario(), a, save_detailed=True), a,
-            run_scenario(scenario("sglang-ring"), b, dashboard=False), b)
+    return (
+        run_scenario(scenario(), a, save_detailed=True),
+        a,
+        run_scenario(scenario("sglang-ring"), b, dashboard=False),
+        b,
+    )
 
 
 def test_simulate_writes_a_dashboard_whose_series_match_the_summary(two_runs):
@@ -189,10 +206,15 @@ def test_compare_and_plot_refuse_a_directory_without_summary(two_runs, tmp_path,
 
 
 def test_no_pp_replicas_dashboard_matches_summary(tmp_path):
-    s = build_scenario(None, {
-        "model": "llama-3-8b", "cluster": {"pipeline_parallel_size": 2}, "engine": {"policy": "no-pp"},
-        "workload": {"num_prompts": 20, "request_rate": 8.0, "random_input_len": 256, "random_output_len": 16},
-    })
+    s = build_scenario(
+        None,
+        {
+            "model": "llama-3-8b",
+            "cluster": {"pipeline_parallel_size": 2},
+            "engine": {"policy": "no-pp"},
+            "workload": {"num_prompts": 20, "request_rate": 8.0, "random_input_len": 256, "random_output_len": 16},
+        },
+    )
     out = run_scenario(s, tmp_path)
     rows = _rows(tmp_path / "timeseries.csv")
     for k, frac in enumerate(out.summary["stage_busy_fraction"]):
@@ -205,11 +227,21 @@ def test_engine_run_writes_a_dashboard_from_its_stage_times(tmp_path):
     pytest.importorskip("torch")
     from engine.run import run_engine
 
-    s = build_scenario(None, {
-        "model": "tiny", "seed": 3, "cluster": {"pipeline_parallel_size": 2},
-        "engine": {"max_num_batched_tokens": 32},
-        "workload": {"num_prompts": 6, "request_rate": float("inf"), "random_input_len": 40, "random_output_len": 6},
-    })
+    s = build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "seed": 3,
+            "cluster": {"pipeline_parallel_size": 2},
+            "engine": {"max_num_batched_tokens": 32},
+            "workload": {
+                "num_prompts": 6,
+                "request_rate": float("inf"),
+                "random_input_len": 40,
+                "random_output_len": 6,
+            },
+        },
+    )
     run = run_engine(s, tmp_path)
     assert _png_size(tmp_path / "dashboard.png") == (1300, 950)
     rows = _rows(tmp_path / "timeseries.csv")

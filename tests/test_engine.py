@@ -22,13 +22,23 @@ def scenario(pp: int = 2, policy: str = "vllm-batch-queue", **engine):
     """Tiny model; prompts 20..60 tokens with a 32-token budget (chunked), outputs 1..11 (some prefill-only)."""
     if policy == "trtllm-slots":
         engine.setdefault("enable_chunked_prefill", True)  # TensorRT-LLM's default is off
-    return build_scenario(None, {
-        "model": "tiny", "hardware": "h100-sxm", "seed": 3,
-        "cluster": {"pipeline_parallel_size": pp},
-        "engine": {"policy": policy, **step_budget_fields(policy, 32), **engine},
-        "workload": {"num_prompts": 6, "request_rate": float("inf"), "random_input_len": 40,
-                     "random_output_len": 6, "random_range_ratio": 0.9},
-    })
+    return build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "hardware": "h100-sxm",
+            "seed": 3,
+            "cluster": {"pipeline_parallel_size": pp},
+            "engine": {"policy": policy, **step_budget_fields(policy, 32), **engine},
+            "workload": {
+                "num_prompts": 6,
+                "request_rate": float("inf"),
+                "random_input_len": 40,
+                "random_output_len": 6,
+                "random_range_ratio": 0.9,
+            },
+        },
+    )
 
 
 _REF: dict[int, list[int]] = {}
@@ -89,12 +99,15 @@ def test_pp1_matches_reference():
     check_run(run_engine(s), s)
 
 
-@pytest.mark.parametrize("policy, engine", [
-    ("vllm-sync", {}),
-    ("vllm-batch-queue", {"pp_throttle": True}),
-    ("sglang-ring", {}),
-    ("vllm-mrv2", {}),  # async scheduling with PP (vllm-async is PP=1 only)
-])
+@pytest.mark.parametrize(
+    "policy, engine",
+    [
+        ("vllm-sync", {}),
+        ("vllm-batch-queue", {"pp_throttle": True}),
+        ("sglang-ring", {}),
+        ("vllm-mrv2", {}),  # async scheduling with PP (vllm-async is PP=1 only)
+    ],
+)
 def test_policies_conserve_requests_and_free_kv(policy, engine):
     s = scenario(policy=policy, **engine)
     run = run_engine(s)

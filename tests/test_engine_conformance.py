@@ -28,13 +28,23 @@ def scenario(policy: str, pp: int = 2, budget: int = 32, **engine):
     """Tiny model, 6 requests at t = 0: prompts 36..44 tokens, outputs 5..6 (chunked at ``budget``)."""
     if policy == "trtllm-slots":
         engine.setdefault("enable_chunked_prefill", True)  # TensorRT-LLM's default is off
-    return build_scenario(None, {
-        "model": "tiny", "hardware": "h100-sxm", "seed": 5,
-        "cluster": {"pipeline_parallel_size": pp},
-        "engine": {"policy": policy, **step_budget_fields(policy, budget), **engine},
-        "workload": {"num_prompts": 6, "request_rate": float("inf"), "random_input_len": 40,
-                     "random_output_len": 6, "random_range_ratio": 0.1},
-    })
+    return build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "hardware": "h100-sxm",
+            "seed": 5,
+            "cluster": {"pipeline_parallel_size": pp},
+            "engine": {"policy": policy, **step_budget_fields(policy, budget), **engine},
+            "workload": {
+                "num_prompts": 6,
+                "request_rate": float("inf"),
+                "random_input_len": 40,
+                "random_output_len": 6,
+                "random_range_ratio": 0.1,
+            },
+        },
+    )
 
 
 def actions(path) -> list[dict[str, str]]:
@@ -80,14 +90,17 @@ def token_schedule(rows: list[dict[str, str]]) -> dict[int, list[tuple[int, int]
     return dict(out)
 
 
-@pytest.mark.parametrize("policy, pp, engine", [
-    ("vllm-sync", 2, {}),
-    ("sglang-ring", 2, {}),
-    ("sglang-ring", 2, {"pp_async_batch_depth": 1}),
-    ("sglang-ring", 3, {"pp_async_batch_depth": 2}),  # a middle stage; outputs held two iterations
-    ("trtllm-slots", 2, {}),
-    ("llamacpp", 2, {"llamacpp_ubatch_tokens": 16}),
-])
+@pytest.mark.parametrize(
+    "policy, pp, engine",
+    [
+        ("vllm-sync", 2, {}),
+        ("sglang-ring", 2, {}),
+        ("sglang-ring", 2, {"pp_async_batch_depth": 1}),
+        ("sglang-ring", 3, {"pp_async_batch_depth": 2}),  # a middle stage; outputs held two iterations
+        ("trtllm-slots", 2, {}),
+        ("llamacpp", 2, {"llamacpp_ubatch_tokens": 16}),
+    ],
+)
 def test_engine_launches_the_simulators_plans(tmp_path, policy, pp, engine):
     sim, eng = both(tmp_path, policy, pp, **engine)
     assert sim, "no plan launched"
@@ -96,13 +109,16 @@ def test_engine_launches_the_simulators_plans(tmp_path, policy, pp, engine):
     assert eng == sim
 
 
-@pytest.mark.parametrize("policy, pp, engine", [
-    ("vllm-batch-queue", 2, {}),
-    ("vllm-mrv2", 2, {}),
-    ("vllm-mrv2", 2, {"pp_broadcast": "serialized"}),
-    ("vllm-mrv2", 3, {}),  # a middle stage joins every broadcast
-    ("vllm-async", 1, {}),
-])
+@pytest.mark.parametrize(
+    "policy, pp, engine",
+    [
+        ("vllm-batch-queue", 2, {}),
+        ("vllm-mrv2", 2, {}),
+        ("vllm-mrv2", 2, {"pp_broadcast": "serialized"}),
+        ("vllm-mrv2", 3, {}),  # a middle stage joins every broadcast
+        ("vllm-async", 1, {}),
+    ],
+)
 def test_polling_policies_give_every_request_the_simulators_token_schedule(tmp_path, policy, pp, engine):
     sim, eng = both(tmp_path, policy, pp, budget=2048, **engine)
     want = token_schedule(sim)

@@ -23,16 +23,39 @@ from ppsim.config import build_scenario, step_budget_fields  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLAGS = ["--model", "tiny", "-pp", "2", "--num-prompts", "6", "--request-rate", "inf", "--random-input-len", "40",
-         "--random-output-len", "200", "--max-num-batched-tokens", "64"]
+FLAGS = [
+    "--model",
+    "tiny",
+    "-pp",
+    "2",
+    "--num-prompts",
+    "6",
+    "--request-rate",
+    "inf",
+    "--random-input-len",
+    "40",
+    "--random-output-len",
+    "200",
+    "--max-num-batched-tokens",
+    "64",
+]
 
 
 def scenario(policy: str = "vllm-batch-queue"):
-    return build_scenario(None, {
-        "model": "tiny", "cluster": {"pipeline_parallel_size": 2},
-        "engine": {"policy": policy, **step_budget_fields(policy, 64)},
-        "workload": {"num_prompts": 6, "request_rate": float("inf"), "random_input_len": 40, "random_output_len": 30},
-    })
+    return build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "cluster": {"pipeline_parallel_size": 2},
+            "engine": {"policy": policy, **step_budget_fields(policy, 64)},
+            "workload": {
+                "num_prompts": 6,
+                "request_rate": float("inf"),
+                "random_input_len": 40,
+                "random_output_len": 30,
+            },
+        },
+    )
 
 
 def alive(pid: int) -> bool:
@@ -43,15 +66,18 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("fault, words, policy", [
-    ("kill:1:4", "stage 1 died", "vllm-batch-queue"),
-    ("stall:1:4", "stalled", "vllm-batch-queue"),
-    # the policies' own data paths: rank 0 waits on the ring return (its forwarder thread) or on the
-    # last rank's token broadcast; the core still sees the dead or stalled stage
-    ("kill:1:4", "stage 1 died", "sglang-ring"),
-    ("stall:1:4", "stalled", "trtllm-slots"),
-    ("stall:1:4", "stalled", "vllm-mrv2"),
-])
+@pytest.mark.parametrize(
+    "fault, words, policy",
+    [
+        ("kill:1:4", "stage 1 died", "vllm-batch-queue"),
+        ("stall:1:4", "stalled", "vllm-batch-queue"),
+        # the policies' own data paths: rank 0 waits on the ring return (its forwarder thread) or on the
+        # last rank's token broadcast; the core still sees the dead or stalled stage
+        ("kill:1:4", "stage 1 died", "sglang-ring"),
+        ("stall:1:4", "stalled", "trtllm-slots"),
+        ("stall:1:4", "stalled", "vllm-mrv2"),
+    ],
+)
 def test_stage_fault_stops_every_process(tmp_path, fault, words, policy):
     t0 = time.monotonic()
     with pytest.raises(EngineFault, match=words) as err:
@@ -79,9 +105,15 @@ def _default_signals() -> None:
 
 
 def _cli(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ppsim.cli", "engine", *FLAGS, *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": ROOT}, preexec_fn=_default_signals)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ppsim.cli", "engine", *FLAGS, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        preexec_fn=_default_signals,
+    )
 
 
 def _pids(line: str) -> list[int]:
@@ -96,8 +128,9 @@ def test_cli_killed_stage_exits_nonzero(tmp_path):
     assert not any(alive(pid) for pid in _pids(out))
 
 
-@pytest.mark.parametrize("sig, code, fault", [(signal.SIGINT, 130, "interrupted"),
-                                              (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+@pytest.mark.parametrize(
+    "sig, code, fault", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")]
+)
 def test_cli_ctrl_c_is_clean(tmp_path, sig, code, fault):
     p = _cli("--output-dir", str(tmp_path))
     try:
@@ -120,8 +153,18 @@ def test_cli_ctrl_c_is_clean(tmp_path, sig, code, fault):
 
 def test_startup_stall_names_the_stage(tmp_path, capsys):
     # 20 s: time enough for stage 0 to import torch and reach the rendezvous on a busy host
-    code = main(["engine", *FLAGS, "--inject-fault", "stall:1:start", "--startup-timeout-s", "20",
-                 "--output-dir", str(tmp_path / "out")])
+    code = main(
+        [
+            "engine",
+            *FLAGS,
+            "--inject-fault",
+            "stall:1:start",
+            "--startup-timeout-s",
+            "20",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1, err
     assert err.startswith("error: stage 1 did not come up within 20 s") and err.count("\n") == 1, err
@@ -150,10 +193,13 @@ def test_stage_error_at_startup_is_reported(tmp_path):
     assert not multiprocessing.active_children()
 
 
-@pytest.mark.parametrize("available, count, backend, words", [
-    (False, 0, "gloo", "no CUDA device"),
-    (True, 1, "nccl", "2 stages need 2 GPU"),
-])
+@pytest.mark.parametrize(
+    "available, count, backend, words",
+    [
+        (False, 0, "gloo", "no CUDA device"),
+        (True, 1, "nccl", "2 stages need 2 GPU"),
+    ],
+)
 def test_cuda_is_checked_before_spawning(monkeypatch, available, count, backend, words):
     import torch
 
@@ -183,8 +229,9 @@ def test_dead_stage_names_its_error():
             q.close()
 
 
-@pytest.mark.parametrize("flag, value", [("--threads-per-stage", "0"), ("--stage-timeout-s", "-1"),
-                                         ("--max-kv-gib", "0")])
+@pytest.mark.parametrize(
+    "flag, value", [("--threads-per-stage", "0"), ("--stage-timeout-s", "-1"), ("--max-kv-gib", "0")]
+)
 def test_cli_bad_engine_option_is_one_line(capsys, tmp_path, flag, value):
     assert main(["engine", *FLAGS, flag, value, "--output-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err

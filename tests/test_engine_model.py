@@ -31,8 +31,10 @@ def _full(seed: int = 0):
 
 
 def _split(cut: int, seed: int = 0):
-    return (build_stage(SHAPE, 0, cut, True, False, seed, F32),
-            build_stage(SHAPE, cut, SHAPE.num_layers, False, True, seed, F32))
+    return (
+        build_stage(SHAPE, 0, cut, True, False, seed, F32),
+        build_stage(SHAPE, cut, SHAPE.num_layers, False, True, seed, F32),
+    )
 
 
 def test_split_keeps_global_names_and_weights():
@@ -60,7 +62,7 @@ def _paged_generate(stages, prompts: list[list[int]], num_new: int, chunk: int, 
                 if len(outs[r]) < num_new:
                     n = min(chunk, len(seqs[r]) - done[r])
                     items.append(StepItem(r, done[r], n, done[r] + n == len(seqs[r]), tables[r]))
-                    ids += seqs[r][done[r]:done[r] + n]
+                    ids += seqs[r][done[r] : done[r] + n]
                     done[r] += n
             mixed |= len({it.num_tokens == 1 for it in items}) == 2
             batch = build_batch(tuple(items), bs)

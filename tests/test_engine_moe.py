@@ -84,15 +84,16 @@ def _paged_generate(stages, prompts: list[list[int]], num_new: int, chunk: int, 
                 if len(outs[r]) < num_new:
                     n = min(chunk, len(seqs[r]) - done[r])
                     items.append(StepItem(r, done[r], n, done[r] + n == len(seqs[r]), tables[r]))
-                    ids += seqs[r][done[r]:done[r] + n]
+                    ids += seqs[r][done[r] : done[r] + n]
                     done[r] += n
             batch = build_batch(tuple(items), bs)
             hidden = residual = None
             for m, kv in zip(stages, caches, strict=True):
                 x = torch.tensor(ids) if m.is_first else None
                 hidden, residual = m(batch.positions, kv.attention(batch), x, hidden, residual)
-            for rid, t in zip(batch.sample_req_ids, stages[-1].sample(hidden, residual, batch.sample_rows).tolist(),
-                              strict=True):
+            for rid, t in zip(
+                batch.sample_req_ids, stages[-1].sample(hidden, residual, batch.sample_rows).tolist(), strict=True
+            ):
                 outs[rid].append(t)
                 seqs[rid].append(t)
     return outs
@@ -104,8 +105,10 @@ def test_pp2_paged_batches_match_reference(zipf):
     prompts = [torch.randint(0, SHAPE.vocab_size, (n,), generator=g).tolist() for n in (37, 5, 20, 1)]
     full = build_stage(SHAPE, 0, 8, True, True, 0, F32, router_zipf=zipf)
     ref = [reference_generate(full, p, 5) for p in prompts]
-    stages = [build_stage(SHAPE, 0, 4, True, False, 0, F32, router_zipf=zipf),
-              build_stage(SHAPE, 4, 8, False, True, 0, F32, router_zipf=zipf)]
+    stages = [
+        build_stage(SHAPE, 0, 4, True, False, 0, F32, router_zipf=zipf),
+        build_stage(SHAPE, 4, 8, False, True, 0, F32, router_zipf=zipf),
+    ]
     assert _paged_generate(stages, prompts, 5, chunk=16) == ref
     assert set(stages[1].experts_touched()) == {4, 5, 6, 7}
 

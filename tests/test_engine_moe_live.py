@@ -19,13 +19,24 @@ def scenario(policy: str, zipf: float = 0.0):
     engine = {"policy": policy, **step_budget_fields(policy, 32)}
     if policy == "trtllm-slots":
         engine["enable_chunked_prefill"] = True  # TensorRT-LLM's default is off
-    return build_scenario(None, {
-        "model": "tiny-moe", "hardware": "h100-sxm", "seed": 5, "moe_router_zipf": zipf,
-        "cluster": {"pipeline_parallel_size": 1 if policy == "vllm-async" else 2},
-        "engine": engine,
-        "workload": {"num_prompts": 5, "request_rate": float("inf"), "random_input_len": 40,
-                     "random_output_len": 6, "random_range_ratio": 0.9},
-    })
+    return build_scenario(
+        None,
+        {
+            "model": "tiny-moe",
+            "hardware": "h100-sxm",
+            "seed": 5,
+            "moe_router_zipf": zipf,
+            "cluster": {"pipeline_parallel_size": 1 if policy == "vllm-async" else 2},
+            "engine": engine,
+            "workload": {
+                "num_prompts": 5,
+                "request_rate": float("inf"),
+                "random_input_len": 40,
+                "random_output_len": 6,
+                "random_range_ratio": 0.9,
+            },
+        },
+    )
 
 
 _REF: dict[float, dict[int, list[int]]] = {}
@@ -35,11 +46,13 @@ def reference(s) -> dict[int, list[int]]:
     if s.moe_router_zipf not in _REF:
         torch.set_num_threads(1)
         p = prepare(s)
-        full = build_stage(p.shape, 0, p.shape.num_layers, True, True, s.seed, torch.float32,
-                           router_zipf=s.moe_router_zipf)
+        full = build_stage(
+            p.shape, 0, p.shape.num_layers, True, True, s.seed, torch.float32, router_zipf=s.moe_router_zipf
+        )
         prompts = make_prompts(p.requests, p.shape.vocab_size, s.seed)
-        _REF[s.moe_router_zipf] = {r.req_id: reference_generate(full, prompts[r.req_id], r.output_len)
-                                   for r in p.requests}
+        _REF[s.moe_router_zipf] = {
+            r.req_id: reference_generate(full, prompts[r.req_id], r.output_len) for r in p.requests
+        }
     return _REF[s.moe_router_zipf]
 
 

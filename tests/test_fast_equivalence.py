@@ -28,9 +28,21 @@ POLICIES = sorted(BUILDERS)
 
 def _mixed(n: int = 24, seed: int = 3) -> list[Request]:
     """Staggered arrivals, varied lengths, aborts by token count and by time."""
-    base = synthetic(build_scenario(None, {"workload": {"num_prompts": n, "request_rate": 400.0,
-                                                        "random_input_len": 90, "random_output_len": 9,
-                                                        "random_range_ratio": 0.8}}).workload, seed)
+    base = synthetic(
+        build_scenario(
+            None,
+            {
+                "workload": {
+                    "num_prompts": n,
+                    "request_rate": 400.0,
+                    "random_input_len": 90,
+                    "random_output_len": 9,
+                    "random_range_ratio": 0.8,
+                }
+            },
+        ).workload,
+        seed,
+    )
     out = []
     for r in base:
         if r.req_id % 5 == 1 and r.output_len > 2:
@@ -46,11 +58,21 @@ def _mixed(n: int = 24, seed: int = 3) -> list[Request]:
 SCENARIOS: dict[str, tuple[dict, dict, dict, Any, int | None]] = {
     "mixed-aborts": ({"max_num_seqs": 8, "budget": 128}, {}, {}, _mixed, None),
     "tight-kv-preemption": ({"max_num_seqs": 8, "budget": 96}, {}, {}, _mixed, 24),
-    "chunked-prefill": ({"max_num_seqs": 4, "budget": 48}, {},
-                        {}, lambda: [Request(i, 0.0005 * i, 150 + 13 * i, 5) for i in range(6)], None),
+    "chunked-prefill": (
+        {"max_num_seqs": 4, "budget": 48},
+        {},
+        {},
+        lambda: [Request(i, 0.0005 * i, 150 + 13 * i, 5) for i in range(6)],
+        None,
+    ),
     "closed-loop": ({"max_num_seqs": 8, "budget": 128}, {}, {"max_concurrency": 3}, _mixed, None),
-    "pp2-offline": ({"max_num_seqs": 6, "budget": 256}, {"pipeline_parallel_size": 2}, {},
-                    lambda: [Request(i, 0.0, 40 + i, 6 + i % 4) for i in range(14)], None),
+    "pp2-offline": (
+        {"max_num_seqs": 6, "budget": 256},
+        {"pipeline_parallel_size": 2},
+        {},
+        lambda: [Request(i, 0.0, 40 + i, 6 + i % 4) for i in range(14)],
+        None,
+    ),
 }
 PP1_ONLY = ("vllm-async",)  # vLLM's V1 runner runs async scheduling only at PP=1
 
@@ -62,8 +84,12 @@ def _run(policy: str, name: str, reference: bool, engine_extra: dict | None = No
     if policy != "sglang-ring":
         engine["enable_chunked_prefill"] = True
     pp = 1 if policy in PP1_ONLY else cluster.get("pipeline_parallel_size", 4)
-    over = {"model": "tiny", "engine": {"policy": policy, **engine, **(engine_extra or {})},
-            "cluster": {**cluster, "pipeline_parallel_size": pp}, "workload": workload}
+    over = {
+        "model": "tiny",
+        "engine": {"policy": policy, **engine, **(engine_extra or {})},
+        "cluster": {**cluster, "pipeline_parallel_size": pp},
+        "workload": workload,
+    }
     prep = prepare(build_scenario(None, over), reqs())
     if blocks is not None:
         prep = replace(prep, num_blocks=blocks)
@@ -83,15 +109,20 @@ def _close(a: Any, b: Any) -> bool:
 def assert_same(ref: SimResult, fast: SimResult, ref_sum: dict, fast_sum: dict) -> None:
     assert len(ref.requests) == len(fast.requests)
     for a, b in zip(ref.requests, fast.requests, strict=True):
-        assert (a.req_id, a.status, a.preemptions, len(a.token_times)) == \
-               (b.req_id, b.status, b.preemptions, len(b.token_times)), a.req_id
+        assert (a.req_id, a.status, a.preemptions, len(a.token_times)) == (
+            b.req_id,
+            b.status,
+            b.preemptions,
+            len(b.token_times),
+        ), a.req_id
         for x, y in ((a.sent_s, b.sent_s), (a.scheduled_s, b.scheduled_s), (a.finish_s, b.finish_s)):
             assert (x is None) == (y is None) and (x is None or abs(x - y) <= TOL_S), a.req_id
         assert all(abs(x - y) <= TOL_S for x, y in zip(a.token_times, b.token_times, strict=True)), a.req_id
     key = lambda o: (o.track, o.step_id, o.kind, round(o.start_s, 6))  # noqa: E731
     ra, fa = sorted(ref.ops, key=key), sorted(fast.ops, key=key)
-    assert [(o.track, o.kind, o.step_id, o.num_tokens, o.num_reqs) for o in ra] == \
-           [(o.track, o.kind, o.step_id, o.num_tokens, o.num_reqs) for o in fa]
+    assert [(o.track, o.kind, o.step_id, o.num_tokens, o.num_reqs) for o in ra] == [
+        (o.track, o.kind, o.step_id, o.num_tokens, o.num_reqs) for o in fa
+    ]
     for x, y in zip(ra, fa, strict=True):
         assert abs(x.start_s - y.start_s) <= TOL_S and abs(x.end_s - y.end_s) <= TOL_S, (x, y)
     assert ref.num_preemptions == fast.num_preemptions and ref.peak_blocks_used == fast.peak_blocks_used
@@ -155,8 +186,12 @@ def test_the_fast_path_is_what_runs() -> None:
     """Without ``reference`` the executor uses the closed form (except the serialized broadcast)."""
     from ppsim.sim.executor import Simulation
 
-    prep = prepare(build_scenario(None, {"model": "tiny", "engine": {"policy": "vllm-async"},
-                                         "cluster": {"pipeline_parallel_size": 1}}), _mixed())
+    prep = prepare(
+        build_scenario(
+            None, {"model": "tiny", "engine": {"policy": "vllm-async"}, "cluster": {"pipeline_parallel_size": 1}}
+        ),
+        _mixed(),
+    )
     assert isinstance(Simulation(prep).pipe, FastPipeline)
     assert not isinstance(Simulation(prep, reference=True).pipe, FastPipeline)
 
@@ -177,8 +212,12 @@ def test_lean_records_give_the_same_summary_and_requests(policy: str) -> None:
     engine, _, workload, reqs, blocks = SCENARIOS["tight-kv-preemption"]
     engine = {"max_num_seqs": engine["max_num_seqs"], **step_budget_fields(policy, engine["budget"])}
     pp = 1 if policy in PP1_ONLY else 4
-    prep = prepare(build_scenario(None, {"model": "tiny", "engine": {"policy": policy, **engine},
-                                         "cluster": {"pipeline_parallel_size": pp}}), reqs())
+    prep = prepare(
+        build_scenario(
+            None, {"model": "tiny", "engine": {"policy": policy, **engine}, "cluster": {"pipeline_parallel_size": pp}}
+        ),
+        reqs(),
+    )
     prep = replace(prep, num_blocks=blocks)
     kept, lean = simulate(prep), simulate(prep, keep_ops=False, keep_tokens=False)
     assert len(lean.ops) == 0 and len(kept.ops) > 0 and lean.ledger.times is None

@@ -69,10 +69,14 @@ def test_request_longer_than_kv_is_rejected():
 
 
 def test_preemption_under_kv_pressure_and_all_blocks_free_at_end():
-    s = build_scenario(overrides={
-        "model": "llama-3-70b", "cluster": {"pipeline_parallel_size": 2}, "engine": {"gpu_memory_utilization": 0.9},
-        "workload": {"num_prompts": 60, "request_rate": "inf", "random_input_len": 2000, "random_output_len": 400},
-    })
+    s = build_scenario(
+        overrides={
+            "model": "llama-3-70b",
+            "cluster": {"pipeline_parallel_size": 2},
+            "engine": {"gpu_memory_utilization": 0.9},
+            "workload": {"num_prompts": 60, "request_rate": "inf", "random_input_len": 2000, "random_output_len": 400},
+        }
+    )
     out = run_scenario(s)
     assert out.summary["num_preemptions"] > 0
     assert out.summary["completed"] == 60

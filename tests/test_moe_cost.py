@@ -24,8 +24,10 @@ def monte_carlo_touched(rng: np.random.Generator, E: int, k: int, T: int, skew: 
     return out
 
 
-@pytest.mark.parametrize(("E", "k", "T", "skew"), [(256, 8, 1, 1), (256, 8, 8, 1), (256, 8, 64, 1),
-                                                    (8, 2, 3, 1), (128, 8, 16, 1), (256, 8, 32, 4)])
+@pytest.mark.parametrize(
+    ("E", "k", "T", "skew"),
+    [(256, 8, 1, 1), (256, 8, 8, 1), (256, 8, 64, 1), (8, 2, 3, 1), (128, 8, 16, 1), (256, 8, 32, 4)],
+)
 def test_expected_experts_matches_monte_carlo(E: int, k: int, T: int, skew: int) -> None:
     rng = np.random.default_rng(1234)
     counts = monte_carlo_touched(rng, E, k, T, skew, trials=1500)
@@ -82,7 +84,7 @@ def test_mla_decode_reads_latent_once_for_all_heads() -> None:
     r1 = load_model("deepseek-r1")
     c, c_fp8 = cost(r1), cost(r1.with_dtypes(kv_cache_dtype="fp8"))
     long, short = decode(64, ctx=32_000), decode(64, ctx=100)
-    attn = (c.moe_layer_time(long) - c.moe_layer_time(short))
+    attn = c.moe_layer_time(long) - c.moe_layer_time(short)
     ctx = long.decode_ctx_tokens - short.decode_ctx_tokens
     # memory-bound absorbed MQA: 576 latent values per context token, shared by the 16 heads per GPU
     assert attn == pytest.approx(576 * 2 * ctx / c.attn_bw, rel=0.02)

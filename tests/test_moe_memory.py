@@ -46,18 +46,32 @@ def test_mla_kv_is_replicated_across_tp() -> None:
 
 
 def test_moe_model_that_does_not_fit_is_refused() -> None:
-    s = build_scenario(None, {"model": "deepseek-r1", "hardware": "h100-sxm",
-                              "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": 4}})
+    s = build_scenario(
+        None,
+        {
+            "model": "deepseek-r1",
+            "hardware": "h100-sxm",
+            "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": 4},
+        },
+    )
     with pytest.raises(PPSimError, match=r"memory: stage 0 needs [\d.]+ GiB .*short by [\d.]+ GiB") as err:
         prepare(s, requests=[])
-    need = stage_weight_bytes(load_model("deepseek-r1"), build_topology(load_model("deepseek-r1"), 2, 4, "vllm")
-                              .stages[0]) / GIB
+    need = (
+        stage_weight_bytes(load_model("deepseek-r1"), build_topology(load_model("deepseek-r1"), 2, 4, "vllm").stages[0])
+        / GIB
+    )
     assert f"needs {need:.1f} GiB" in str(err.value)
 
 
 def test_fp8_deepseek_fits_pp2_tp8_h200() -> None:
-    s = build_scenario(None, {"model": "deepseek-r1", "hardware": "h200",
-                              "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": 8}})
+    s = build_scenario(
+        None,
+        {
+            "model": "deepseek-r1",
+            "hardware": "h200",
+            "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": 8},
+        },
+    )
     p = prepare(s, requests=[])
     assert p.shape.weight_dtype == "fp8"
     assert all(36 * GIB < m.weight_bytes < 42 * GIB for m in p.memory)  # ~671 GB of fp8 over 16 GPUs

@@ -33,7 +33,12 @@ def test_deepseek_v3_fields() -> None:
     assert (m.n_routed_experts, m.num_experts_per_tok, m.n_shared_experts) == (256, 8, 1)
     assert (m.moe_intermediate_size, m.intermediate_size, m.first_k_dense_replace) == (2048, 18432, 3)
     assert (m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim, m.q_lora_rank) == (
-        512, 64, 128, 128, 1536)
+        512,
+        64,
+        128,
+        128,
+        1536,
+    )
     assert m.attention == "mla" and m.weight_dtype == "fp8"  # the checkpoint's quantization_config
     assert [m.layer_is_moe(i) for i in range(5)] == [False, False, False, True, True]
     assert m.num_moe_layers() == 58
@@ -47,10 +52,21 @@ def test_mla_kv_bytes_per_token_is_the_latent() -> None:
 
 
 def test_qwen3_moe_dense_layers_follow_vllm_rule() -> None:
-    cfg = {"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 6,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100,
-           "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-           "decoder_sparse_step": 2, "mlp_only_layers": [3]}
+    cfg = {
+        "model_type": "qwen3_moe",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 100,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "decoder_sparse_step": 2,
+        "mlp_only_layers": [3],
+    }
     m = from_hf_config(cfg, "q")
     # MoE iff i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
     assert [m.layer_is_moe(i) for i in range(6)] == [False, True, False, False, False, True]
@@ -84,8 +100,9 @@ def test_weight_dtypes_and_scale_overhead() -> None:
 
 
 def test_scenario_dtype_aliases() -> None:
-    s = build_scenario(None, {"weight_dtype": "modelopt_fp4", "kv_cache_dtype": "fp8_e4m3",
-                              "cost": {"moe_routing_skew": 2.0}})
+    s = build_scenario(
+        None, {"weight_dtype": "modelopt_fp4", "kv_cache_dtype": "fp8_e4m3", "cost": {"moe_routing_skew": 2.0}}
+    )
     assert (s.weight_dtype, s.kv_cache_dtype, s.cost.moe_routing_skew) == ("fp4", "fp8", 2.0)
     with pytest.raises(PPSimError, match="weight_dtype"):
         build_scenario(None, {"weight_dtype": "int3"})
@@ -98,6 +115,7 @@ def test_cli_flags_map_onto_scenario() -> None:
 
     p = argparse.ArgumentParser()
     add_scenario_flags(p)
-    s = scenario_from_args(p.parse_args(["--quantization", "fp8", "--kv-cache-dtype", "fp8",
-                                         "--moe-routing-skew", "3"]))
+    s = scenario_from_args(
+        p.parse_args(["--quantization", "fp8", "--kv-cache-dtype", "fp8", "--moe-routing-skew", "3"])
+    )
     assert (s.weight_dtype, s.kv_cache_dtype, s.cost.moe_routing_skew) == ("fp8", "fp8", 3.0)

@@ -21,8 +21,14 @@ def test_simulate_runs_with_torch_unimportable(tmp_path):
 
 
 def test_no_arguments_runs_the_default_scenario(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "ppsim.cli"], capture_output=True, text=True, cwd=tmp_path,
-                       timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [sys.executable, "-m", "ppsim.cli"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0, r.stderr
     assert "Serving Benchmark Result" in r.stdout and "Successful requests:" in r.stdout
     assert (tmp_path / "ppsim-results" / "summary.json").exists()

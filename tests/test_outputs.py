@@ -11,8 +11,11 @@ from ppsim.metrics.trace import chrome_trace
 from ppsim.run import run_scenario
 from ppsim.sim.progress import RunProgress
 
-SMALL = {"model": "tiny", "cluster": {"pipeline_parallel_size": 2},
-         "workload": {"num_prompts": 12, "random_input_len": 40, "random_output_len": 5, "request_rate": 200.0}}
+SMALL = {
+    "model": "tiny",
+    "cluster": {"pipeline_parallel_size": 2},
+    "workload": {"num_prompts": 12, "random_input_len": 40, "random_output_len": 5, "request_rate": 200.0},
+}
 
 
 BOUNDED = [".ppsim-result", "config.json", "requests.csv", "summary.json", "timeline.csv", "timeseries.csv"]
@@ -52,9 +55,27 @@ def test_trace_window_keeps_the_first_seconds():
 
 
 def test_cli_trace_window_flag(tmp_path, ppsim_cli):
-    r = ppsim_cli("simulate", "--model", "tiny", "-pp", "2", "--num-prompts", "30", "--request-rate", "20",
-                  "--random-input-len", "40", "--random-output-len", "4", "--save-detailed",
-                  "--trace-window-s", "0.2", "--no-dashboard", "--output-dir", str(tmp_path / "o"))
+    r = ppsim_cli(
+        "simulate",
+        "--model",
+        "tiny",
+        "-pp",
+        "2",
+        "--num-prompts",
+        "30",
+        "--request-rate",
+        "20",
+        "--random-input-len",
+        "40",
+        "--random-output-len",
+        "4",
+        "--save-detailed",
+        "--trace-window-s",
+        "0.2",
+        "--no-dashboard",
+        "--output-dir",
+        str(tmp_path / "o"),
+    )
     assert r.returncode == 0, r.stderr
     assert "trace.json" in r.stdout and r.stderr == ""  # no bar: stderr is not a terminal
     ev = [e for e in json.loads((tmp_path / "o" / "trace.json").read_text())["traceEvents"] if e["ph"] == "X"]

@@ -28,8 +28,9 @@ IDEAL = ("vllm-batch-queue", "vllm-mrv2", "trtllm-slots")
 def _ideal(policy: str, pp: int, m: int) -> float:
     """M one-request micro-batches of 16 prompt tokens, one output token, equal stages, free links/CPU."""
     reqs = [Request(i, 0.0, 16, 1) for i in range(m)]
-    res, _ = run_policy(policy, pp, reqs, max_num_seqs=m, max_num_batched_tokens=16, cost=ConstantCost(),
-                        engine={"pp_throttle": False})
+    res, _ = run_policy(
+        policy, pp, reqs, max_num_seqs=m, max_num_batched_tokens=16, cost=ConstantCost(), engine={"pp_throttle": False}
+    )
     return busy_fractions(res.ops, pp)[1]
 
 
@@ -52,11 +53,23 @@ def test_llamacpp_decode_does_not_pipeline_but_a_long_prompt_does():
     decode = _ideal("llamacpp", pp, 5)  # one request per llama_decode: one ubatch each
     assert decode == pytest.approx(1 - 1 / pp, abs=1e-9)
     reqs = [Request(0, 0.0, 512, 1)]  # one prompt split into 8 ubatches of 64 that pipeline
-    res, _ = run_policy("llamacpp", pp, reqs, max_num_batched_tokens=512, cost=ConstantCost(),
-                        engine={"llamacpp_ubatch_tokens": 64, "llamacpp_n_copies": 8})
+    res, _ = run_policy(
+        "llamacpp",
+        pp,
+        reqs,
+        max_num_batched_tokens=512,
+        cost=ConstantCost(),
+        engine={"llamacpp_ubatch_tokens": 64, "llamacpp_n_copies": 8},
+    )
     assert busy_fractions(res.ops, pp)[1] == pytest.approx(analytic_bubble(pp, 8), abs=1e-9)
-    res, _ = run_policy("llamacpp", pp, reqs, max_num_batched_tokens=512, cost=ConstantCost(),
-                        engine={"llamacpp_ubatch_tokens": 64, "llamacpp_n_copies": 1})
+    res, _ = run_policy(
+        "llamacpp",
+        pp,
+        reqs,
+        max_num_batched_tokens=512,
+        cost=ConstantCost(),
+        engine={"llamacpp_ubatch_tokens": 64, "llamacpp_n_copies": 1},
+    )
     assert busy_fractions(res.ops, pp)[1] == pytest.approx(1 - 1 / pp, abs=1e-9)
 
 
@@ -64,7 +77,9 @@ def test_split_ubatches_cuts_prompts_and_samples_last_piece():
     items = (PlanItem(1, 0, 5, False, True), PlanItem(2, 0, 10, True, True))
     groups = split_ubatches(items, 8)
     assert [[(i.req_id, i.start, i.num_tokens, i.samples) for i in g] for g in groups] == [
-        [(1, 0, 5, True), (2, 0, 3, False)], [(2, 3, 7, True)]]
+        [(1, 0, 5, True), (2, 0, 3, False)],
+        [(2, 3, 7, True)],
+    ]
 
 
 @pytest.mark.parametrize("policy", ["vllm-batch-queue", "vllm-mrv2"])
@@ -86,8 +101,15 @@ def test_mrv2_decode_cadence_and_deps():
     # with a real model the core schedules a decode before its previous token is back: the plan
     # then lists that step, and the first stage waits for its tokens
     reqs = [Request(i, 0.0, 64, 16) for i in range(32)]
-    _, tr = run_policy("vllm-mrv2", 4, reqs, max_num_seqs=32, max_num_batched_tokens=2048, model="llama-3-8b",
-                       engine={"pp_throttle": True})
+    _, tr = run_policy(
+        "vllm-mrv2",
+        4,
+        reqs,
+        max_num_seqs=32,
+        max_num_batched_tokens=2048,
+        model="llama-3-8b",
+        engine={"pp_throttle": True},
+    )
     deps = [p.deps for p in tr.launches if p.deps]
     assert deps and all(d < p.step_id - 3 + 1 for p in tr.launches for d in p.deps)
 
@@ -130,9 +152,19 @@ def _max_in_flight(relay: str, pp: int) -> int:
         peak = max(peak, len(launched - done))
 
     # a 32-token budget: one prompt per micro-batch, so requests, not tokens, fill the window
-    s = build_scenario(None, {"model": "tiny", "cluster": {"pipeline_parallel_size": pp},
-                              "engine": {"policy": "trtllm-slots", "trtllm_relay": relay, "max_batch_size": 4,
-                                         "max_num_batched_tokens": 32}})
+    s = build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "cluster": {"pipeline_parallel_size": pp},
+            "engine": {
+                "policy": "trtllm-slots",
+                "trtllm_relay": relay,
+                "max_batch_size": 4,
+                "max_num_batched_tokens": 32,
+            },
+        },
+    )
     simulate(prepare(s, reqs), watch)
     return peak
 
@@ -145,13 +177,20 @@ def test_trtllm_async_relay_has_a_larger_window():
 def test_trtllm_max_batch_size_caps_each_micro_batch_and_the_bubble_follows():
     """At saturation, PP=4, 32 requests: without the cap one micro-batch holds all of them (the bubble of
     vllm-sync); TRT-LLM's max_batch_size = 8 fills the 4 slots."""
+
     def run(policy, engine):
-        s = build_scenario(None, {"model": "llama-3-8b", "cluster": {"pipeline_parallel_size": 4},
-                                  "engine": {"policy": policy, "max_num_seqs": 32, **engine},
-                                  "workload": {"num_prompts": 32, "request_rate": "inf", "random_input_len": 64,
-                                               "random_output_len": 32}})
+        s = build_scenario(
+            None,
+            {
+                "model": "llama-3-8b",
+                "cluster": {"pipeline_parallel_size": 4},
+                "engine": {"policy": policy, "max_num_seqs": 32, **engine},
+                "workload": {"num_prompts": 32, "request_rate": "inf", "random_input_len": 64, "random_output_len": 32},
+            },
+        )
         out = run_scenario(s)
         return out.summary["pipeline_bubble_fraction"]
+
     sync = run("vllm-sync", {})
     uncapped = run("trtllm-slots", {})
     capped = run("trtllm-slots", {"max_batch_size": 8})
@@ -160,8 +199,15 @@ def test_trtllm_max_batch_size_caps_each_micro_batch_and_the_bubble_follows():
 
 
 def test_no_pp_rejects_a_model_that_does_not_fit():
-    s = build_scenario(None, {"model": "llama-3-70b", "cluster": {"pipeline_parallel_size": 4},
-                              "engine": {"policy": "no-pp"}, "workload": {"num_prompts": 2}})
+    s = build_scenario(
+        None,
+        {
+            "model": "llama-3-70b",
+            "cluster": {"pipeline_parallel_size": 4},
+            "engine": {"policy": "no-pp"},
+            "workload": {"num_prompts": 2},
+        },
+    )
     with pytest.raises(PPSimError, match="no-pp"):
         run_scenario(s)
 
@@ -185,7 +231,8 @@ def test_abort_rate_is_seeded_and_splits_kinds():
     assert a == b
     plain = build_workload(cfg.model_copy(update={"abort_rate": 0.0}), 3)
     assert [(r.arrival_s, r.prompt_len, r.output_len) for r in a] == [
-        (r.arrival_s, r.prompt_len, r.output_len) for r in plain]
+        (r.arrival_s, r.prompt_len, r.output_len) for r in plain
+    ]
     by_tok = sum(r.abort_after_tokens is not None for r in a)
     by_time = sum(r.abort_after_s is not None for r in a)
     assert 60 < by_tok + by_time < 140 and by_tok > 20 and by_time > 20
@@ -194,10 +241,22 @@ def test_abort_rate_is_seeded_and_splits_kinds():
 @pytest.mark.parametrize("policy", sorted(BUILDERS))
 def test_same_seed_same_bytes(policy, tmp_path):
     pp = 1 if policy == "vllm-async" else 2
-    s = build_scenario(None, {"model": "tiny", "cluster": {"pipeline_parallel_size": pp},
-                              "engine": {"policy": policy},
-                              "workload": {"num_prompts": 30, "request_rate": 50.0, "random_input_len": 64,
-                                           "random_output_len": 8, "abort_rate": 0.2, "abort_window_s": 0.01}})
+    s = build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "cluster": {"pipeline_parallel_size": pp},
+            "engine": {"policy": policy},
+            "workload": {
+                "num_prompts": 30,
+                "request_rate": 50.0,
+                "random_input_len": 64,
+                "random_output_len": 8,
+                "abort_rate": 0.2,
+                "abort_window_s": 0.01,
+            },
+        },
+    )
     run_scenario(s, tmp_path / "a")
     run_scenario(s, tmp_path / "b")
     assert (tmp_path / "a" / "summary.json").read_bytes() == (tmp_path / "b" / "summary.json").read_bytes()

@@ -15,13 +15,16 @@ from ppsim.policy.chunking import chunk_plan
 from ppsim.run import run_scenario
 
 
-@pytest.mark.parametrize("argv, owner", [
-    (["--policy", "vllm-sync", "--pp-async-batch-depth", "3"], "sglang-ring"),
-    (["--policy", "sglang-ring", "--pp-throttle"], "vllm-batch-queue and vllm-mrv2"),
-    (["--policy", "vllm-batch-queue", "--max-batch-size", "8"], "trtllm-slots"),
-    (["--policy", "trtllm-slots", "--chunked-prefill-size", "4096"], "sglang-ring"),
-    (["--policy", "sglang-ring", "--max-num-batched-tokens", "4096"], "--max-prefill-tokens"),
-])
+@pytest.mark.parametrize(
+    "argv, owner",
+    [
+        (["--policy", "vllm-sync", "--pp-async-batch-depth", "3"], "sglang-ring"),
+        (["--policy", "sglang-ring", "--pp-throttle"], "vllm-batch-queue and vllm-mrv2"),
+        (["--policy", "vllm-batch-queue", "--max-batch-size", "8"], "trtllm-slots"),
+        (["--policy", "trtllm-slots", "--chunked-prefill-size", "4096"], "sglang-ring"),
+        (["--policy", "sglang-ring", "--max-num-batched-tokens", "4096"], "--max-prefill-tokens"),
+    ],
+)
 def test_a_knob_of_another_policy_is_refused_in_one_line(argv, owner, capsys):
     from ppsim.cli import main
 
@@ -47,12 +50,20 @@ def test_chunk_fit_works_for_every_preset(model, chunk):
     and one that is concave (MoE: more tokens touch more experts) is refused in one line, as SGLang's
     ChunkSizePredictor.fit refuses it."""
     tp = 4 if model == "qwen2.5-7b" else 8  # 28 heads: a divisor of them; enough GPUs for the largest
-    s = build_scenario(None, {"model": model, "cluster": {"pipeline_parallel_size": 4, "tensor_parallel_size": tp},
-                              "engine": {"policy": "sglang-ring", "chunked_prefill_size": chunk}})
+    s = build_scenario(
+        None,
+        {
+            "model": model,
+            "cluster": {"pipeline_parallel_size": 4, "tensor_parallel_size": tp},
+            "engine": {"policy": "sglang-ring", "chunked_prefill_size": chunk},
+        },
+    )
     prep = prepare(s, requests=[])
     stage0 = prep.topology.stages[0]
-    for fit in (lambda: fit_from_cost(prep.cost, stage0, chunk),
-                lambda: fit_refined_from_cost(prep.cost, stage0, chunk, 4 * chunk)):
+    for fit in (
+        lambda: fit_from_cost(prep.cost, stage0, chunk),
+        lambda: fit_refined_from_cost(prep.cost, stage0, chunk, 4 * chunk),
+    ):
         try:
             m = fit()
         except PPSimError as e:
@@ -64,9 +75,12 @@ def test_chunk_fit_works_for_every_preset(model, chunk):
 
 
 def test_refined_chunk_form_drives_a_simulation():
-    over = {"model": "llama-3-8b", "cluster": {"pipeline_parallel_size": 2},
-            "engine": {"policy": "sglang-ring", "enable_dynamic_chunking": True, "chunked_prefill_size": 2048},
-            "workload": {"num_prompts": 2, "random_input_len": 7000, "random_output_len": 2}}
+    over = {
+        "model": "llama-3-8b",
+        "cluster": {"pipeline_parallel_size": 2},
+        "engine": {"policy": "sglang-ring", "enable_dynamic_chunking": True, "chunked_prefill_size": 2048},
+        "workload": {"num_prompts": 2, "random_input_len": 7000, "random_output_len": 2},
+    }
     budgets = {}
     for form in ("quadratic", "refined"):
         over["engine"]["dynamic_chunking_form"] = form
@@ -97,8 +111,10 @@ def test_sglang_chunk_default_follows_the_gpu_memory(hardware, chunk):
 
 def test_chunked_prefill_default_is_the_engines():
     """vLLM V1 always chunks; TensorRT-LLM's TorchLlmArgs.enable_chunked_prefill defaults to False."""
+
     def eng(policy, **kw):
         return build_scenario(None, {"engine": {"policy": policy, **kw}}).engine.policy
+
     assert eng("vllm-batch-queue").enable_chunked_prefill is True
     assert eng("trtllm-slots").enable_chunked_prefill is False
     assert eng("trtllm-slots", enable_chunked_prefill=True).enable_chunked_prefill is True

@@ -22,20 +22,66 @@ from ppsim.sweep.space import ALIASES
 
 # every scenario flag ppsim had before the flags were generated (users know them)
 FORMER_FLAGS = {
-    "--config", "--model", "--hardware", "-q", "--quantization", "--kv-cache-dtype", "--moe-routing-skew",
-    "--moe-router-zipf", "-pp", "--pipeline-parallel-size", "-tp", "--tensor-parallel-size", "--layer-partition",
-    "--link", "--tp-link", "--policy", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len",
-    "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--block-size", "--gpu-memory-utilization",
-    "--pp-throttle", "--no-pp-throttle", "--pp-async-batch-depth", "--pp-max-micro-batch-size",
-    "--chunked-prefill-size", "--max-prefill-tokens", "--dynamic-chunking-form", "--enable-dynamic-chunking",
-    "--no-enable-dynamic-chunking", "--smooth-factor", "--page-size", "--mrv2-decode-cap", "--no-mrv2-decode-cap",
-    "--pp-broadcast", "--max-batch-size", "--trtllm-relay", "--llamacpp-ubatch-tokens", "--llamacpp-n-copies",
-    "--dp-routing", "--abort-rate", "--abort-window-s", "--num-prompts", "--request-rate", "--burstiness",
-    "--max-concurrency", "--random-input-len", "--random-output-len", "--random-range-ratio", "--trace",
-    "--profile", "--seed",
+    "--config",
+    "--model",
+    "--hardware",
+    "-q",
+    "--quantization",
+    "--kv-cache-dtype",
+    "--moe-routing-skew",
+    "--moe-router-zipf",
+    "-pp",
+    "--pipeline-parallel-size",
+    "-tp",
+    "--tensor-parallel-size",
+    "--layer-partition",
+    "--link",
+    "--tp-link",
+    "--policy",
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--max-model-len",
+    "--enable-chunked-prefill",
+    "--no-enable-chunked-prefill",
+    "--block-size",
+    "--gpu-memory-utilization",
+    "--pp-throttle",
+    "--no-pp-throttle",
+    "--pp-async-batch-depth",
+    "--pp-max-micro-batch-size",
+    "--chunked-prefill-size",
+    "--max-prefill-tokens",
+    "--dynamic-chunking-form",
+    "--enable-dynamic-chunking",
+    "--no-enable-dynamic-chunking",
+    "--smooth-factor",
+    "--page-size",
+    "--mrv2-decode-cap",
+    "--no-mrv2-decode-cap",
+    "--pp-broadcast",
+    "--max-batch-size",
+    "--trtllm-relay",
+    "--llamacpp-ubatch-tokens",
+    "--llamacpp-n-copies",
+    "--dp-routing",
+    "--abort-rate",
+    "--abort-window-s",
+    "--num-prompts",
+    "--request-rate",
+    "--burstiness",
+    "--max-concurrency",
+    "--random-input-len",
+    "--random-output-len",
+    "--random-range-ratio",
+    "--trace",
+    "--profile",
+    "--seed",
 }
-TINY = {"model": "tiny", "cluster": {"pipeline_parallel_size": 2},
-        "workload": {"num_prompts": 12, "random_input_len": 200, "random_output_len": 12, "request_rate": 300.0}}
+TINY = {
+    "model": "tiny",
+    "cluster": {"pipeline_parallel_size": 2},
+    "workload": {"num_prompts": 12, "random_input_len": 200, "random_output_len": 12, "request_rate": 300.0},
+}
 
 
 def _with(engine: dict) -> dict:
@@ -43,13 +89,17 @@ def _with(engine: dict) -> dict:
 
 
 def test_the_flat_form_maps_onto_the_policy_table(tmp_path):
-    flat = build_scenario(None, _with({"policy": "sglang-ring", "pp_async_batch_depth": 1, "max_num_seqs": 8,
-                                       "chunked_prefill_size": 128}))
+    flat = build_scenario(
+        None,
+        _with({"policy": "sglang-ring", "pp_async_batch_depth": 1, "max_num_seqs": 8, "chunked_prefill_size": 128}),
+    )
     path = tmp_path / "s.toml"
-    path.write_text('model = "tiny"\n[cluster]\npipeline_parallel_size = 2\n'
-                    '[workload]\nnum_prompts = 12\nrandom_input_len = 200\nrandom_output_len = 12\n'
-                    'request_rate = 300.0\n[engine]\nmax_num_seqs = 8\n'
-                    '[engine.policy]\nkind = "sglang-ring"\npp_async_batch_depth = 1\nchunked_prefill_size = 128\n')
+    path.write_text(
+        'model = "tiny"\n[cluster]\npipeline_parallel_size = 2\n'
+        "[workload]\nnum_prompts = 12\nrandom_input_len = 200\nrandom_output_len = 12\n"
+        "request_rate = 300.0\n[engine]\nmax_num_seqs = 8\n"
+        '[engine.policy]\nkind = "sglang-ring"\npp_async_batch_depth = 1\nchunked_prefill_size = 128\n'
+    )
     table = build_scenario(str(path))
     assert table == flat and isinstance(table.engine.policy, SglangRing)
     assert run_scenario(table).summary == run_scenario(flat).summary
@@ -64,14 +114,19 @@ def test_config_json_writes_the_table_and_loads_back(tmp_path):
     assert build_scenario(str(tmp_path / "config.json")) == s
 
 
-@pytest.mark.parametrize("engine, owner", [
-    ({"policy": {"kind": "vllm-sync", "pp_async_batch_depth": 2}}, "--pp-async-batch-depth is not a knob of "
-                                                                    "vllm-sync (it is of sglang-ring)"),
-    ({"policy": {"kind": "sglang-ring", "max_num_batched_tokens": 64}}, "--max-prefill-tokens"),
-    ({"policy": "llamacpp", "max_batch_size": 4}, "(it is of trtllm-slots)"),
-    ({"policy": {"pp_throttle": True, "kind": "no-pp"}}, "vllm-batch-queue and vllm-mrv2"),
-    ({"pp_async_batch_depth": 1}, "not a knob of vllm-batch-queue"),  # the default policy
-])
+@pytest.mark.parametrize(
+    "engine, owner",
+    [
+        (
+            {"policy": {"kind": "vllm-sync", "pp_async_batch_depth": 2}},
+            "--pp-async-batch-depth is not a knob of vllm-sync (it is of sglang-ring)",
+        ),
+        ({"policy": {"kind": "sglang-ring", "max_num_batched_tokens": 64}}, "--max-prefill-tokens"),
+        ({"policy": "llamacpp", "max_batch_size": 4}, "(it is of trtllm-slots)"),
+        ({"policy": {"pp_throttle": True, "kind": "no-pp"}}, "vllm-batch-queue and vllm-mrv2"),
+        ({"pp_async_batch_depth": 1}, "not a knob of vllm-batch-queue"),  # the default policy
+    ],
+)
 def test_a_foreign_knob_is_refused_in_one_line(engine, owner):
     with pytest.raises(PPSimError) as e:
         build_scenario(None, _with(engine))
@@ -106,14 +161,17 @@ def test_flags_merge_into_the_files_policy_table(tmp_path):
 def test_the_policy_object_gives_the_executor_its_data_path(policy):
     pp = 1 if policy == "vllm-async" else 2
     knobs = {"sglang-ring": {"pp_async_batch_depth": 2}, "vllm-mrv2": {"pp_broadcast": "serialized"}}.get(policy, {})
-    s = build_scenario(None, {**TINY, "cluster": {"pipeline_parallel_size": pp},
-                              "engine": {"policy": {"kind": policy, **knobs}}})
+    s = build_scenario(
+        None, {**TINY, "cluster": {"pipeline_parallel_size": pp}, "engine": {"policy": {"kind": policy, **knobs}}}
+    )
     prep = prepare(s, [Request(0, 0.0, 40, 4)])
     opts = pipe_options(prep.knobs())
     assert opts == s.engine.policy.pipe_options()
-    expect = {"vllm-mrv2": PipeOptions("broadcast", True), "sglang-ring": PipeOptions(overlap_sends=True,
-                                                                                         defer_outputs=2),
-              "trtllm-slots": PipeOptions(overlap_sends=True)}.get(policy, PipeOptions())
+    expect = {
+        "vllm-mrv2": PipeOptions("broadcast", True),
+        "sglang-ring": PipeOptions(overlap_sends=True, defer_outputs=2),
+        "trtllm-slots": PipeOptions(overlap_sends=True),
+    }.get(policy, PipeOptions())
     assert opts == expect
     assert isinstance(prep.cost, RingReturnCost) == (policy in ("sglang-ring", "trtllm-slots"))
 
@@ -140,6 +198,11 @@ def test_generated_flags_keep_every_former_name_and_cover_every_knob():
 def test_a_sweep_axis_of_a_policy_knob():
     from ppsim.sweep.space import parse_space
 
-    sp = parse_space({"base": {"model": "tiny", "engine": {"policy": "sglang-ring"}},
-                      "space": {"pp_async_batch_depth": [0, 2]}, "slo": {"p99_ttft_ms": 2000}})
+    sp = parse_space(
+        {
+            "base": {"model": "tiny", "engine": {"policy": "sglang-ring"}},
+            "space": {"pp_async_batch_depth": [0, 2]},
+            "slo": {"p99_ttft_ms": 2000},
+        }
+    )
     assert [c.scenario.engine.policy.pp_async_batch_depth for c in sp.configs] == [0, 2]

@@ -25,8 +25,16 @@ def workloads(draw: hs.DrawFn) -> list[Request]:
         out = draw(hs.integers(1, 10))
         abort_tok = draw(hs.one_of(hs.none(), hs.integers(1, 10))) if draw(hs.booleans()) else None
         abort_after = draw(hs.floats(0, 0.01)) if draw(hs.integers(0, 5)) == 0 else None
-        reqs.append(Request(i, t, draw(hs.integers(1, 160)), out,
-                            abort_tok if abort_tok is not None and abort_tok < out else None, abort_after))
+        reqs.append(
+            Request(
+                i,
+                t,
+                draw(hs.integers(1, 160)),
+                out,
+                abort_tok if abort_tok is not None and abort_tok < out else None,
+                abort_after,
+            )
+        )
     return reqs
 
 
@@ -34,10 +42,12 @@ def _ops_index(ops):  # (track, step) -> (start, end)
     return {(o.track, o.step_id): (o.start_s, o.end_s) for o in ops if o.kind == "compute"}
 
 
-def check_run(policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt: int, blocks: int,
-              engine: dict) -> None:
-    res, trace = run_policy(policy, pp, reqs, max_num_seqs=max_num_seqs, max_num_batched_tokens=mnbt,
-                            num_blocks=blocks, engine=engine)
+def check_run(
+    policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt: int, blocks: int, engine: dict
+) -> None:
+    res, trace = run_policy(
+        policy, pp, reqs, max_num_seqs=max_num_seqs, max_num_batched_tokens=mnbt, num_blocks=blocks, engine=engine
+    )
     by_id = {r.req_id: r for r in reqs}
     # Conservation: each request ends exactly once; output counts match.
     for rec in res.requests:
@@ -108,18 +118,55 @@ def check_run(policy: str, pp: int, reqs: list[Request], max_num_seqs: int, mnbt
 
 @pytest.mark.parametrize("policy", POLICIES)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(reqs=workloads(), pp=hs.integers(1, 4), max_num_seqs=hs.integers(1, 6), mnbt=hs.integers(16, 200),
-       blocks=hs.integers(6, 40), decode_cap=hs.booleans(), serialized=hs.booleans(),
-       ub=hs.integers(8, 64), copies=hs.integers(1, 4), relay=hs.sampled_from(["sync", "async"]),
-       routing=hs.sampled_from(["round-robin", "least-loaded"]), throttle=hs.booleans(),
-       depth=hs.integers(0, 2), mb_cap=hs.one_of(hs.none(), hs.integers(1, 4)), chunked=hs.booleans())
-def test_policy_invariants(policy, reqs, pp, max_num_seqs, mnbt, blocks, decode_cap, serialized, ub, copies,
-                           relay, routing, throttle, depth, mb_cap, chunked):
-    engine = {"mrv2_decode_cap": decode_cap, "pp_broadcast": "serialized" if serialized else "overlapped",
-              "llamacpp_ubatch_tokens": ub, "llamacpp_n_copies": copies, "trtllm_relay": relay,
-              "dp_routing": routing, "block_size": 16, "pp_throttle": throttle,
-              "pp_async_batch_depth": depth, "pp_max_micro_batch_size": mb_cap, "max_batch_size": mb_cap or 2048,
-              "enable_chunked_prefill": chunked}
+@given(
+    reqs=workloads(),
+    pp=hs.integers(1, 4),
+    max_num_seqs=hs.integers(1, 6),
+    mnbt=hs.integers(16, 200),
+    blocks=hs.integers(6, 40),
+    decode_cap=hs.booleans(),
+    serialized=hs.booleans(),
+    ub=hs.integers(8, 64),
+    copies=hs.integers(1, 4),
+    relay=hs.sampled_from(["sync", "async"]),
+    routing=hs.sampled_from(["round-robin", "least-loaded"]),
+    throttle=hs.booleans(),
+    depth=hs.integers(0, 2),
+    mb_cap=hs.one_of(hs.none(), hs.integers(1, 4)),
+    chunked=hs.booleans(),
+)
+def test_policy_invariants(
+    policy,
+    reqs,
+    pp,
+    max_num_seqs,
+    mnbt,
+    blocks,
+    decode_cap,
+    serialized,
+    ub,
+    copies,
+    relay,
+    routing,
+    throttle,
+    depth,
+    mb_cap,
+    chunked,
+):
+    engine = {
+        "mrv2_decode_cap": decode_cap,
+        "pp_broadcast": "serialized" if serialized else "overlapped",
+        "llamacpp_ubatch_tokens": ub,
+        "llamacpp_n_copies": copies,
+        "trtllm_relay": relay,
+        "dp_routing": routing,
+        "block_size": 16,
+        "pp_throttle": throttle,
+        "pp_async_batch_depth": depth,
+        "pp_max_micro_batch_size": mb_cap,
+        "max_batch_size": mb_cap or 2048,
+        "enable_chunked_prefill": chunked,
+    }
     if not chunked:  # every prompt must then fit one step (the scenario refuses it otherwise), and so must a
         # preempted request's recompute of its prompt and the tokens it had generated
         mnbt = max(mnbt, *(r.prompt_len + r.output_len for r in reqs))

@@ -103,8 +103,9 @@ def drive(cls: type[Scheduler], extra: dict, seed: int, depth: int, num_blocks: 
             in_flight.append(plan)
         if in_flight and (len(in_flight) >= depth or not sched.has_requests() or not in_flight[-1].items):
             log.append(tuple(sched.update_from_output(in_flight.pop(0))))
-        for rid in [r for r, st in sched.requests.items() if st.status is not Status.RUNNING
-                    and st.status is not Status.WAITING]:
+        for rid in [
+            r for r, st in sched.requests.items() if st.status is not Status.RUNNING and st.status is not Status.WAITING
+        ]:
             del sched.requests[rid]  # forgotten once ended, as the driver does
     log.append(("preemptions", sched.num_preemptions))
     return log

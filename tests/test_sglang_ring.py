@@ -34,11 +34,22 @@ class LinearCost:
 
 def scenario(pp=4, **engine):
     eng = {"policy": "sglang-ring", **engine}
-    return build_scenario(None, {
-        "model": "tiny", "cluster": {"pipeline_parallel_size": pp}, "engine": eng,
-        "workload": {"num_prompts": 40, "request_rate": 50.0, "random_input_len": 600,
-                     "random_output_len": 20, "random_range_ratio": 0.5}, "seed": 3,
-    })
+    return build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "cluster": {"pipeline_parallel_size": pp},
+            "engine": eng,
+            "workload": {
+                "num_prompts": 40,
+                "request_rate": 50.0,
+                "random_input_len": 600,
+                "random_output_len": 20,
+                "random_range_ratio": 0.5,
+            },
+            "seed": 3,
+        },
+    )
 
 
 def run(s, requests=None, cost=None):
@@ -56,8 +67,14 @@ def stage_ops(res, track):
 @pytest.mark.parametrize("depth", [0, 1, 2])
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_conservation_and_cap(depth, dynamic):
-    s = scenario(pp=4, max_num_seqs=8, chunked_prefill_size=256, pp_async_batch_depth=depth,
-                 enable_dynamic_chunking=dynamic, dynamic_chunking_coefficients=(1e-6, 0.01, 0.1))
+    s = scenario(
+        pp=4,
+        max_num_seqs=8,
+        chunked_prefill_size=256,
+        pp_async_batch_depth=depth,
+        enable_dynamic_chunking=dynamic,
+        dynamic_chunking_coefficients=(1e-6, 0.01, 0.1),
+    )
     sim, res = run(s)
     assert all(r.status == "finished" for r in res.requests)
     assert all(len(r.token_times) == r.output_tokens for r in res.requests)
@@ -95,6 +112,7 @@ def test_chunk_i_plus_1_enters_stage0_while_chunk_i_is_on_stage1():
 @pytest.mark.parametrize("pp,length,chunk", [(2, 4000, 500), (4, 4000, 250), (4, 3840, 960), (8, 4000, 125)])
 def test_chunked_pipeline_prefill_ttft_speedup(pp, length, chunk):
     """TTFT = (L + (P - 1) S) t with chunks vs L P t without: speedup P / (1 + (P - 1) S / L)."""
+
     def ttft(c):
         s = scenario(pp=pp, chunked_prefill_size=c, max_prefill_tokens=length)
         _, res = run(s, [Request(0, 0.0, length, 1)], LinearCost())
@@ -118,11 +136,18 @@ def test_prefill_chunks_follow_chunked_prefill_size():
     from ppsim.policy.actions import Launch
 
     sizes = []
-    s = build_scenario(None, {"model": "qwen2.5-7b", "cluster": {"pipeline_parallel_size": 2},
-                              "engine": {"policy": "sglang-ring", "chunked_prefill_size": 12288}})
+    s = build_scenario(
+        None,
+        {
+            "model": "qwen2.5-7b",
+            "cluster": {"pipeline_parallel_size": 2},
+            "engine": {"policy": "sglang-ring", "chunked_prefill_size": 12288},
+        },
+    )
     prep = dataclasses.replace(prepare(s, [Request(0, 0.0, 30000, 1)]), cost=LinearCost())
-    Simulation(prep, observer=lambda a: sizes.append(a.plan.num_tokens) if type(a) is Launch and a.plan.items
-               else None).run()
+    Simulation(
+        prep, observer=lambda a: sizes.append(a.plan.num_tokens) if type(a) is Launch and a.plan.items else None
+    ).run()
     assert sizes == [12288, 12288, 30000 - 2 * 12288]
 
 
@@ -131,9 +156,19 @@ def test_async_depth_hides_the_straggler():
     price of one decode per pp + depth iterations (same 80 requests spread over more slots)."""
     idle, tpot = {}, {}
     for depth in (0, 1):
-        s = build_scenario(None, {"model": "llama-3-70b", "cluster": {"pipeline_parallel_size": 4}, "engine": {
-            "policy": "sglang-ring", "max_num_seqs": 80, "pp_async_batch_depth": depth,
-            "pp_max_micro_batch_size": 80 // (4 + depth)}})
+        s = build_scenario(
+            None,
+            {
+                "model": "llama-3-70b",
+                "cluster": {"pipeline_parallel_size": 4},
+                "engine": {
+                    "policy": "sglang-ring",
+                    "max_num_seqs": 80,
+                    "pp_async_batch_depth": depth,
+                    "pp_max_micro_batch_size": 80 // (4 + depth),
+                },
+            },
+        )
         _, res = run(s, [Request(i, 0.0, 64, 100) for i in range(80)])
         ops = sorted(stage_ops(res, "stage0").values(), key=lambda o: o.start_s)
         gaps = sum(max(0.0, b.start_s - a.end_s) for a, b in zip(ops, ops[1:], strict=False))
@@ -152,9 +187,27 @@ def test_determinism():
 
 def test_fit_chunks_cli(ppsim_cli, tmp_path):
     png = tmp_path / "fit.png"
-    r = ppsim_cli("fit-chunks", "--model", "tiny", "-pp", "4", "--num-prompts", "4", "--request-rate", "inf",
-                  "--random-input-len", "3500", "--random-output-len", "2", "--chunk-sizes", "512,1024",
-                  "--smooth-factors", "0.5,1", "--plot", str(png))
+    r = ppsim_cli(
+        "fit-chunks",
+        "--model",
+        "tiny",
+        "-pp",
+        "4",
+        "--num-prompts",
+        "4",
+        "--request-rate",
+        "inf",
+        "--random-input-len",
+        "3500",
+        "--random-output-len",
+        "2",
+        "--chunk-sizes",
+        "512,1024",
+        "--smooth-factors",
+        "0.5,1",
+        "--plot",
+        str(png),
+    )
     assert r.returncode == 0, r.stderr
     assert "best: --chunked-prefill-size" in r.stdout and "fixed-chunk baseline" in r.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -173,8 +226,7 @@ def test_last_rank_defers_the_output_send_by_depth_iterations(depth):
 
     env = simpy.Environment()
     stages = (StageSpec(0, 0, 1, True, False), StageSpec(1, 1, 2, False, True))
-    pipe = PipelineSim(env, stages, ConstantCost(1e-3), lambda n: 0.0, [], overlap_sends=True,
-                       defer_outputs=depth)
+    pipe = PipelineSim(env, stages, ConstantCost(1e-3), lambda n: 0.0, [], overlap_sends=True, defer_outputs=depth)
     plans = [make_plan(i, [PlanItem(i, 0, 4, True, True)]) for i in range(3)]
     done_at = {}
 

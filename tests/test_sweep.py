@@ -17,8 +17,11 @@ from ppsim.sweep.search import Probe, bisect_rate
 from ppsim.sweep.space import load_space, parse_space
 
 TINY = {
-    "base": {"model": "tiny", "hardware": "h100-sxm",
-             "workload": {"num_prompts": 24, "random_input_len": 64, "random_output_len": 8}},
+    "base": {
+        "model": "tiny",
+        "hardware": "h100-sxm",
+        "workload": {"num_prompts": 24, "random_input_len": 64, "random_output_len": 8},
+    },
     "space": {"pp": [1, 2], "max_num_seqs": [8]},
     "slo": {"p99_ttft_ms": 8, "p99_tpot_ms": 5},  # H100 steps of the tiny model: ~1.6 ms at PP=1
     "search": {"rel_tolerance": 0.1, "max_steps": 4},
@@ -34,6 +37,7 @@ def _space(**over):
 
 # --- space parsing ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "over, field",
     [
@@ -41,8 +45,10 @@ def _space(**over):
         ({"space": {"pipeline": [1]}}, "space.pipeline: unknown axis"),
         ({"space": {"pp": []}}, "space.pp: must be a non-empty list"),
         ({"space": {"pp": 2}}, "space.pp: must be a non-empty list"),
-        ({"space": {"chunk_size": [64], "max_num_batched_tokens": [64]}},
-         "space.max_num_batched_tokens: sets the same"),
+        (
+            {"space": {"chunk_size": [64], "max_num_batched_tokens": [64]}},
+            "space.max_num_batched_tokens: sets the same",
+        ),
         ({"space": {"num_gpus": [0]}}, "space.num_gpus: must be a list of positive integers"),
         ({"space": {"pp": [1, 2], "num_gpus": [7]}}, "space.num_gpus: no configuration"),
         ({"space": {"policy": ["vllm-nope"]}}, "space: engine.policy"),
@@ -64,11 +70,16 @@ def test_space_errors_name_the_field(over, field):
 
 
 def test_space_expands_product_with_aliases_tables_and_gpu_filter():
-    sp = _space(space={
-        "tp": [1, 2], "pp": [1, 2, 4], "num_gpus": [2, 4], "chunk_size": [128],
-        "scheduler": [{"policy": "vllm-sync"}, {"policy": "vllm-batch-queue", "pp_throttle": False}],
-        "engine.gpu_memory_utilization": [0.8],
-    })
+    sp = _space(
+        space={
+            "tp": [1, 2],
+            "pp": [1, 2, 4],
+            "num_gpus": [2, 4],
+            "chunk_size": [128],
+            "scheduler": [{"policy": "vllm-sync"}, {"policy": "vllm-batch-queue", "pp_throttle": False}],
+            "engine.gpu_memory_utilization": [0.8],
+        }
+    )
     # (tp, pp) with tp*pp in {2, 4}: (1,2) (1,4) (2,1) (2,2) -> 4 x 2 schedulers
     assert len(sp.configs) == 8 and sp.filtered == 4
     s = sp.configs[-1].scenario
@@ -104,11 +115,13 @@ def test_example_spaces_parse():
 
 # --- bisection ----------------------------------------------------------------------------------
 
+
 def _toy(threshold: float, capacity: float, calls: list[float]):
     def probe(rate: float) -> Probe:
         calls.append(rate)
         ok = rate <= threshold
         return Probe(rate, ok, None if ok else "p99_ttft_ms", {"request_throughput": capacity})
+
     return probe
 
 
@@ -132,6 +145,7 @@ def test_bisection_saturation_ok_and_never_ok():
 
 
 # --- end to end -----------------------------------------------------------------------------------
+
 
 def _strip(results):
     return [{k: v for k, v in r.items() if k != "wall_s"} for r in results]
@@ -158,10 +172,12 @@ def test_sweep_resume_skips_done_configs(tmp_path: Path):
 
 
 def test_memory_infeasible_reported_not_dropped(tmp_path: Path):
-    sp = _space(base={"model": "llama-2-70b", "workload": {"num_prompts": 8, "random_input_len": 64,
-                                                           "random_output_len": 4}},
-                space={"tp": [1, 8], "pp": [1], "max_num_seqs": [8]}, search={"max_steps": 2, "rel_tolerance": 0.2},
-                slo={"p99_ttft_ms": 5000})
+    sp = _space(
+        base={"model": "llama-2-70b", "workload": {"num_prompts": 8, "random_input_len": 64, "random_output_len": 4}},
+        space={"tp": [1, 8], "pp": [1], "max_num_seqs": [8]},
+        search={"max_steps": 2, "rel_tolerance": 0.2},
+        slo={"p99_ttft_ms": 5000},
+    )
     rep = run_sweep(sp, tmp_path, workers=1, progress=False)
     by_tp = {r["labels"]["tp"]: r for r in rep.results}
     assert by_tp["1"]["status"] == "no-fit" and by_tp["1"]["message"].startswith("memory:")
@@ -190,8 +206,10 @@ def test_local_and_ray_identical(tmp_path: Path):
 
 def test_cli_sweep_prints_table_and_writes_files(tmp_path: Path, ppsim_cli):
     f = tmp_path / "s.toml"
-    f.write_text('[base]\nmodel = "tiny"\n[base.workload]\nnum_prompts = 16\nrandom_input_len = 32\n'
-                 'random_output_len = 4\n[space]\npp = [1, 2]\n[slo]\np99_ttft_ms = 50\n[search]\nmax_steps = 3\n')
+    f.write_text(
+        '[base]\nmodel = "tiny"\n[base.workload]\nnum_prompts = 16\nrandom_input_len = 32\n'
+        "random_output_len = 4\n[space]\npp = [1, 2]\n[slo]\np99_ttft_ms = 50\n[search]\nmax_steps = 3\n"
+    )
     r = ppsim_cli("sweep", "--space", str(f), "--output-dir", str(tmp_path / "o"), "--workers", "1")
     assert r.returncode == 0, r.stderr
     assert "rate/s/GPU" in r.stdout and "2 evaluated" in r.stdout
@@ -200,6 +218,7 @@ def test_cli_sweep_prints_table_and_writes_files(tmp_path: Path, ppsim_cli):
 
 
 # --- helpers ------------------------------------------------------------------------------------
+
 
 def test_pareto_front_and_progress_line():
     pts = [(1.0, 1.0), (2.0, 3.0), (1.5, 0.5), (3.0, 2.0), (4.0, 5.0)]
@@ -212,6 +231,7 @@ def test_pareto_front_and_progress_line():
 
 
 # --- failures, interrupts, flags, keys (review fixes) ----------------------------------------------
+
 
 def test_unexpected_exception_is_one_error_row_not_a_dead_sweep(tmp_path: Path, monkeypatch):
     import ppsim.sweep.evaluate as ev
@@ -288,19 +308,24 @@ def test_cli_interrupt_exits_130_with_finished_results_saved(tmp_path: Path, mon
 
     monkeypatch.setattr(runner, "run_tasks", one_then_interrupt)
     f = tmp_path / "s.toml"
-    f.write_text('[base]\nmodel = "tiny"\n[base.workload]\nnum_prompts = 16\nrandom_input_len = 32\n'
-                 'random_output_len = 4\n[space]\npp = [1, 2]\n[slo]\np99_ttft_ms = 50\n[search]\nmax_steps = 3\n')
+    f.write_text(
+        '[base]\nmodel = "tiny"\n[base.workload]\nnum_prompts = 16\nrandom_input_len = 32\n'
+        "random_output_len = 4\n[space]\npp = [1, 2]\n[slo]\np99_ttft_ms = 50\n[search]\nmax_steps = 3\n"
+    )
     rc = main(["sweep", "--space", str(f), "--output-dir", str(tmp_path / "o"), "--no-progress"])
     assert rc == 130
     assert "1 configurations evaluated" in capsys.readouterr().err
     assert len(list((tmp_path / "o" / "results").glob("*.json"))) == 1
 
 
-@pytest.mark.parametrize("flags, msg", [
-    (["--ray-address", "10.0.0.1:6379"], "--ray-address: only used with --executor ray"),
-    (["--executor", "ray", "--ray-address", "auto", "--workers", "4"], "--workers: ignored when connecting"),
-    (["--workers", "0"], "--workers: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "flags, msg",
+    [
+        (["--ray-address", "10.0.0.1:6379"], "--ray-address: only used with --executor ray"),
+        (["--executor", "ray", "--ray-address", "auto", "--workers", "4"], "--workers: ignored when connecting"),
+        (["--workers", "0"], "--workers: must be >= 1"),
+    ],
+)
 def test_contradictory_executor_flags_rejected(tmp_path: Path, flags, msg, capsys):
     from ppsim.cli import main
 
@@ -332,11 +357,17 @@ def test_small_example_throttle_axis_can_bind():
     """pp_throttle caps admissions per step at max_num_seqs // pp; the axis matters only if a step's
     token budget holds more prefills than that for some configuration with pp > 1."""
     sp = load_space(Path(__file__).resolve().parents[1] / "experiments" / "spaces" / "llama2-70b-small.toml")
-    assert {c.labels["scheduler"] for c in sp.configs} >= {"policy=vllm-batch-queue,pp_throttle=true",
-                                                           "policy=vllm-batch-queue,pp_throttle=false"}
-    binds = [c for c in sp.configs if c.scenario.cluster.pipeline_parallel_size > 1
-             and c.scenario.engine.step_token_budget // c.scenario.workload.random_input_len
-             > c.scenario.engine.max_num_seqs // c.scenario.cluster.pipeline_parallel_size]
+    assert {c.labels["scheduler"] for c in sp.configs} >= {
+        "policy=vllm-batch-queue,pp_throttle=true",
+        "policy=vllm-batch-queue,pp_throttle=false",
+    }
+    binds = [
+        c
+        for c in sp.configs
+        if c.scenario.cluster.pipeline_parallel_size > 1
+        and c.scenario.engine.step_token_budget // c.scenario.workload.random_input_len
+        > c.scenario.engine.max_num_seqs // c.scenario.cluster.pipeline_parallel_size
+    ]
     assert binds
 
 

@@ -106,8 +106,10 @@ def _stop_head(head: subprocess.Popen, marker: str) -> list[int]:
 
 
 def _results(out: Path) -> dict[str, dict]:
-    return {p.name: {k: v for k, v in json.loads(p.read_text()).items() if k != "wall_s"}
-            for p in sorted((out / "results").glob("*.json"))}
+    return {
+        p.name: {k: v for k, v in json.loads(p.read_text()).items() if k != "wall_s"}
+        for p in sorted((out / "results").glob("*.json"))
+    }
 
 
 def test_an_address_nobody_answers_is_one_line_not_a_hang(tmp_path: Path):
@@ -115,8 +117,9 @@ def test_an_address_nobody_answers_is_one_line_not_a_hang(tmp_path: Path):
     space_file = tmp_path / "space.toml"
     space_file.write_text(SPACE)
     with pytest.raises(PPSimError, match=rf"--ray-address: nothing answers at 127.0.0.1:{port} .*ray start --head"):
-        run_sweep(load_space(space_file), tmp_path / "out", executor="ray", ray_address=f"127.0.0.1:{port}",
-                  progress=False)
+        run_sweep(
+            load_space(space_file), tmp_path / "out", executor="ray", ray_address=f"127.0.0.1:{port}", progress=False
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -129,19 +132,53 @@ def test_sweep_on_a_real_ray_head_equals_the_local_executor(tmp_path: Path):
 
     ray_tmp = tempfile.mkdtemp(prefix="ppsim-ray-")  # short: Ray's socket paths must fit 107 bytes
     gcs, dash, agent, agent_grpc, env_agent, metrics, obj, node = _free_ports(8)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0",
-           # hermetic token authentication: Ray 2.5x turns it on for `ray start` when ~/.ray/auth_token exists
-           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # hermetic token authentication: Ray 2.5x turns it on for `ray start` when ~/.ray/auth_token exists
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+    }
     log = open(Path(ray_tmp) / "head.log", "w")  # noqa: SIM115 - closed in finally
     head = subprocess.Popen(
-        _ray_cli("start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
-                 "--num-cpus", "1", "--object-store-memory", str(100 * 2**20), "--temp-dir", ray_tmp,
-                 "--include-dashboard", "false", "--disable-usage-stats", "--dashboard-port", str(dash),
-                 "--dashboard-agent-listen-port", str(agent),
-                 "--dashboard-agent-grpc-port", str(agent_grpc), "--runtime-env-agent-port", str(env_agent),
-                 "--metrics-export-port", str(metrics), "--object-manager-port", str(obj),
-                 "--node-manager-port", str(node)),
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        _ray_cli(
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            str(gcs),
+            "--num-cpus",
+            "1",
+            "--object-store-memory",
+            str(100 * 2**20),
+            "--temp-dir",
+            ray_tmp,
+            "--include-dashboard",
+            "false",
+            "--disable-usage-stats",
+            "--dashboard-port",
+            str(dash),
+            "--dashboard-agent-listen-port",
+            str(agent),
+            "--dashboard-agent-grpc-port",
+            str(agent_grpc),
+            "--runtime-env-agent-port",
+            str(env_agent),
+            "--metrics-export-port",
+            str(metrics),
+            "--object-manager-port",
+            str(obj),
+            "--node-manager-port",
+            str(node),
+        ),
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     left: list[int] = []
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -150,9 +187,27 @@ def test_sweep_on_a_real_ray_head_equals_the_local_executor(tmp_path: Path):
             assert time.monotonic() < deadline, f"no Ray head within {START_TIMEOUT_S} s"
             time.sleep(0.5)
         r = subprocess.run(
-            [sys.executable, "-m", "ppsim.cli", "sweep", "--space", str(space_file), "--output-dir",
-             str(tmp_path / "ray"), "--executor", "ray", "--ray-address", f"127.0.0.1:{gcs}", "--no-progress"],
-            env=env, cwd=ROOT, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+            [
+                sys.executable,
+                "-m",
+                "ppsim.cli",
+                "sweep",
+                "--space",
+                str(space_file),
+                "--output-dir",
+                str(tmp_path / "ray"),
+                "--executor",
+                "ray",
+                "--ray-address",
+                f"127.0.0.1:{gcs}",
+                "--no-progress",
+            ],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=SWEEP_TIMEOUT_S,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         assert "4 evaluated" in r.stdout
     finally:

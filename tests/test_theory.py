@@ -8,10 +8,23 @@ from ppsim.run import run_scenario
 
 
 def _scenario(engine=None, **workload):
-    wl = {"num_prompts": 600, "request_rate": 20.0, "random_input_len": 256, "random_output_len": 64,
-          "random_range_ratio": 0.5, **workload}
-    return build_scenario(overrides={"model": "llama-3-8b", "cluster": {"pipeline_parallel_size": 2}, "workload": wl,
-                                     "seed": 3, "engine": engine or {}})
+    wl = {
+        "num_prompts": 600,
+        "request_rate": 20.0,
+        "random_input_len": 256,
+        "random_output_len": 64,
+        "random_range_ratio": 0.5,
+        **workload,
+    }
+    return build_scenario(
+        overrides={
+            "model": "llama-3-8b",
+            "cluster": {"pipeline_parallel_size": 2},
+            "workload": wl,
+            "seed": 3,
+            "engine": engine or {},
+        }
+    )
 
 
 def test_littles_law_on_stationary_run():
@@ -58,9 +71,20 @@ def test_closed_loop_never_exceeds_max_concurrency(policy):
 
 
 def test_determinism_byte_identical_summary(tmp_path, ppsim_cli):
-    args = ["simulate", "--save-detailed", "--model", "llama-3-8b", "-pp", "2", "--num-prompts", "50",
-            "--random-range-ratio", "0.3",
-            "--seed", "7"]
+    args = [
+        "simulate",
+        "--save-detailed",
+        "--model",
+        "llama-3-8b",
+        "-pp",
+        "2",
+        "--num-prompts",
+        "50",
+        "--random-range-ratio",
+        "0.3",
+        "--seed",
+        "7",
+    ]
     a = ppsim_cli(*args, "--output-dir", str(tmp_path / "a"))
     b = ppsim_cli(*args, "--output-dir", str(tmp_path / "b"))
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr

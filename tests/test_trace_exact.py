@@ -62,8 +62,14 @@ def test_engine_core_single_request_token_times():
     assert [round(t * 1e3, 9) for t in rec.token_times] == [2.0, 4.0, 6.0]
     assert rec.status == "finished"
     computes = [(o.track, o.step_id, round(o.start_s * 1e3, 9)) for o in res.ops if o.kind == "compute"]
-    assert computes == [("stage0", 0, 0.0), ("stage1", 0, 1.0), ("stage0", 2, 2.0), ("stage1", 2, 3.0),
-                        ("stage0", 4, 4.0), ("stage1", 4, 5.0)]
+    assert computes == [
+        ("stage0", 0, 0.0),
+        ("stage1", 0, 1.0),
+        ("stage0", 2, 2.0),
+        ("stage1", 2, 3.0),
+        ("stage0", 4, 4.0),
+        ("stage1", 4, 5.0),
+    ]
 
 
 class LaunchCost(PerStageCost):
@@ -99,7 +105,13 @@ def test_overlapped_sends_do_not_hold_the_next_compute():
     env.run()
     got = [(o.track, o.step_id, round(o.start_s * 1e3, 9), round(o.end_s * 1e3, 9)) for o in ops]
     assert sorted(got, key=lambda x: (x[0], x[1])) == [
-        ("link0->1", 0, 2.0, 3.0), ("link0->1", 1, 4.0, 5.0), ("link0->1", 2, 6.0, 7.0),
-        ("stage0", 0, 0.0, 2.0), ("stage0", 1, 2.0, 4.0), ("stage0", 2, 4.0, 6.0),
-        ("stage1", 0, 3.0, 6.0), ("stage1", 1, 6.0, 9.0), ("stage1", 2, 9.0, 12.0),
+        ("link0->1", 0, 2.0, 3.0),
+        ("link0->1", 1, 4.0, 5.0),
+        ("link0->1", 2, 6.0, 7.0),
+        ("stage0", 0, 0.0, 2.0),
+        ("stage0", 1, 2.0, 4.0),
+        ("stage0", 2, 4.0, 6.0),
+        ("stage1", 0, 3.0, 6.0),
+        ("stage1", 1, 6.0, 9.0),
+        ("stage1", 2, 9.0, 12.0),
     ]

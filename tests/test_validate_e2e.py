@@ -5,9 +5,30 @@ import json
 
 def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     out = tmp_path / "val"
-    r = ppsim_cli("validate", "--model", "tiny", "-pp", "2", "--num-prompts", "8", "--request-rate", "inf",
-                  "--random-input-len", "64", "--random-output-len", "8", "--max-num-batched-tokens", "256",
-                  "--profile", "profiles/tiny-cpu", "--repeats", "2", "--output-dir", str(out), timeout=300)
+    r = ppsim_cli(
+        "validate",
+        "--model",
+        "tiny",
+        "-pp",
+        "2",
+        "--num-prompts",
+        "8",
+        "--request-rate",
+        "inf",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "8",
+        "--max-num-batched-tokens",
+        "256",
+        "--profile",
+        "profiles/tiny-cpu",
+        "--repeats",
+        "2",
+        "--output-dir",
+        str(out),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "ppsim validate: engine vs simulator" in r.stdout and "per-request TTFT" in r.stdout
     v = json.loads((out / "validation.json").read_text())
@@ -32,9 +53,24 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
 
 def test_validate_calibrates_this_host_without_a_profile(ppsim_cli, tmp_path):
     out = tmp_path / "v"
-    r = ppsim_cli("validate", "--model", "tiny", "--num-prompts", "2", "--random-input-len", "16",
-                  "--random-output-len", "3", "--repeats", "1", "--host-guard", "off", "--output-dir", str(out),
-                  timeout=600)
+    r = ppsim_cli(
+        "validate",
+        "--model",
+        "tiny",
+        "--num-prompts",
+        "2",
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        "3",
+        "--repeats",
+        "1",
+        "--host-guard",
+        "off",
+        "--output-dir",
+        str(out),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "no --profile; calibrating tiny" in r.stderr and "quick grid" in r.stderr
     meta = json.loads((out / "profile" / "meta.json").read_text())
@@ -45,7 +81,16 @@ def test_validate_calibrates_this_host_without_a_profile(ppsim_cli, tmp_path):
 
 
 def test_validate_bad_input_fails_before_calibrating(ppsim_cli, tmp_path):
-    r = ppsim_cli("validate", "--model", "tiny", "--num-prompts", "2", "--host-max-drift", "0",
-                  "--output-dir", str(tmp_path / "v"))
+    r = ppsim_cli(
+        "validate",
+        "--model",
+        "tiny",
+        "--num-prompts",
+        "2",
+        "--host-max-drift",
+        "0",
+        "--output-dir",
+        str(tmp_path / "v"),
+    )
     assert r.returncode == 2 and "--host-max-drift" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "v" / "profile").exists()

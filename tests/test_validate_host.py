@@ -77,10 +77,20 @@ def test_validate_records_and_flags_an_injected_drift(tmp_path):
     from ppsim.config import build_scenario
     from ppsim.validate.run import format_report, validate
 
-    s = build_scenario(None, {"model": "tiny", "cluster": {"pipeline_parallel_size": 1},
-                              "cost": {"kind": "profile", "profile_dir": str(ROOT / "profiles" / "tiny-cpu")},
-                              "workload": {"num_prompts": 2, "request_rate": float("inf"),
-                                           "random_input_len": 16, "random_output_len": 3}})
+    s = build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "cluster": {"pipeline_parallel_size": 1},
+            "cost": {"kind": "profile", "profile_dir": str(ROOT / "profiles" / "tiny-cpu")},
+            "workload": {
+                "num_prompts": 2,
+                "request_rate": float("inf"),
+                "random_input_len": 16,
+                "random_output_len": 3,
+            },
+        },
+    )
     g = guard([(0.030, 0.99), (0.045, 0.98)])
     payload = validate(s, tmp_path / "flag", 1, log=lambda m: None, host=g)
     h = payload["host"]

@@ -28,11 +28,13 @@ def _plan(step, n_decode, prefill=0):
 
 def test_each_engine_compute_is_timed_with_its_own_plan():
     plans = {0: _plan(0, 4), 1: _plan(1, 1, prefill=60)}
-    ops = [OpRecord("stage0", "compute", 0, 0.0, 0.010, 4, 4),  # predicted 8 ms: -20%
-           OpRecord("stage1", "compute", 0, 0.010, 0.020, 4, 4),  # predicted 10 ms: 0%
-           OpRecord("stage0", "compute", 1, 0.020, 0.142, 61, 2),  # predicted 122 ms: 0%
-           OpRecord("link0->1", "send", 0, 0.010, 0.011, 4, 4),  # not a compute
-           OpRecord("stage0", "compute", 7, 0.2, 0.3, 1, 1)]  # plan unknown: skipped
+    ops = [
+        OpRecord("stage0", "compute", 0, 0.0, 0.010, 4, 4),  # predicted 8 ms: -20%
+        OpRecord("stage1", "compute", 0, 0.010, 0.020, 4, 4),  # predicted 10 ms: 0%
+        OpRecord("stage0", "compute", 1, 0.020, 0.142, 61, 2),  # predicted 122 ms: 0%
+        OpRecord("link0->1", "send", 0, 0.010, 0.011, 4, 4),  # not a compute
+        OpRecord("stage0", "compute", 7, 0.2, 0.3, 1, 1),
+    ]  # plan unknown: skipped
     cpu = {(0, 0): 0.005, (1, 0): 0.010}  # stage 0 ran 5 of its 10 ms: waited 5 ms for a core
     rows = step_costs(LinearCost(), STAGES, plans, ops, run=3, cpu_s=cpu)
     assert [(r["stage"], r["step_id"]) for r in rows] == [(0, 0), (1, 0), (0, 1)]
@@ -59,5 +61,13 @@ def test_each_engine_compute_is_timed_with_its_own_plan():
 
 
 def test_token_buckets_cover_every_size():
-    assert [bucket_of(n) for n in (1, 3, 8, 9, 64, 65, 300, 10**6)] == \
-        ["1", "2-4", "5-8", "9-16", "17-64", "65-256", ">=257", ">=257"]
+    assert [bucket_of(n) for n in (1, 3, 8, 9, 64, 65, 300, 10**6)] == [
+        "1",
+        "2-4",
+        "5-8",
+        "9-16",
+        "17-64",
+        "65-256",
+        ">=257",
+        ">=257",
+    ]

@@ -48,19 +48,38 @@ def test_draws_stay_in_their_ranges_and_build():
 
 
 def _payload(err: float, bubble_pts: float) -> dict:
-    metrics = ["output_throughput", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_e2el_ms", "p99_e2el_ms",
-               "pipeline_bubble_fraction"]
-    rows = [{"metric": m, "engine": 1.0, "engine_spread": 0.02, "simulated": 1.0 + err,
-             "error": bubble_pts if m == "pipeline_bubble_fraction" else err} for m in metrics]
-    return {"rows": rows, "step_cost": {"median_error": -0.1, "p90_abs_error": 0.2, "median_cpu_error": -0.05,
-                                        "median_cpu_share": 0.9},
-            "per_request": {"ttft": {"ks_pvalue": 0.5}, "e2el": {"ks_pvalue": 0.4}},
-            "host": {"ok": False, "problem": "drifted"}}
+    metrics = [
+        "output_throughput",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "median_e2el_ms",
+        "p99_e2el_ms",
+        "pipeline_bubble_fraction",
+    ]
+    rows = [
+        {
+            "metric": m,
+            "engine": 1.0,
+            "engine_spread": 0.02,
+            "simulated": 1.0 + err,
+            "error": bubble_pts if m == "pipeline_bubble_fraction" else err,
+        }
+        for m in metrics
+    ]
+    return {
+        "rows": rows,
+        "step_cost": {"median_error": -0.1, "p90_abs_error": 0.2, "median_cpu_error": -0.05, "median_cpu_share": 0.9},
+        "per_request": {"ttft": {"ks_pvalue": 0.5}, "e2el": {"ks_pvalue": 0.4}},
+        "host": {"ok": False, "problem": "drifted"},
+    }
 
 
 def test_results_tables_keep_sets_apart():
-    rows = [result_row("development", "d1", {"policy": "vllm-sync", "pp": 1}, _payload(0.04, 0.01)),
-            result_row("held-out", "h1", {"policy": "vllm-sync", "pp": 2, "seed": 5}, _payload(-0.3, -0.2))]
+    rows = [
+        result_row("development", "d1", {"policy": "vllm-sync", "pp": 1}, _payload(0.04, 0.01)),
+        result_row("held-out", "h1", {"policy": "vllm-sync", "pp": 2, "seed": 5}, _payload(-0.3, -0.2)),
+    ]
     md = results_md(rows, ["# t"])
     line = next(x for x in md.splitlines() if x.startswith("| vllm-sync |"))
     assert "| 1 | 4.0% (±2.0%) | 1 | 30.0% (±2.0%) |" in line  # dev and held-out side by side, spread beside

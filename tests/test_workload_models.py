@@ -9,8 +9,13 @@ from ppsim.workload import build_workload, read_trace
 
 def test_presets_present_and_param_counts():
     assert {"llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "qwen2.5-7b", "tiny"} <= set(list_presets())
-    expected_b = {"llama-2-7b": 6.74, "llama-2-70b": 68.98, "llama-3-8b": 8.03, "llama-3-70b": 70.55,
-                  "qwen2.5-7b": 7.62}
+    expected_b = {
+        "llama-2-7b": 6.74,
+        "llama-2-70b": 68.98,
+        "llama-3-8b": 8.03,
+        "llama-3-70b": 70.55,
+        "qwen2.5-7b": 7.62,
+    }
     for name, b in expected_b.items():
         m = load_model(name)
         assert m.total_weight_bytes() / m.dtype_bytes / 1e9 == pytest.approx(b, rel=0.01), name
@@ -33,8 +38,12 @@ def test_poisson_arrivals_first_at_zero_and_rate():
 
 
 def test_burstiness_and_lengths():
-    wl = build_workload(WorkloadConfig(num_prompts=4000, request_rate=10.0, burstiness=4.0, random_input_len=100,
-                                       random_range_ratio=0.2), seed=2)
+    wl = build_workload(
+        WorkloadConfig(
+            num_prompts=4000, request_rate=10.0, burstiness=4.0, random_input_len=100, random_range_ratio=0.2
+        ),
+        seed=2,
+    )
     gaps = np.diff([r.arrival_s for r in wl])
     assert np.std(gaps) / np.mean(gaps) == pytest.approx(0.5, rel=0.1)  # gamma CV = 1/sqrt(shape)
     ins = [r.prompt_len for r in wl]

@@ -20,5 +20,7 @@ def vidur_root() -> Path:
 
 VIDUR_ROOT = vidur_root()
 PRESENT = (VIDUR_ROOT / "compute").is_dir()
-SKIP_REASON = (f"Vidur profiling data not found at {VIDUR_ROOT}: set {ENV} to a Vidur checkout's data/profiling "
-               f"(or place it at {BESIDE_REPO})")
+SKIP_REASON = (
+    f"Vidur profiling data not found at {VIDUR_ROOT}: set {ENV} to a Vidur checkout's data/profiling "
+    f"(or place it at {BESIDE_REPO})"
+)

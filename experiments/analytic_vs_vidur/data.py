@@ -20,7 +20,7 @@ VIDUR_TO_PRESET = {v: k for k, v in PRESET_TO_VIDUR.items()}
 # Folders left out, and why (each is reported in results.md).
 SKIPPED = {
     "microsoft/phi-2": "GELU MLP without a gate and a parallel attention/MLP block: ppsim models gated (SwiGLU) "
-                       "MLPs only, and Vidur profiled it at TP 1 only",
+    "MLPs only, and Vidur profiled it at TP 1 only",
 }
 MAX_TOKENS = 4096  # Vidur's tables reach 4096 tokens for every model (32768 for Llama-3)
 
@@ -58,6 +58,9 @@ def gemm_table(path: Path) -> Iterator[tuple[int, int, dict[str, float]]]:
     for r in rows(path):
         T = int(r["num_tokens"])
         if T <= MAX_TOKENS:
-            ops = {k.split(".")[1]: float(v) * 1e-3 for k, v in r.items()
-                   if k.startswith("time_stats.") and k.endswith(".median") and v != ""}
+            ops = {
+                k.split(".")[1]: float(v) * 1e-3
+                for k, v in r.items()
+                if k.startswith("time_stats.") and k.endswith(".median") and v != ""
+            }
             yield int(r["num_tensor_parallel_workers"]), T, ops

@@ -36,8 +36,14 @@ OUT = Path(__file__).parent
 NETWORK = {"a100": "a100_dgx", "h100": "h100_dgx"}
 CPU = {"a100": "a100", "h100": "a100", "a40": "a40"}  # Vidur has no H100 host data: A100's
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
-ELEM_OPS = {"input_layernorm": "norm", "post_attention_layernorm": "norm", "attn_rope": "rope", "mlp_act": "act",
-            "add": "add", "emb": "emb"}
+ELEM_OPS = {
+    "input_layernorm": "norm",
+    "post_attention_layernorm": "norm",
+    "attn_rope": "rope",
+    "mlp_act": "act",
+    "add": "add",
+    "emb": "emb",
+}
 
 
 def _gemm_samples() -> list[tuple[float, float, float, float, float]]:
@@ -50,8 +56,16 @@ def _gemm_samples() -> list[tuple[float, float, float, float, float]]:
         for tp, T, r in gemm_table(VIDUR_ROOT / "compute" / dev / vidur_model / "mlp.csv"):
             gemms = attention_gemms(shape, tp) + mlp_gemms(shape, shape.intermediate_size, tp)
             for op, (w, fl, act) in zip(GEMM_OPS, gemms, strict=True):
-                out.append((DEVS.index(dev), fl * T, w + act * T * shape.dtype_bytes, d.peak_tflops * 1e12,
-                            d.hbm_bandwidth_gbps * 1e9, r[op]))
+                out.append(
+                    (
+                        DEVS.index(dev),
+                        fl * T,
+                        w + act * T * shape.dtype_bytes,
+                        d.peak_tflops * 1e12,
+                        d.hbm_bandwidth_gbps * 1e9,
+                        r[op],
+                    )
+                )
     return out
 
 
@@ -63,17 +77,27 @@ def fit_gemm() -> dict[str, object]:
     n = len(DEVS)
 
     def pred(x: np.ndarray) -> np.ndarray:
-        p, a0, ce, me = x[0], x[1], x[2:2 + n][k], x[2 + n:][k]
+        p, a0, ce, me = x[0], x[1], x[2 : 2 + n][k], x[2 + n :][k]
         c, m = fl / (pf * ce), by / (pb * me)
         hi, lo = np.maximum(c, m), np.minimum(c, m)
         return a0 * 1e-6 + hi * (1 + (lo / hi) ** p) ** (1 / p)
 
-    r = least_squares(lambda x: np.log(pred(x) / y), [2.0, 5.0] + [0.7] * n + [0.8] * n,
-                      bounds=([1.0, 0.0] + [0.2] * 2 * n, [20.0, 50.0] + [1.0] * 2 * n), loss="soft_l1")
+    r = least_squares(
+        lambda x: np.log(pred(x) / y),
+        [2.0, 5.0] + [0.7] * n + [0.8] * n,
+        bounds=([1.0, 0.0] + [0.2] * 2 * n, [20.0, 50.0] + [1.0] * 2 * n),
+        loss="soft_l1",
+    )
     err = np.abs(pred(r.x) / y - 1)
-    return {"gemm_sharpness": r.x[0], "gemm_launch_us": r.x[1],
-            "per_device": {DEVICE_PRESET[d]: {"compute_eff": r.x[2 + i], "memory_eff": r.x[2 + n + i]}
-                           for i, d in enumerate(DEVS)}, "n": len(y), "median_abs_err": float(np.median(err))}
+    return {
+        "gemm_sharpness": r.x[0],
+        "gemm_launch_us": r.x[1],
+        "per_device": {
+            DEVICE_PRESET[d]: {"compute_eff": r.x[2 + i], "memory_eff": r.x[2 + n + i]} for i, d in enumerate(DEVS)
+        },
+        "n": len(y),
+        "median_abs_err": float(np.median(err)),
+    }
 
 
 def fit_elementwise() -> dict[str, float]:
@@ -88,8 +112,13 @@ def fit_elementwise() -> dict[str, float]:
         for tp, T, r in gemm_table(VIDUR_ROOT / "compute" / dev / vidur_model / "mlp.csv"):
             q = shape.q_dim // tp
             kv = kv_heads_per_gpu(shape.num_kv_heads, tp) * shape.head_dim
-            per_tok = {"norm": 2 * h * b, "rope": 2 * (q + kv) * b, "act": 3 * shape.intermediate_size / tp * b,
-                       "add": 3 * h * b, "emb": 2 * h * b}
+            per_tok = {
+                "norm": 2 * h * b,
+                "rope": 2 * (q + kv) * b,
+                "act": 3 * shape.intermediate_size / tp * b,
+                "add": 3 * h * b,
+                "emb": 2 * h * b,
+            }
             for op, kind in ELEM_OPS.items():
                 pts.append((kinds.index(kind), per_tok[kind] * T / (d.hbm_bandwidth_gbps * 1e9), r[op]))
     k, t_peak, y = np.array(pts).T
@@ -101,8 +130,12 @@ def fit_elementwise() -> dict[str, float]:
     lo, hi = [0.0] + [0.05] * len(kinds), [50.0] + [1.0] * len(kinds)
     r = least_squares(resid, [4.0] + [0.5] * len(kinds), bounds=(lo, hi), loss="soft_l1")
     err = np.abs(np.expm1(resid(r.x)))
-    return {"floor_us": r.x[0], **{f"{kind}_eff": r.x[1 + i] for i, kind in enumerate(kinds)}, "n": len(y),
-            "median_abs_err": float(np.median(err))}
+    return {
+        "floor_us": r.x[0],
+        **{f"{kind}_eff": r.x[1 + i] for i, kind in enumerate(kinds)},
+        "n": len(y),
+        "median_abs_err": float(np.median(err)),
+    }
 
 
 def fit_attention() -> dict[str, float]:
@@ -115,16 +148,21 @@ def fit_attention() -> dict[str, float]:
     peak, bw = d.peak_tflops * 1e12, d.hbm_bandwidth_gbps * 1e9
     reshape_bytes = 2 * b * (2 * q + 2 * kv)
     # causal pairs c p + c^2 / 2 at 4 q FLOPs each: the c^2 coefficient is 2 q / F
-    return {"attn_compute_eff": 2 * q / (peak * pre["cc"]),
-            "attn_memory_eff": 2 * kv * b / (bw * dec["ctx"]), "attn_call_us": (pre["call"] + dec["call"]) / 2 * 1e6,
-            "reshape_eff": reshape_bytes / (bw * pre["tok"])}
+    return {
+        "attn_compute_eff": 2 * q / (peak * pre["cc"]),
+        "attn_memory_eff": 2 * kv * b / (bw * dec["ctx"]),
+        "attn_call_us": (pre["call"] + dec["call"]) / 2 * 1e6,
+        "reshape_eff": reshape_bytes / (bw * pre["tok"]),
+    }
 
 
 def fit_allreduce(dev: str) -> dict[str, float]:
     link = LINKS[TP_LINK[dev]]
-    pts = [(int(r["num_workers"]), float(r["size"]), float(r["time_stats.all_reduce.median"]) * 1e-3)
-           for r in rows(VIDUR_ROOT / "network" / NETWORK[dev] / "all_reduce.csv")
-           if r["num_workers"] == r["devices_per_node"] and int(r["num_workers"]) in (2, 4, 8)]
+    pts = [
+        (int(r["num_workers"]), float(r["size"]), float(r["time_stats.all_reduce.median"]) * 1e-3)
+        for r in rows(VIDUR_ROOT / "network" / NETWORK[dev] / "all_reduce.csv")
+        if r["num_workers"] == r["devices_per_node"] and int(r["num_workers"]) in (2, 4, 8)
+    ]
     n, size, y = np.array(pts).T
 
     def resid(x: np.ndarray) -> np.ndarray:
@@ -146,10 +184,15 @@ def fit_cpu(dev: str) -> dict[str, float]:
 
 def main() -> None:
     g = fit_gemm()
-    res = {"source": str(VIDUR_ROOT), "train_models": TRAIN_MODELS, "gemm": g, "elementwise": fit_elementwise(),
-           "attention": fit_attention(),
-           "all_reduce": {DEVICE_PRESET[d]: fit_allreduce(d) for d in DEVS if d in NETWORK},
-           "cpu": {DEVICE_PRESET[d]: fit_cpu(d) for d in DEVS}}
+    res = {
+        "source": str(VIDUR_ROOT),
+        "train_models": TRAIN_MODELS,
+        "gemm": g,
+        "elementwise": fit_elementwise(),
+        "attention": fit_attention(),
+        "all_reduce": {DEVICE_PRESET[d]: fit_allreduce(d) for d in DEVS if d in NETWORK},
+        "cpu": {DEVICE_PRESET[d]: fit_cpu(d) for d in DEVS},
+    }
     text = json.dumps(res, indent=1, default=float)
     atomic_write(OUT / "fit.json", text + "\n")
     print(text)

@@ -36,8 +36,14 @@ OLD_COST = {"compute_efficiency": 0.7, "memory_efficiency": 0.8, "layer_overhead
 def baseline_model() -> type | None:
     """The AnalyticCost class of BASELINE, or None outside a git checkout that has it."""
     try:
-        src = subprocess.run(["git", "show", f"{BASELINE}:ppsim/cost/analytic.py"], cwd=REPO, capture_output=True,
-                             text=True, timeout=30, check=True).stdout
+        src = subprocess.run(
+            ["git", "show", f"{BASELINE}:ppsim/cost/analytic.py"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,20 +64,32 @@ def baseline_ms(cls: type, dev: str, preset_dev: str, preset: str, tp: int) -> l
 
 def summarize(rows: list[dict]) -> list[dict]:
     out = []
+
     def key(r: dict) -> tuple:
         return r["split"], r["device"], r["model"], r["tp"], r["kind"]
 
     for split, dev, model, tp, kind in sorted({key(r) for r in rows}):
         rs = [r for r in rows if key(r) == (split, dev, model, tp, kind)]
         e = np.array([r["error"] for r in rs])
-        shift = {k: np.median([(r[f"analytic_{k}_ms"] - r[f"profile_{k}_ms"]) / r["profile_ms"] for r in rs])
-                 for k in PARTS}
+        shift = {
+            k: np.median([(r[f"analytic_{k}_ms"] - r[f"profile_{k}_ms"]) / r["profile_ms"] for r in rs]) for k in PARTS
+        }
         big = max(shift, key=lambda k: abs(shift[k]))
         before = [abs(r["error_before"]) for r in rs if r.get("error_before") is not None]
-        out.append({"split": split, "device": dev, "model": model, "tp": tp, "kind": kind, "n": len(rs),
-                    "median_before": float(np.median(before)) if before else None,
-                    "median": float(np.median(np.abs(e))), "worst": float(np.max(np.abs(e))),
-                    "largest_part": f"{big} {shift[big]:+.1%}"})
+        out.append(
+            {
+                "split": split,
+                "device": dev,
+                "model": model,
+                "tp": tp,
+                "kind": kind,
+                "n": len(rs),
+                "median_before": float(np.median(before)) if before else None,
+                "median": float(np.median(np.abs(e))),
+                "worst": float(np.max(np.abs(e))),
+                "largest_part": f"{big} {shift[big]:+.1%}",
+            }
+        )
     return out
 
 
@@ -79,29 +97,43 @@ def markdown(summary: list[dict], rows: list[dict], notes: dict[str, list[str]])
     def values(col: str, kind: str) -> str:
         return "/".join(map(str, sorted({r[col] for r in rows if r["kind"] == kind})))
 
-    md = ["# Analytic model vs imported Vidur profile: stage step times (PP=1, whole model)", "",
-          f"Grid: decode batch {values('batch_or_chunk', 'decode')} x context {values('context_or_prefix', 'decode')}"
-          f"; prefill chunk {values('batch_or_chunk', 'prefill')} x prefix 0/1024/2048 (chunk + prefix <= 4096).", "",
-          "Split: GEMM and elementwise curves fitted on Llama-2-7B, Llama-2-70B, CodeLlama-34B (train) and "
-          "checked on Llama-3-8B, Llama-3-70B, InternLM-20B, Qwen-72B (held-out); attention, all-reduce and host "
-          "costs are in-sample everywhere (one source each).", "",
-          "| split | device | model | TP | kind | points | median \\|err\\| before | median \\|err\\| "
-          "| worst \\|err\\| | largest component shift (median) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    md = [
+        "# Analytic model vs imported Vidur profile: stage step times (PP=1, whole model)",
+        "",
+        f"Grid: decode batch {values('batch_or_chunk', 'decode')} x context {values('context_or_prefix', 'decode')}"
+        f"; prefill chunk {values('batch_or_chunk', 'prefill')} x prefix 0/1024/2048 (chunk + prefix <= 4096).",
+        "",
+        "Split: GEMM and elementwise curves fitted on Llama-2-7B, Llama-2-70B, CodeLlama-34B (train) and "
+        "checked on Llama-3-8B, Llama-3-70B, InternLM-20B, Qwen-72B (held-out); attention, all-reduce and host "
+        "costs are in-sample everywhere (one source each).",
+        "",
+        "| split | device | model | TP | kind | points | median \\|err\\| before | median \\|err\\| "
+        "| worst \\|err\\| | largest component shift (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for s in summary:
         before = f"{s['median_before']:.1%}" if s["median_before"] is not None else "n/a"
-        md.append(f"| {s['split']} | {s['device']} | {s['model']} | {s['tp']} | {s['kind']} | {s['n']} | {before} | "
-                  f"{s['median']:.1%} | {s['worst']:.1%} | {s['largest_part']} |")
+        md.append(
+            f"| {s['split']} | {s['device']} | {s['model']} | {s['tp']} | {s['kind']} | {s['n']} | {before} | "
+            f"{s['median']:.1%} | {s['worst']:.1%} | {s['largest_part']} |"
+        )
     md.append("")
     for split in ("train", "held-out"):
         e = np.abs([r["error"] for r in rows if r["split"] == split])
         b = np.abs([r["error_before"] for r in rows if r["split"] == split and r.get("error_before") is not None])
         before = f"{np.median(b):.1%} median, {np.max(b):.1%} worst before; " if len(b) else ""
-        md.append(f"- {split}: {len(e)} points, {before}{np.median(e):.1%} median, {np.percentile(e, 90):.1%} p90, "
-                  f"{np.max(e):.1%} worst after.")
+        md.append(
+            f"- {split}: {len(e)} points, {before}{np.median(e):.1%} median, {np.percentile(e, 90):.1%} p90, "
+            f"{np.max(e):.1%} worst after."
+        )
     md += ["", "Left out:"] + [f"- {folder}: {why}" for folder, why in skipped()]
     md += ["", "What the imported profiles do not measure (both sides then use the analytic model's own curve):"]
-    for what, word in (("lm_head", "lm_head"), ("attention", "attention:"), ("all-reduce", "all-reduce: not measured"),
-                       ("host costs (A100's used)", "cpu overheads")):
+    for what, word in (
+        ("lm_head", "lm_head"),
+        ("attention", "attention:"),
+        ("all-reduce", "all-reduce: not measured"),
+        ("host costs (A100's used)", "cpu overheads"),
+    ):
         hit = [case for case, n in notes.items() if any(m.startswith(word) for m in n)]
         md.append(f"- {what}: {len(hit)} of {len(notes)} cases" + (f" ({', '.join(hit)})" if len(hit) < 25 else ""))
     md += ["", "Generated by experiments/analytic_vs_vidur/run_steps.py."]
@@ -118,15 +150,27 @@ def plot(rows: list[dict]) -> bytes:
     for dev, color in (("a100-80gb", "tab:blue"), ("h100-sxm", "tab:orange"), ("a40", "tab:green")):
         for kind, marker in (("decode", "o"), ("prefill", "^")):
             rs = [r for r in rows if r["device"] == dev and r["kind"] == kind]
-            ax.scatter([r["profile_ms"] for r in rs], [r["analytic_ms"] for r in rs], s=6, c=color, marker=marker,
-                       alpha=0.5, label=f"{dev} {kind}")
+            ax.scatter(
+                [r["profile_ms"] for r in rs],
+                [r["analytic_ms"] for r in rs],
+                s=6,
+                c=color,
+                marker=marker,
+                alpha=0.5,
+                label=f"{dev} {kind}",
+            )
     lo, hi = min(r["profile_ms"] for r in rows), max(r["profile_ms"] for r in rows)
     xs = np.array([lo, hi])
     ax.plot(xs, xs, "k-", lw=0.8)
     for f in (0.9, 1.1):
         ax.plot(xs, xs * f, "k:", lw=0.6)
-    ax.set(xscale="log", yscale="log", xlabel="imported Vidur profile, stage step ms",
-           ylabel="analytic model, stage step ms", title="Stage step time, PP=1 (dotted: +-10%)")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="imported Vidur profile, stage step ms",
+        ylabel="analytic model, stage step ms",
+        title="Stage step time, PP=1 (dotted: +-10%)",
+    )
     ax.legend(fontsize=7, markerscale=2)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")

@@ -49,8 +49,9 @@ def grid() -> list[tuple[str, int, int, StepPlan]]:
 
 
 def tp_sizes(dev: str, vidur_model: str) -> list[int]:
-    return sorted({int(r["num_tensor_parallel_workers"])
-                   for r in rows(VIDUR_ROOT / "compute" / dev / vidur_model / "mlp.csv")})
+    return sorted(
+        {int(r["num_tensor_parallel_workers"]) for r in rows(VIDUR_ROOT / "compute" / dev / vidur_model / "mlp.csv")}
+    )
 
 
 def profile_parts(pc: ProfiledCost, st: StageSpec, plan: StepPlan) -> dict[str, float]:
@@ -63,20 +64,33 @@ def profile_parts(pc: ProfiledCost, st: StageSpec, plan: StepPlan) -> dict[str, 
     if plan.num_decode_tokens:
         attn += f["attn_decode"].decode(plan.num_decode_tokens, plan.decode_ctx_tokens)
     last = sum(f[op].at(T if f[op].x == "tokens" else R) for op in ("final_norm", "lm_head", "sampling"))
-    return {"gemm": L * gemm, "elementwise": L * elem, "attention": L * attn,
-            "allreduce": L * (layer - gemm - elem - attn), "step": f["prepare_inputs"].at(R) if "prepare_inputs" in f
-            else 0.0, "first": f["embedding"].at(T), "last": last}
+    return {
+        "gemm": L * gemm,
+        "elementwise": L * elem,
+        "attention": L * attn,
+        "allreduce": L * (layer - gemm - elem - attn),
+        "step": f["prepare_inputs"].at(R) if "prepare_inputs" in f else 0.0,
+        "first": f["embedding"].at(T),
+        "last": last,
+    }
 
 
 def analytic_parts(ac: AnalyticCost, st: StageSpec, plan: StepPlan) -> dict[str, float]:
     p = ac.stage_parts(st, plan)
-    return {"gemm": p["gemm"], "elementwise": p["elementwise"], "attention": p["attention"],
-            "allreduce": p["allreduce"], "step": p["step"] + p["overhead"], "first": p["first"],
-            "last": p["final_norm"] + p["lm_head"] + p["sampler"]}
+    return {
+        "gemm": p["gemm"],
+        "elementwise": p["elementwise"],
+        "attention": p["attention"],
+        "allreduce": p["allreduce"],
+        "step": p["step"] + p["overhead"],
+        "first": p["first"],
+        "last": p["final_norm"] + p["lm_head"] + p["sampler"],
+    }
 
 
-def compare_case(dev: str, preset_dev: str, vidur_model: str, preset: str, tp: int,
-                 cost: CostConfig | None = None) -> tuple[list[dict], list[str]]:
+def compare_case(
+    dev: str, preset_dev: str, vidur_model: str, preset: str, tp: int, cost: CostConfig | None = None
+) -> tuple[list[dict], list[str]]:
     """One (device, model, TP) over the grid: rows of per-component times (ms) and the import's notes."""
     shape = load_model(preset)
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,10 +109,19 @@ def compare_case(dev: str, preset_dev: str, vidur_model: str, preset: str, tp: i
         pp, ap = profile_parts(pc, st, plan), analytic_parts(ac, st, plan)
         prof_ms, ana_ms = pc.stage_time(st, plan) * 1e3, ac.stage_time(st, plan) * 1e3
         split = "train" if preset in TRAIN_MODELS else "held-out"
-        row = {"device": preset_dev, "model": preset, "tp": tp, "split": split, "kind": kind,
-               "batch_or_chunk": a, "context_or_prefix": b, "tokens": plan.num_tokens,
-               "profile_ms": round(prof_ms, 4), "analytic_ms": round(ana_ms, 4),
-               "error": round((ana_ms - prof_ms) / prof_ms, 4)}
+        row = {
+            "device": preset_dev,
+            "model": preset,
+            "tp": tp,
+            "split": split,
+            "kind": kind,
+            "batch_or_chunk": a,
+            "context_or_prefix": b,
+            "tokens": plan.num_tokens,
+            "profile_ms": round(prof_ms, 4),
+            "analytic_ms": round(ana_ms, 4),
+            "error": round((ana_ms - prof_ms) / prof_ms, 4),
+        }
         for k in PARTS:
             row[f"profile_{k}_ms"] = round(pp[k] * 1e3, 4)
             row[f"analytic_{k}_ms"] = round(ap[k] * 1e3, 4)

@@ -27,17 +27,31 @@ CASES = {
     "vllm-mrv2+cap+serialized": (4, {"policy": "vllm-mrv2", "mrv2_decode_cap": True, "pp_broadcast": "serialized"}),
     "sglang-ring": (4, {"policy": "sglang-ring"}),
     "sglang-ring+depth1": (4, {"policy": "sglang-ring", "pp_async_batch_depth": 1}),
-    "sglang-ring+depth2+dynamic": (2, {"policy": "sglang-ring", "pp_async_batch_depth": 2,
-                                       "enable_dynamic_chunking": True, "chunked_prefill_size": 1024}),
+    "sglang-ring+depth2+dynamic": (
+        2,
+        {
+            "policy": "sglang-ring",
+            "pp_async_batch_depth": 2,
+            "enable_dynamic_chunking": True,
+            "chunked_prefill_size": 1024,
+        },
+    ),
     "trtllm-slots": (4, {"policy": "trtllm-slots", "enable_chunked_prefill": True}),
-    "trtllm-slots+async+mbs": (4, {"policy": "trtllm-slots", "trtllm_relay": "async", "max_batch_size": 8,
-                                   "enable_chunked_prefill": True}),
+    "trtllm-slots+async+mbs": (
+        4,
+        {"policy": "trtllm-slots", "trtllm_relay": "async", "max_batch_size": 8, "enable_chunked_prefill": True},
+    ),
     "llamacpp": (2, {"policy": "llamacpp", "llamacpp_ubatch_tokens": 256}),
     "no-pp": (4, {"policy": "no-pp", "dp_routing": "least-loaded"}),
 }
 WORKLOADS = {
-    "chat": {"num_prompts": 60, "random_input_len": 512, "random_output_len": 64, "random_range_ratio": 0.5,
-             "request_rate": 40.0},
+    "chat": {
+        "num_prompts": 60,
+        "random_input_len": 512,
+        "random_output_len": 64,
+        "random_range_ratio": 0.5,
+        "request_rate": 40.0,
+    },
     "long": {"num_prompts": 6, "random_input_len": 6000, "random_output_len": 16, "request_rate": "inf"},
 }
 
@@ -49,9 +63,17 @@ def summaries() -> dict[str, dict]:
     out = {}
     for name, (pp, engine) in CASES.items():
         for wl, w in WORKLOADS.items():
-            s = build_scenario(None, {"model": "llama-3-8b", "hardware": "h100-sxm", "seed": 1,
-                                      "cluster": {"pipeline_parallel_size": pp},
-                                      "engine": {"max_num_seqs": 32, **engine}, "workload": w})
+            s = build_scenario(
+                None,
+                {
+                    "model": "llama-3-8b",
+                    "hardware": "h100-sxm",
+                    "seed": 1,
+                    "cluster": {"pipeline_parallel_size": pp},
+                    "engine": {"max_num_seqs": 32, **engine},
+                    "workload": w,
+                },
+            )
             out[f"{name}/{wl}"] = run_scenario(s).summary
     return out
 
@@ -69,8 +91,13 @@ def main() -> int:
     other = Path(sys.argv[1]).resolve()
     dump = Path(os.environ.get("TMPDIR", "/tmp")) / f"same_summaries_{os.getpid()}.json"
     env = {**os.environ, "PYTHONPATH": str(other)}
-    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--dump", str(dump)], env=env, cwd=other,
-                   check=True, timeout=1800)
+    subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--dump", str(dump)],
+        env=env,
+        cwd=other,
+        check=True,
+        timeout=1800,
+    )
     theirs = json.loads(dump.read_text())
     dump.unlink()
     ours = json.loads(json.dumps(summaries(), default=str))
@@ -78,8 +105,10 @@ def main() -> int:
     missing = sorted(set(theirs) ^ set(ours))
     for k, f, a, b in bad[:20]:
         print(f"DIFFERENT {k} {f}: before {a}, now {b}")
-    print(f"{len(ours)} scenarios, {sum(len(v) for v in ours.values())} summary fields compared: "
-          f"{len(bad)} differ, {len(missing)} scenarios missing")
+    print(
+        f"{len(ours)} scenarios, {sum(len(v) for v in ours.values())} summary fields compared: "
+        f"{len(bad)} differ, {len(missing)} scenarios missing"
+    )
     return 1 if bad or missing else 0
 
 

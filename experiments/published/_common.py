@@ -32,8 +32,9 @@ def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write_result(out_dir: str | Path, name: str, title: str, rows: list[dict[str, Any]], columns: list[str],
-                 notes: str) -> str:
+def write_result(
+    out_dir: str | Path, name: str, title: str, rows: list[dict[str, Any]], columns: list[str], notes: str
+) -> str:
     """``name.csv`` and ``name.md`` (title, table, notes) under ``out_dir``; returns the markdown."""
     out = Path(out_dir)
     buf = io.StringIO()

@@ -21,15 +21,28 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv, __doc__)
     rows = []
     for r in bubble_rows():
-        rows.append({"P": r["pp"], "M": r["microbatches"], "published_bubble": r["analytic"],
-                     "ppsim_bubble": r["simulated"], "abs_diff": abs(r["analytic"] - r["simulated"])})
+        rows.append(
+            {
+                "P": r["pp"],
+                "M": r["microbatches"],
+                "published_bubble": r["analytic"],
+                "ppsim_bubble": r["simulated"],
+                "abs_diff": abs(r["analytic"] - r["simulated"]),
+            }
+        )
     notes = (
         "Published: (P-1)/(M+P-1) (GPipe). ppsim: equal stages, constant stage time, free links, M "
         "micro-batches launched at t=0 through `ppsim.sim.pipeline.PipelineSim`. "
         f"Largest difference: {max(r['abs_diff'] for r in rows):.2e}."
     )
-    write_result(args.out, "bubble_table", "Pipeline bubble: (P-1)/(M+P-1) vs ppsim", rows,
-                 ["P", "M", "published_bubble", "ppsim_bubble", "abs_diff"], notes)
+    write_result(
+        args.out,
+        "bubble_table",
+        "Pipeline bubble: (P-1)/(M+P-1) vs ppsim",
+        rows,
+        ["P", "M", "published_bubble", "ppsim_bubble", "abs_diff"],
+        notes,
+    )
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for p in PP_VALUES:

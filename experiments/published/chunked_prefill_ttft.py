@@ -42,9 +42,13 @@ def ttft_ms(policy: str, pp: int, chunk: int, ideal: bool) -> float:
         eng.update(chunked_prefill_size=chunk, max_prefill_tokens=max(chunk, 16384))
     else:
         eng["max_num_batched_tokens"] = chunk
-    over: dict = {"model": "llama-3-8b", "hardware": "h100-sxm",
-                  "cluster": {"pipeline_parallel_size": pp, "tensor_parallel_size": 1}, "engine": eng,
-                  "workload": {"num_prompts": 1, "request_rate": 1.0, "random_input_len": L, "random_output_len": 1}}
+    over: dict = {
+        "model": "llama-3-8b",
+        "hardware": "h100-sxm",
+        "cluster": {"pipeline_parallel_size": pp, "tensor_parallel_size": 1},
+        "engine": eng,
+        "workload": {"num_prompts": 1, "request_rate": 1.0, "random_input_len": L, "random_output_len": 1},
+    }
     if ideal:
         over["cost"] = {"layer_overhead_us": 0.0, "step_overhead_us": 0.0}
         eng["cpu"] = ZERO_CPU
@@ -78,8 +82,9 @@ i x S tokens already cached, so later chunks are slower than the first (the form
 times); and the first and last stages carry the embedding and lm_head. With those overheads zeroed
 (`*_ideal`) the remaining gap is the attention growth and stage imbalance.
 """
-    write_result(args.out, "chunked_prefill_ttft", "Chunked pipeline prefill TTFT speedup: published vs ppsim",
-                 rows, cols, notes)
+    write_result(
+        args.out, "chunked_prefill_ttft", "Chunked pipeline prefill TTFT speedup: published vs ppsim", rows, cols, notes
+    )
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.8, 4))
     short = "sglang" if pols[0] == "sglang-ring" else "vllm"

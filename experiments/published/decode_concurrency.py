@@ -34,19 +34,27 @@ VARIANTS = {"vllm-batch-queue-throttle": ("vllm-batch-queue", {"pp_throttle": Tr
 
 
 def policies() -> list[str]:
-    return (["sglang-ring"] if "sglang-ring" in POLICIES else []) + [
-        "vllm-batch-queue-throttle", "vllm-batch-queue"]
+    return (["sglang-ring"] if "sglang-ring" in POLICIES else []) + ["vllm-batch-queue-throttle", "vllm-batch-queue"]
 
 
 def bubble(label: str, pp: int, c: int) -> tuple[float, float]:
     policy, knobs = VARIANTS.get(label, (label, {}))
-    s = build_scenario(None, {
-        "model": "llama-3-8b", "hardware": "h100-sxm",
-        "cluster": {"pipeline_parallel_size": pp, "tensor_parallel_size": 1},
-        "engine": {"policy": policy, "max_num_seqs": max(c, pp), **knobs},
-        "workload": {"num_prompts": c, "request_rate": float("inf"), "max_concurrency": c,
-                     "random_input_len": 16, "random_output_len": 256},
-    })
+    s = build_scenario(
+        None,
+        {
+            "model": "llama-3-8b",
+            "hardware": "h100-sxm",
+            "cluster": {"pipeline_parallel_size": pp, "tensor_parallel_size": 1},
+            "engine": {"policy": policy, "max_num_seqs": max(c, pp), **knobs},
+            "workload": {
+                "num_prompts": c,
+                "request_rate": float("inf"),
+                "max_concurrency": c,
+                "random_input_len": 16,
+                "random_output_len": 256,
+            },
+        },
+    )
     summ = run_scenario(s).summary
     return summ["pipeline_bubble_fraction"], 1 - max(summ["stage_busy_fraction"])
 
@@ -58,13 +66,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for pp in PPS[:2] if args.quick else PPS:
         for ratio in QUICK_RATIOS if args.quick else RATIOS:
             c = max(1, int(ratio * pp))
-            r: dict = {"P": pp, "C": c, "C_over_P": c / pp, "published_bubble": (pp - 1) / (c + pp - 1),
-                       "bound_1_minus_C_over_P": max(0.0, 1 - c / pp)}
+            r: dict = {
+                "P": pp,
+                "C": c,
+                "C_over_P": c / pp,
+                "published_bubble": (pp - 1) / (c + pp - 1),
+                "bound_1_minus_C_over_P": max(0.0, 1 - c / pp),
+            }
             for p in pols:
                 r[f"{p}_bubble"], r[f"{p}_busiest_stage_idle"] = bubble(p, pp, c)
             rows.append(r)
-    cols = ["P", "C", "C_over_P", "published_bubble", "bound_1_minus_C_over_P",
-            *(f"{p}_{k}" for p in pols for k in ("bubble", "busiest_stage_idle"))]
+    cols = [
+        "P",
+        "C",
+        "C_over_P",
+        "published_bubble",
+        "bound_1_minus_C_over_P",
+        *(f"{p}_{k}" for p in pols for k in ("bubble", "busiest_stage_idle")),
+    ]
     notes = """
 `published_bubble` = (P-1)/(C+P-1), the rule's table. `bound_1_minus_C_over_P`: the idle share when the C
 requests fill fewer than the P in-flight micro-batches (one request can be in one micro-batch only).

@@ -39,8 +39,9 @@ def reference_kv_tokens(tp: int, pp: int) -> float:
 def ppsim_kv_tokens(tp: int, pp: int, reference_device: bool) -> tuple[int, float]:
     over: dict = {"model": "llama-3-70b", "cluster": {"pipeline_parallel_size": pp, "tensor_parallel_size": tp}}
     if reference_device:
-        over["hardware"] = DeviceSpec(name="h100-ref", peak_tflops=989.0, hbm_bandwidth_gbps=3350.0,
-                                      memory_gib=79.65).model_dump()
+        over["hardware"] = DeviceSpec(
+            name="h100-ref", peak_tflops=989.0, hbm_bandwidth_gbps=3350.0, memory_gib=79.65
+        ).model_dump()
         over["engine"] = {"activation_reserve_gib": 3.0}
     p = prepare(build_scenario(None, over), requests=[])
     return p.num_blocks * p.scenario.engine.block_size, max(m.weight_bytes for m in p.memory) / GIB
@@ -57,12 +58,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ref = reference_kv_tokens(tp, pp)
         dflt, w = ppsim_kv_tokens(tp, pp, False)
         dev, _ = ppsim_kv_tokens(tp, pp, True)
-        rows.append({
-            "layout": f"TP={tp} PP={pp}", "gpus": tp * pp, "published_gain": published_gain[(tp, pp)],
-            "reference_derivation_gain": ref / base_ref - 1, "ppsim_gain": dflt / base_def - 1,
-            "ppsim_gain_ref_device": dev / base_dev - 1, "ppsim_kv_tokens": dflt,
-            "ppsim_concurrency_at_8k": dflt / CONTEXT, "ppsim_weights_gib_per_gpu": w,
-        })
+        rows.append(
+            {
+                "layout": f"TP={tp} PP={pp}",
+                "gpus": tp * pp,
+                "published_gain": published_gain[(tp, pp)],
+                "reference_derivation_gain": ref / base_ref - 1,
+                "ppsim_gain": dflt / base_def - 1,
+                "ppsim_gain_ref_device": dev / base_dev - 1,
+                "ppsim_kv_tokens": dflt,
+                "ppsim_concurrency_at_8k": dflt / CONTEXT,
+                "ppsim_weights_gib_per_gpu": w,
+            }
+        )
     notes = """
 Gains are relative to TP=8 PP=1 (8 GPUs). `reference_derivation_gain` recomputes the reference's arithmetic
 (71.69 GiB usable, 3 GiB reserve, 131 GiB weights spread evenly). `ppsim_gain` is ppsim's memory model
@@ -77,10 +85,24 @@ smaller reserve (ppsim's 2 GiB) enlarges every pool by the same amount and pulls
 little. The constants were not changed to match; the conclusion holds: past h_kv = 8, doubling TP buys
 ~15% while a second pipeline stage on the same 16 GPUs buys ~130%.
 """
-    write_result(args.out, "kv_capacity", "KV capacity, Llama-3-70B on 16 H100s: published vs ppsim", rows,
-                 ["layout", "gpus", "published_gain", "reference_derivation_gain", "ppsim_gain",
-                  "ppsim_gain_ref_device", "ppsim_kv_tokens", "ppsim_concurrency_at_8k", "ppsim_weights_gib_per_gpu"],
-                 notes)
+    write_result(
+        args.out,
+        "kv_capacity",
+        "KV capacity, Llama-3-70B on 16 H100s: published vs ppsim",
+        rows,
+        [
+            "layout",
+            "gpus",
+            "published_gain",
+            "reference_derivation_gain",
+            "ppsim_gain",
+            "ppsim_gain_ref_device",
+            "ppsim_kv_tokens",
+            "ppsim_concurrency_at_8k",
+            "ppsim_weights_gib_per_gpu",
+        ],
+        notes,
+    )
     return rows
 
 

@@ -24,13 +24,21 @@ LAYERS = 80
 
 
 def simulate_loss(pp: int, num_prompts: int = 96) -> tuple[float, list[float], float]:
-    s = build_scenario(None, {
-        "model": "llama-3-70b", "hardware": "h100-sxm",
-        "cluster": {"pipeline_parallel_size": pp, "tensor_parallel_size": 1},
-        "engine": {"max_num_seqs": num_prompts},
-        "workload": {"num_prompts": num_prompts, "request_rate": float("inf"), "random_input_len": 128,
-                     "random_output_len": 64},
-    })
+    s = build_scenario(
+        None,
+        {
+            "model": "llama-3-70b",
+            "hardware": "h100-sxm",
+            "cluster": {"pipeline_parallel_size": pp, "tensor_parallel_size": 1},
+            "engine": {"max_num_seqs": num_prompts},
+            "workload": {
+                "num_prompts": num_prompts,
+                "request_rate": float("inf"),
+                "random_input_len": 128,
+                "random_output_len": 64,
+            },
+        },
+    )
     summ = run_scenario(s).summary
     busy = summ["stage_busy_fraction"]
     return 1 - sum(busy) / len(busy) / max(busy), busy, summ["output_throughput"]
@@ -43,13 +51,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parts = partition_layers("vllm", LAYERS, pp)
         published = 1 - (LAYERS / pp) / max(parts)
         loss, busy, _ = simulate_loss(pp)
-        rows.append({"P": pp, "partition": "/".join(map(str, parts)), "published_loss": published,
-                     "ppsim_loss": loss, "stage_busy": " ".join(f"{b:.3f}" for b in busy)})
+        rows.append(
+            {
+                "P": pp,
+                "partition": "/".join(map(str, parts)),
+                "published_loss": published,
+                "ppsim_loss": loss,
+                "stage_busy": " ".join(f"{b:.3f}" for b in busy),
+            }
+        )
     six = next(r for r in rows if r["P"] == 6)
     notes = f"""
 Published loss = 1 - (80/P) / max(stage layers): 4.76% at P=6 ("about 4.8%"). ppsim loss = 1 - mean stage
 busy fraction / largest, Llama-3-70B (80 layers, TP=1) on H100, 96 requests sent at once
-(128 in, 64 out), vllm-batch-queue. At P=6 ppsim gives {six['ppsim_loss'] * 100:.2f}%.
+(128 in, 64 out), vllm-batch-queue. At P=6 ppsim gives {six["ppsim_loss"] * 100:.2f}%.
 
 Why ppsim differs from the layer count alone: its stages are not just layers. The first stage also
 embeds (a cheap gather) and the last stage runs the final norm, the lm_head (8192 x 128256, about 1.2
@@ -60,8 +75,14 @@ imbalance; and at P where the layers divide evenly (2, 4, 5, 8) the published lo
 still shows the last stage's extra work, which grows with P as each stage's share of layers shrinks.
 This is why the PP reference suggests tuning the partition by hand (VLLM_PP_LAYER_PARTITION).
 """
-    write_result(args.out, "layer_partition", "Layer-partition loss (80 layers): published vs ppsim", rows,
-                 ["P", "partition", "published_loss", "ppsim_loss", "stage_busy"], notes)
+    write_result(
+        args.out,
+        "layer_partition",
+        "Layer-partition loss (80 layers): published vs ppsim",
+        rows,
+        ["P", "partition", "published_loss", "ppsim_loss", "stage_busy"],
+        notes,
+    )
     return rows
 
 

@@ -23,8 +23,22 @@ from pathlib import Path
 from ppsim.metrics.io import atomic_write
 
 HERE = Path(__file__).parent
-WL = ["--num-prompts", "32", "--random-input-len", "256", "--random-output-len", "32", "--request-rate", "inf",
-      "--max-num-batched-tokens", "1024", "--max-num-seqs", "16", "--repeats", "2"]
+WL = [
+    "--num-prompts",
+    "32",
+    "--random-input-len",
+    "256",
+    "--random-output-len",
+    "32",
+    "--request-rate",
+    "inf",
+    "--max-num-batched-tokens",
+    "1024",
+    "--max-num-seqs",
+    "16",
+    "--repeats",
+    "2",
+]
 
 
 def run(cmd: list[str], log: Path, timeout_s: float) -> int:
@@ -51,19 +65,89 @@ def main() -> int:
     ppsim = [sys.executable, "-m", "ppsim.cli"]
     left = lambda: args.budget_s - (time.perf_counter() - t0)  # noqa: E731
     steps = [
-        ("calibrate-tiny", ppsim + ["calibrate", "--model", "tiny", "--device", "cuda", "--quick",
-                                    "--output", str(out / "profile-tiny")], 90),
-        ("calibrate-mid", ppsim + ["calibrate", "--model", args.mid_model, "--device", "cuda", "--quick",
-                                   "--dtype", "bfloat16", "--output", str(out / "profile-mid")], 120),
-        ("validate-tiny-pp1", ppsim + ["validate", "--model", "tiny", "-pp", "1", "--profile",
-                                       str(out / "profile-tiny"), "--device", "cuda", *WL,
-                                       "--output-dir", str(out / "validate-tiny-pp1")], 90),
-        ("validate-mid-pp1", ppsim + ["validate", "--model", args.mid_model, "-pp", "1", "--profile",
-                                      str(out / "profile-mid"), "--device", "cuda", *WL,
-                                      "--output-dir", str(out / "validate-mid-pp1")], 120),
-        ("engine-tiny-pp2-shared-gpu", ppsim + ["engine", "--model", "tiny", "-pp", "2", "--device", "cuda",
-                                                "--backend", "gloo", "--num-prompts", "16", "--request-rate", "inf",
-                                                "--output-dir", str(out / "engine-tiny-pp2")], 60),
+        (
+            "calibrate-tiny",
+            ppsim
+            + ["calibrate", "--model", "tiny", "--device", "cuda", "--quick", "--output", str(out / "profile-tiny")],
+            90,
+        ),
+        (
+            "calibrate-mid",
+            ppsim
+            + [
+                "calibrate",
+                "--model",
+                args.mid_model,
+                "--device",
+                "cuda",
+                "--quick",
+                "--dtype",
+                "bfloat16",
+                "--output",
+                str(out / "profile-mid"),
+            ],
+            120,
+        ),
+        (
+            "validate-tiny-pp1",
+            ppsim
+            + [
+                "validate",
+                "--model",
+                "tiny",
+                "-pp",
+                "1",
+                "--profile",
+                str(out / "profile-tiny"),
+                "--device",
+                "cuda",
+                *WL,
+                "--output-dir",
+                str(out / "validate-tiny-pp1"),
+            ],
+            90,
+        ),
+        (
+            "validate-mid-pp1",
+            ppsim
+            + [
+                "validate",
+                "--model",
+                args.mid_model,
+                "-pp",
+                "1",
+                "--profile",
+                str(out / "profile-mid"),
+                "--device",
+                "cuda",
+                *WL,
+                "--output-dir",
+                str(out / "validate-mid-pp1"),
+            ],
+            120,
+        ),
+        (
+            "engine-tiny-pp2-shared-gpu",
+            ppsim
+            + [
+                "engine",
+                "--model",
+                "tiny",
+                "-pp",
+                "2",
+                "--device",
+                "cuda",
+                "--backend",
+                "gloo",
+                "--num-prompts",
+                "16",
+                "--request-rate",
+                "inf",
+                "--output-dir",
+                str(out / "engine-tiny-pp2"),
+            ],
+            60,
+        ),
     ]
     status = {}
     for name, cmd, limit in steps:

@@ -37,19 +37,27 @@ from ppsim.metrics.io import atomic_write
 HERE = Path(__file__).parent
 RUNS = HERE / "moe-runs"
 SIZES = (1, 8, 32)
-SHOWN = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "p99_e2el_ms",
-         "pipeline_bubble_fraction")
+SHOWN = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "p99_e2el_ms", "pipeline_bubble_fraction")
 
 
 def scenario(batch: int, profile: str, zipf: float):
-    return build_scenario(overrides={
-        "model": "tiny-moe", "seed": 0, "moe_router_zipf": zipf,
-        "cluster": {"pipeline_parallel_size": 2},
-        "engine": {"policy": "vllm-batch-queue", "max_num_seqs": 2 * batch, "max_num_batched_tokens": 512},
-        "workload": {"num_prompts": max(2 * batch, 4), "request_rate": "inf", "random_input_len": 16,
-                     "random_output_len": 48, "random_range_ratio": 0.0},
-        "cost": {"kind": "profile", "profile_dir": profile},
-    })
+    return build_scenario(
+        overrides={
+            "model": "tiny-moe",
+            "seed": 0,
+            "moe_router_zipf": zipf,
+            "cluster": {"pipeline_parallel_size": 2},
+            "engine": {"policy": "vllm-batch-queue", "max_num_seqs": 2 * batch, "max_num_batched_tokens": 512},
+            "workload": {
+                "num_prompts": max(2 * batch, 4),
+                "request_rate": "inf",
+                "random_input_len": 16,
+                "random_output_len": 48,
+                "random_range_ratio": 0.0,
+            },
+            "cost": {"kind": "profile", "profile_dir": profile},
+        }
+    )
 
 
 def engine_router_touched(batch: int, zipf: float, seed: int = 0, rounds: int = 4) -> float:
@@ -130,8 +138,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="quick calibration grid (under load, for a smoke run)")
     ap.add_argument("--profile", help="an existing tiny-moe calibration of this host (default: calibrate now)")
     ap.add_argument("--moe-router-zipf", type=float, default=0.0)
-    ap.add_argument("--step-only", action="store_true",
-                    help="only the router counts and the step-level check (no engine processes; needs --profile)")
+    ap.add_argument(
+        "--step-only",
+        action="store_true",
+        help="only the router counts and the step-level check (no engine processes; needs --profile)",
+    )
     args = ap.parse_args()
     from ppsim.cost.profiled import load_profiled_cost
     from ppsim.hardware.presets import resolve_link
@@ -151,9 +162,17 @@ def main() -> None:
         if args.step_only:
             cost = load_profiled_cost(profile, load_model("tiny-moe"), s, resolve_link(s.cluster.link, "cluster.link"))
             meas, pred = step_level(batch, cost, args.moe_router_zipf)
-            print({"batch": batch, "experts_engine_router": engine_router_touched(batch, args.moe_router_zipf),
-                   "experts_cost_model": cost.experts_touched(batch), "step_ms_measured": 1e3 * meas,
-                   "step_ms_predicted": 1e3 * pred, "step_error": (pred - meas) / meas}, flush=True)
+            print(
+                {
+                    "batch": batch,
+                    "experts_engine_router": engine_router_touched(batch, args.moe_router_zipf),
+                    "experts_cost_model": cost.experts_touched(batch),
+                    "step_ms_measured": 1e3 * meas,
+                    "step_ms_predicted": 1e3 * pred,
+                    "step_error": (pred - meas) / meas,
+                },
+                flush=True,
+            )
             continue
         print(f"== decode micro-batches of {batch} request(s)", flush=True)
         out = RUNS / f"b{batch}"
@@ -162,13 +181,21 @@ def main() -> None:
         by = {r["metric"]: r for r in payload["rows"]}
         e_reqs, e_s = decode_compute(out / "engine-0")
         s_reqs, s_s = decode_compute(out / "sim")
-        row = {"batch": batch, "engine_decode_reqs": e_reqs, "sim_decode_reqs": s_reqs,
-               "experts_engine_router": round(engine_router_touched(batch, args.moe_router_zipf), 2),
-               "experts_cost_model": round(cost.experts_touched(batch), 2),
-               "decode_stage_ms_engine": round(1e3 * e_s, 3), "decode_stage_ms_sim": round(1e3 * s_s, 3)}
+        row = {
+            "batch": batch,
+            "engine_decode_reqs": e_reqs,
+            "sim_decode_reqs": s_reqs,
+            "experts_engine_router": round(engine_router_touched(batch, args.moe_router_zipf), 2),
+            "experts_cost_model": round(cost.experts_touched(batch), 2),
+            "decode_stage_ms_engine": round(1e3 * e_s, 3),
+            "decode_stage_ms_sim": round(1e3 * s_s, 3),
+        }
         meas, pred = step_level(batch, cost, args.moe_router_zipf)
-        row.update(step_ms_measured=round(1e3 * meas, 3), step_ms_predicted=round(1e3 * pred, 3),
-                   step_error=round((pred - meas) / meas, 4))
+        row.update(
+            step_ms_measured=round(1e3 * meas, 3),
+            step_ms_predicted=round(1e3 * pred, 3),
+            step_error=round((pred - meas) / meas, 4),
+        )
         for m in SHOWN:
             row[f"{m}_error"] = round(by[m]["error"], 4)
             row[f"{m}_spread"] = round(by[m]["engine_spread"], 4)
@@ -184,25 +211,33 @@ def write(rows: list[dict], args: argparse.Namespace, profile: str) -> None:
     w.writeheader()
     w.writerows(rows)
     atomic_write(HERE / "moe_results.csv", buf.getvalue())
-    md = ["# MoE validation: CPU engine vs simulator (tiny-moe, PP=2, vllm-batch-queue)", "",
-          f"Profile: {'calibrated just before the runs' if args.profile is None else profile}"
-          f"{' (quick grid)' if args.quick and args.profile is None else ''}; router zipf "
-          f"{args.moe_router_zipf:g}; engine repeats {args.repeats}. Error = (sim - engine) / engine "
-          "(bubble: fraction points); spread = engine run-to-run (max - min) / mean.", "",
-          "| B | decode reqs/mb (eng, sim) | experts touched (engine router, cost model) | "
-          "decode stage ms (eng, sim) | step-level stage 0 ms (thread CPU, predicted, error) | "
-          + " | ".join(SHOWN) + " |",
-          "|---" * (5 + len(SHOWN)) + "|"]
+    md = [
+        "# MoE validation: CPU engine vs simulator (tiny-moe, PP=2, vllm-batch-queue)",
+        "",
+        f"Profile: {'calibrated just before the runs' if args.profile is None else profile}"
+        f"{' (quick grid)' if args.quick and args.profile is None else ''}; router zipf "
+        f"{args.moe_router_zipf:g}; engine repeats {args.repeats}. Error = (sim - engine) / engine "
+        "(bubble: fraction points); spread = engine run-to-run (max - min) / mean.",
+        "",
+        "| B | decode reqs/mb (eng, sim) | experts touched (engine router, cost model) | "
+        "decode stage ms (eng, sim) | step-level stage 0 ms (thread CPU, predicted, error) | "
+        + " | ".join(SHOWN)
+        + " |",
+        "|---" * (5 + len(SHOWN)) + "|",
+    ]
     for r in rows:
         cells = []
         for m in SHOWN:
             fmt = "{:+.3f}" if m == "pipeline_bubble_fraction" else "{:+.1%}"
             cells.append(fmt.format(r[f"{m}_error"]) + f" (±{r[f'{m}_spread']:.0%})")
-        md.append(f"| {r['batch']} | {r['engine_decode_reqs']:g}, {r['sim_decode_reqs']:g} | "
-                  f"{r['experts_engine_router']:.2f}, {r['experts_cost_model']:.2f} | "
-                  f"{r['decode_stage_ms_engine']:.2f}, {r['decode_stage_ms_sim']:.2f} | "
-                  f"{r['step_ms_measured']:.2f}, {r['step_ms_predicted']:.2f}, {r['step_error']:+.1%} | "
-                  + " | ".join(cells) + " |")
+        md.append(
+            f"| {r['batch']} | {r['engine_decode_reqs']:g}, {r['sim_decode_reqs']:g} | "
+            f"{r['experts_engine_router']:.2f}, {r['experts_cost_model']:.2f} | "
+            f"{r['decode_stage_ms_engine']:.2f}, {r['decode_stage_ms_sim']:.2f} | "
+            f"{r['step_ms_measured']:.2f}, {r['step_ms_predicted']:.2f}, {r['step_error']:+.1%} | "
+            + " | ".join(cells)
+            + " |"
+        )
     atomic_write(HERE / "moe_results.md", "\n".join(md) + "\n")
     print("\n".join(md))
 

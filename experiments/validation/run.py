@@ -42,14 +42,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3, help="engine runs per scenario (default 3)")
     ap.add_argument("--set", choices=["development", "held-out", "both"], default="both")
     ap.add_argument("--only", nargs="*", help="scenario names to run (of the chosen sets)")
-    ap.add_argument("--model", choices=sorted(MODELS), default="tiny",
-                    help="tiny (overhead-bound) or dense-1024 (hidden 1024, 4 layers: compute dominates a step)")
+    ap.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default="tiny",
+        help="tiny (overhead-bound) or dense-1024 (hidden 1024, 4 layers: compute dominates a step)",
+    )
     ap.add_argument("--profile", help="calibration artifact (default for tiny: the shipped profiles/tiny-cpu)")
     ap.add_argument("--calibrate", action="store_true", help="calibrate this host (full grid) into runs/ first")
     ap.add_argument("--heldout-seed", type=int, default=14, help="seed of the held-out sampler (default 14)")
     ap.add_argument("--heldout-per-policy", type=int, default=2, help="held-out draws per policy (default 2)")
-    ap.add_argument("--num-prompts-scale", type=float, default=1.0, help="scale every scenario's prompt count "
-                    "(a smoke test uses 0.25; reported figures use 1)")
+    ap.add_argument(
+        "--num-prompts-scale",
+        type=float,
+        default=1.0,
+        help="scale every scenario's prompt count (a smoke test uses 0.25; reported figures use 1)",
+    )
     ap.add_argument("--host-guard", choices=["flag", "refuse", "off"], default="flag")
     ap.add_argument("--out", default=str(HERE), help="where results.md/csv and errors.png go (default: here)")
     args = ap.parse_args(argv)
@@ -102,15 +110,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== [{set_name}] {name}", flush=True)
         host = HostGuard(args.host_guard)
         try:
-            payload = validate(scaled(s, args.num_prompts_scale), HERE / "runs" / args.model / name, args.repeats,
-                               log=lambda m: None, host=host)
+            payload = validate(
+                scaled(s, args.num_prompts_scale),
+                HERE / "runs" / args.model / name,
+                args.repeats,
+                log=lambda m: None,
+                host=host,
+            )
         except PPSimError as err:
             print(f"error: {name}: {err}", file=sys.stderr)
             return 2
         rows.append(result_row(set_name, name, knobs, payload))
         r = rows[-1]
-        print({m: f"{r[f'{m}_error']:+.3f}" for m in SHOWN}, f"step {r['step_median_error']:+.3f}",
-              "host ok" if r["host_ok"] is not False else f"HOST FLAGGED: {r['host_problem']}", flush=True)
+        print(
+            {m: f"{r[f'{m}_error']:+.3f}" for m in SHOWN},
+            f"step {r['step_median_error']:+.3f}",
+            "host ok" if r["host_ok"] is not False else f"HOST FLAGGED: {r['host_problem']}",
+            flush=True,
+        )
     if not rows:
         print("error: --only: no scenario of that name in the chosen sets", file=sys.stderr)
         return 2
@@ -122,12 +139,15 @@ def write_results(args: argparse.Namespace, profile: str, rows: list[dict], wall
     out = Path(args.out)
     suffix = "" if args.model == "tiny" else f"-{args.model}"
     cmd = "python experiments/validation/run.py " + " ".join(sys.argv[1:])
-    header = [f"# Validation: CPU engine vs simulator ({args.model} model)", "",
-              f"Command: `{cmd.strip()}` ({wall_s / 60:.0f} min). Profile: "
-              f"{'calibrated just before the runs' if args.calibrate else profile}. Engine repeats per scenario: "
-              f"{args.repeats}. Held-out: seed {args.heldout_seed}, {args.heldout_per_policy} draws per policy, "
-              "drawn at run time; no modelling choice was made on them. Prompt count scale: "
-              f"{args.num_prompts_scale}. Host guard: {args.host_guard}."]
+    header = [
+        f"# Validation: CPU engine vs simulator ({args.model} model)",
+        "",
+        f"Command: `{cmd.strip()}` ({wall_s / 60:.0f} min). Profile: "
+        f"{'calibrated just before the runs' if args.calibrate else profile}. Engine repeats per scenario: "
+        f"{args.repeats}. Held-out: seed {args.heldout_seed}, {args.heldout_per_policy} draws per policy, "
+        "drawn at run time; no modelling choice was made on them. Prompt count scale: "
+        f"{args.num_prompts_scale}. Host guard: {args.host_guard}.",
+    ]
     atomic_write(out / f"results{suffix}.csv", to_csv(rows))
     md = results_md(rows, header)
     atomic_write(out / f"results{suffix}.md", md)

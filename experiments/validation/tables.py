@@ -9,12 +9,26 @@ from typing import Any
 
 import numpy as np
 
-SHOWN = ["output_throughput", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_e2el_ms", "p99_e2el_ms",
-         "pipeline_bubble_fraction"]
+SHOWN = [
+    "output_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_e2el_ms",
+    "p99_e2el_ms",
+    "pipeline_bubble_fraction",
+]
 RELATIVE = [m for m in SHOWN if m != "pipeline_bubble_fraction"]
 # the held-out targets of issue 14: |error| limit per metric (bubble in fraction points)
-TARGETS = {"output_throughput": 0.05, "mean_tpot_ms": 0.05, "median_ttft_ms": 0.10, "p99_ttft_ms": 0.10,
-           "median_e2el_ms": 0.10, "p99_e2el_ms": 0.10, "pipeline_bubble_fraction": 0.05}
+TARGETS = {
+    "output_throughput": 0.05,
+    "mean_tpot_ms": 0.05,
+    "median_ttft_ms": 0.10,
+    "p99_ttft_ms": 0.10,
+    "median_e2el_ms": 0.10,
+    "p99_e2el_ms": 0.10,
+    "pipeline_bubble_fraction": 0.05,
+}
 
 
 def result_row(set_name: str, name: str, knobs: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
@@ -71,25 +85,31 @@ def policy_summary(rows: list[dict[str, Any]], set_name: str, policy: str) -> di
 
 
 def policy_table(rows: list[dict[str, Any]]) -> list[str]:
-    out = ["| policy | dev n | dev median \\|error\\| (engine spread) | held-out n | held-out median \\|error\\| "
-           "(engine spread) | bubble dev / held-out (points, spread) | step-level median error dev / held-out |",
-           "|---|---|---|---|---|---|---|"]
+    out = [
+        "| policy | dev n | dev median \\|error\\| (engine spread) | held-out n | held-out median \\|error\\| "
+        "(engine spread) | bubble dev / held-out (points, spread) | step-level median error dev / held-out |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for p in sorted({r["policy"] for r in rows}):
         d, h = policy_summary(rows, "development", p), policy_summary(rows, "held-out", p)
 
         def pts(x: dict[str, Any]) -> str:
             return "-" if x["bubble"] is None else f"{x['bubble']:.3f} (±{x['bubble_spread']:.3f})"
 
-        out.append(f"| {p} | {d['n']} | {_pct(d['err'])} (±{_pct(d['spread'])}) | {h['n']} | {_pct(h['err'])} "
-                   f"(±{_pct(h['spread'])}) | {pts(d)} / {pts(h)} | "
-                   f"{_pct(d['step'], True)} / {_pct(h['step'], True)} |")
+        out.append(
+            f"| {p} | {d['n']} | {_pct(d['err'])} (±{_pct(d['spread'])}) | {h['n']} | {_pct(h['err'])} "
+            f"(±{_pct(h['spread'])}) | {pts(d)} / {pts(h)} | "
+            f"{_pct(d['step'], True)} / {_pct(h['step'], True)} |"
+        )
     return out
 
 
 def target_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
     sel = [r for r in rows if r["set"] == set_name]
-    out = [f"| metric ({set_name}) | median \\|error\\| | median engine spread | target | met |",
-           "|---|---|---|---|---|"]
+    out = [
+        f"| metric ({set_name}) | median \\|error\\| | median engine spread | target | met |",
+        "|---|---|---|---|---|",
+    ]
     for m, lim in TARGETS.items():
         e = _med([abs(r[f"{m}_error"]) for r in sel])
         sp = _med([r[f"{m}_spread"] for r in sel])
@@ -104,37 +124,61 @@ def target_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
 
 def scenario_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
     sel = [r for r in rows if r["set"] == set_name]
-    out = ["| scenario | " + " | ".join(SHOWN) + " | step-level (vs cpu, cpu/wall) | host |",
-           "|---" * (len(SHOWN) + 3) + "|"]
+    out = [
+        "| scenario | " + " | ".join(SHOWN) + " | step-level (vs cpu, cpu/wall) | host |",
+        "|---" * (len(SHOWN) + 3) + "|",
+    ]
     for r in sel:
         cells = []
         for m in SHOWN:
             fmt = "{:+.3f}" if m == "pipeline_bubble_fraction" else "{:+.1%}"
             sp = f"±{r[f'{m}_spread']:.3f}" if m == "pipeline_bubble_fraction" else f"±{r[f'{m}_spread']:.0%}"
             cells.append(fmt.format(r[f"{m}_error"]) + f" ({sp})")
-        cpu = ("" if r["step_median_cpu_error"] == ""
-               else f" ({r['step_median_cpu_error']:+.1%}, {r['step_cpu_share']:.0%})")
+        cpu = (
+            ""
+            if r["step_median_cpu_error"] == ""
+            else f" ({r['step_median_cpu_error']:+.1%}, {r['step_cpu_share']:.0%})"
+        )
         host = "ok" if r["host_ok"] is True else "FLAGGED" if r["host_ok"] is False else "-"
         out.append(f"| {r['scenario']} | " + " | ".join(cells) + f" | {r['step_median_error']:+.1%}{cpu} | {host} |")
     return out
 
 
 def results_md(rows: list[dict[str, Any]], header: list[str]) -> str:
-    md = [*header, "", "## Per policy: development vs held-out", "",
-          "Median over scenarios and metrics (" + ", ".join(RELATIVE) + ") of |error|, the engine's run-to-run "
-          "spread ((max - min) / mean over repeats) beside it; bubble apart, in fraction points. Step-level: "
-          "median signed error of the cost model on the engine's own micro-batches.", "", *policy_table(rows)]
+    md = [
+        *header,
+        "",
+        "## Per policy: development vs held-out",
+        "",
+        "Median over scenarios and metrics (" + ", ".join(RELATIVE) + ") of |error|, the engine's run-to-run "
+        "spread ((max - min) / mean over repeats) beside it; bubble apart, in fraction points. Step-level: "
+        "median signed error of the cost model on the engine's own micro-batches.",
+        "",
+        *policy_table(rows),
+    ]
     for set_name in ("development", "held-out"):
         if any(r["set"] == set_name for r in rows):
-            md += ["", f"## {set_name.capitalize()}: targets", "", *target_table(rows, set_name), "",
-                   f"## {set_name.capitalize()}: per scenario", "",
-                   "Error = (sim - engine) / engine (engine spread); bubble in fraction points.", "",
-                   *scenario_table(rows, set_name)]
+            md += [
+                "",
+                f"## {set_name.capitalize()}: targets",
+                "",
+                *target_table(rows, set_name),
+                "",
+                f"## {set_name.capitalize()}: per scenario",
+                "",
+                "Error = (sim - engine) / engine (engine spread); bubble in fraction points.",
+                "",
+                *scenario_table(rows, set_name),
+            ]
     held = [r for r in rows if r["set"] == "held-out"]
     if held:
         md += ["", "## Held-out draws", "", "| scenario | knobs |", "|---|---|"]
         md += [f"| {r['scenario']} | `{r['knobs']}` |" for r in held]
     flagged = [r["scenario"] for r in rows if r["host_ok"] is False]
-    md += ["", f"Host guard: {len(flagged)} of {len(rows)} scenarios flagged" + (f" ({', '.join(flagged)})"
-                                                                                 if flagged else "") + "."]
+    md += [
+        "",
+        f"Host guard: {len(flagged)} of {len(rows)} scenarios flagged"
+        + (f" ({', '.join(flagged)})" if flagged else "")
+        + ".",
+    ]
     return "\n".join(md) + "\n"

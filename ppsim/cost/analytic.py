@@ -94,7 +94,10 @@ class AnalyticCost:
             norms += [shape.kv_lora_rank] + ([shape.q_lora_rank] if shape.q_lora_rank else [])
         # Elementwise kernels of a layer: (bytes per token, achieved fraction of the HBM peak).
         common = [(2 * n * b, fit.norm_eff) for n in norms] + [
-            (2 * rope * b, fit.rope_eff), (3 * h * b, fit.add_eff), (3 * h * b, fit.add_eff)]
+            (2 * rope * b, fit.rope_eff),
+            (3 * h * b, fit.add_eff),
+            (3 * h * b, fit.add_eff),
+        ]
         self.elementwise = common + [(3 * self.i_gpu * b, fit.act_eff)]
         # KV reshapes around attention (Vidur's attn_input_reshape / attn_output_reshape), bytes per token
         self.reshape_bytes = 2 * b * (2 * self.q_gpu + 2 * self.kv_gpu)
@@ -106,7 +109,9 @@ class AnalyticCost:
             self.expert = expert_gemm(shape, tp)
             moe_i = (k * shape.moe_intermediate_size + shape.shared_expert_intermediate_size) / tp
             self.moe_elementwise = common + [
-                (3 * moe_i * b, fit.act_eff), (2 * E * 4, fit.act_eff)]  # SiLU; router softmax/top-k in fp32
+                (3 * moe_i * b, fit.act_eff),
+                (2 * E * 4, fit.act_eff),
+            ]  # SiLU; router softmax/top-k in fp32
         self.has_dense = shape.num_moe_layers() < shape.num_layers
         self._touched: dict[int, float] = {}
         self._split: dict[tuple[int, int], tuple[int, int]] = {}
@@ -141,8 +146,10 @@ class AnalyticCost:
                 kv = plan.prefill_kv_tokens
                 up = 2 * s.kv_lora_rank * hg * (s.qk_nope_head_dim + s.v_head_dim) * (kv - plan.num_prefill_tokens)
                 fl = 2 * hg * (s.head_dim + s.v_head_dim) * plan.prefill_attn_pairs + up
-                t += call + max(fl / self.attn_flops, (lat * kvb * kv + 2 * hg * (s.head_dim + s.v_head_dim) * b * kv)
-                                / self.attn_bw)
+                t += call + max(
+                    fl / self.attn_flops,
+                    (lat * kvb * kv + 2 * hg * (s.head_dim + s.v_head_dim) * b * kv) / self.attn_bw,
+                )
             if plan.num_decode_tokens:
                 ctx = plan.decode_ctx_tokens
                 t += call + max(2 * hg * (lat + s.kv_lora_rank) * ctx / self.flops, lat * kvb * ctx / self.attn_bw)
@@ -168,8 +175,13 @@ class AnalyticCost:
             gemm += self._groof(fl_exp * routed, self.experts_touched(T) * w_exp + act_exp * routed * b)
         elem = sum(self._elem(per_tok * T, eff) for per_tok, eff in (self.moe_elementwise if moe else self.elementwise))
         ar = 2 * self.collective_time(T * self.shape.hidden_size * b) if self.tp > 1 else 0.0
-        return {"gemm": gemm, "elementwise": elem, "attention": self._attention_time(plan), "allreduce": ar,
-                "overhead": self.layer_overhead}
+        return {
+            "gemm": gemm,
+            "elementwise": elem,
+            "attention": self._attention_time(plan),
+            "allreduce": ar,
+            "overhead": self.layer_overhead,
+        }
 
     def layer_time(self, plan: StepPlan) -> float:
         """Seconds for one dense decoder layer on one GPU."""
@@ -190,7 +202,8 @@ class AnalyticCost:
         """One TP all-reduce as NCCL runs it: a fixed call cost plus the ring's bytes at the fitted bus efficiency."""
         n, f = self.tp, self.dev
         return f.allreduce_call_us * 1e-6 + 2 * (n - 1) / n * nbytes / (
-            self.tp_link.bandwidth_gbps * 1e9 * f.allreduce_bus_eff)
+            self.tp_link.bandwidth_gbps * 1e9 * f.allreduce_bus_eff
+        )
 
     def step_time(self, plan: StepPlan) -> float:
         """Per stage per step: input preparation (host), fixed plus per request."""
@@ -206,8 +219,9 @@ class AnalyticCost:
         v_gpu = s.vocab_size / self.tp
         return {
             "final_norm": self._elem(2 * plan.num_tokens * s.hidden_size * b, self.fit.norm_eff),
-            "lm_head": self._groof(2 * R * s.hidden_size * v_gpu,
-                                   (s.hidden_size * v_gpu + R * (s.hidden_size + v_gpu)) * b),
+            "lm_head": self._groof(
+                2 * R * s.hidden_size * v_gpu, (s.hidden_size * v_gpu + R * (s.hidden_size + v_gpu)) * b
+            ),
             "sampler": (f.sampler_us + f.sampler_per_req_us * R) * 1e-6,
         }
 

@@ -60,8 +60,9 @@ def sglang_knobs(engine, cost: CostModel, stage0: StageSpec, max_prefix: int = 0
     budget = None
     if engine.enable_dynamic_chunking:
         model = chunk_model(engine, cost, stage0, max_prefix)
-        budget = chunk_budget_fn(engine.chunked_prefill_size, model, engine.smooth_factor, engine.page_size,
-                                 engine.max_prefill_tokens)
+        budget = chunk_budget_fn(
+            engine.chunked_prefill_size, model, engine.smooth_factor, engine.page_size, engine.max_prefill_tokens
+        )
     return SGLangKnobs(
         async_batch_depth=engine.pp_async_batch_depth,
         max_micro_batch_size=engine.pp_max_micro_batch_size,

@@ -58,17 +58,37 @@ SCHEMA_VERSION = 1
 FORMS = ("linear", "linear_floor", "prefill_attn", "decode_attn", "interp", "tok_req", "tok_exp")
 # Per-layer operators that scale with the step's tokens (``add`` counts twice per layer).
 TOKEN_OPS = (
-    "input_layernorm", "attn_qkv", "attn_rope", "attn_o_proj", "post_attention_layernorm",
-    "mlp_gate_up", "mlp_act", "mlp_down", "add",
+    "input_layernorm",
+    "attn_qkv",
+    "attn_rope",
+    "attn_o_proj",
+    "post_attention_layernorm",
+    "mlp_gate_up",
+    "mlp_act",
+    "mlp_down",
+    "add",
 )
 MLP_OPS = ("mlp_gate_up", "mlp_act", "mlp_down")
 MOE_OPS = ("moe_router", "moe_experts", "moe_shared")  # required for a MoE model (moe_shared: with shared experts)
 REQUIRED_OPS = (*TOKEN_OPS, "attn_prefill", "attn_decode", "embedding", "final_norm", "lm_head", "sampling")
 # ModelShape fields an operator's time depends on; a profile of another value is another model.
 SHAPE_FIELDS = (
-    "hidden_size", "intermediate_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "dtype",
-    "attention_bias", "attention", "qk_norm", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "shared_expert_intermediate_size", "weight_dtype", "kv_cache_dtype",
+    "hidden_size",
+    "intermediate_size",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "vocab_size",
+    "dtype",
+    "attention_bias",
+    "attention",
+    "qk_norm",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "weight_dtype",
+    "kv_cache_dtype",
 )
 # Storage dtypes a profile written before they were recorded has: its activation dtype.
 _DTYPE_DEFAULTS = ("weight_dtype", "kv_cache_dtype")
@@ -191,8 +211,11 @@ def check_shape(profile: Profile, shape: ModelShape, where: str) -> None:
     for f in _DTYPE_DEFAULTS:
         if got.get(f) is None:
             got[f] = got.get("dtype")
-    diff = [f"{f}={got.get(f)!r} (model has {getattr(shape, f, None)!r})" for f in SHAPE_FIELDS
-            if got.get(f) != getattr(shape, f, None)]
+    diff = [
+        f"{f}={got.get(f)!r} (model has {getattr(shape, f, None)!r})"
+        for f in SHAPE_FIELDS
+        if got.get(f) != getattr(shape, f, None)
+    ]
     if diff:
         raise PPSimError(
             f"--profile: {where} (measured for {got.get('name')!r}) does not match model {shape.name!r}: "
@@ -209,8 +232,16 @@ class ProfiledCost:
     # The roofline's ring all-reduce (reads ``self.tp`` and ``self.tp_link``): one formula for both models.
     allreduce_time = AnalyticCost.allreduce_time
 
-    def __init__(self, profile: Profile, shape: ModelShape, link: LinkSpec | None, tp: int,
-                 launch_latency_s: float = 0.0, tp_link: LinkSpec | None = None, moe_skew: float = 1.0) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        shape: ModelShape,
+        link: LinkSpec | None,
+        tp: int,
+        launch_latency_s: float = 0.0,
+        tp_link: LinkSpec | None = None,
+        moe_skew: float = 1.0,
+    ) -> None:
         self.p, self.shape, self.link, self.tp, self.tp_link = profile, shape, link, tp, tp_link
         if tp > 1 and "all_reduce" not in profile.fits and tp_link is None:
             raise PPSimError("profile: no all_reduce operator and no tp_link preset; set cluster.tp_link")
@@ -230,8 +261,10 @@ class ProfiledCost:
             need = MOE_OPS if shape.shared_expert_intermediate_size else MOE_OPS[:2]
             missing = [op for op in need if op not in self.f]
             if missing:
-                raise PPSimError(f"profile: model {shape.name} is MoE but the profile lacks {', '.join(missing)}; "
-                                 "re-run ppsim calibrate for it")
+                raise PPSimError(
+                    f"profile: model {shape.name} is MoE but the profile lacks {', '.join(missing)}; "
+                    "re-run ppsim calibrate for it"
+                )
             k, E = shape.num_experts_per_tok, shape.n_routed_experts
             self.expert_load = list(profile.meta.get("moe", {}).get("expert_load") or [k / E] * E)
 
@@ -254,8 +287,9 @@ class ProfiledCost:
         if not moe:
             return sum(op.at(T) for op in self._mlp)
         f = self.f
-        t = f["moe_router"].at(T) + f["moe_experts"].tok_exp(T * self.shape.num_experts_per_tok,
-                                                             self.experts_touched(T))
+        t = f["moe_router"].at(T) + f["moe_experts"].tok_exp(
+            T * self.shape.num_experts_per_tok, self.experts_touched(T)
+        )
         return t + f["moe_shared"].at(T) if "moe_shared" in f else t
 
     def layer_time(self, plan: StepPlan, moe: bool | None = None) -> float:
@@ -409,18 +443,29 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
         )
     fits = dict(prof.fits)
     cpu = scenario.engine.cpu
-    for kind, fixed, per in (("schedule", cpu.schedule_us, cpu.schedule_per_req_us),
-                             ("update", cpu.update_us, cpu.update_per_req_us)):
+    for kind, fixed, per in (
+        ("schedule", cpu.schedule_us, cpu.schedule_per_req_us),
+        ("update", cpu.update_us, cpu.update_per_req_us),
+    ):
         fits.setdefault(kind, OpFit(kind, "linear", "n", {"c0": fixed * 1e-6, "c1": per * 1e-6}))
     tp_link = resolve_link(scenario.cluster.tp_link, "cluster.tp_link")
     check_router(prof, shape, getattr(scenario, "moe_router_zipf", 0.0), profile_dir)
-    return ProfiledCost(Profile(prof.meta, fits), shape, link, tp, cpu.launch_latency_us * 1e-6, tp_link,
-                        moe_skew=scenario.cost.moe_routing_skew)
+    return ProfiledCost(
+        Profile(prof.meta, fits),
+        shape,
+        link,
+        tp,
+        cpu.launch_latency_us * 1e-6,
+        tp_link,
+        moe_skew=scenario.cost.moe_routing_skew,
+    )
 
 
 def check_router(profile: Profile, shape: ModelShape, zipf: float, where: str) -> None:
     """A MoE profile's expert load was measured under one router skew; the scenario must use the same."""
     got = float(profile.meta.get("moe", {}).get("router_zipf", 0.0))
     if shape.is_moe and abs(got - zipf) > 1e-9:
-        raise PPSimError(f"--moe-router-zipf: {zipf:g}, but {where} measured the router's expert load at {got:g}; "
-                         f"pass --moe-router-zipf {got:g} or calibrate with --moe-router-zipf {zipf:g}")
+        raise PPSimError(
+            f"--moe-router-zipf: {zipf:g}, but {where} measured the router's expert load at {got:g}; "
+            f"pass --moe-router-zipf {got:g} or calibrate with --moe-router-zipf {zipf:g}"
+        )

@@ -18,8 +18,19 @@ from ppsim.metrics.ledger import STATUSES, Ledger, RequestColumns
 from ppsim.metrics.records import OP_FIELDS, OpRecord, RequestRecord
 
 REQUEST_FIELDS = [
-    "request_id", "status", "arrival_s", "sent_s", "scheduled_s", "first_token_s", "finish_s",
-    "input_tokens", "output_tokens", "ttft_ms", "tpot_ms", "e2el_ms", "preemptions",
+    "request_id",
+    "status",
+    "arrival_s",
+    "sent_s",
+    "scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "input_tokens",
+    "output_tokens",
+    "ttft_ms",
+    "tpot_ms",
+    "e2el_ms",
+    "preemptions",
 ]
 
 
@@ -97,9 +108,18 @@ def _request_rows(c: RequestColumns) -> Iterator[tuple]:
         sl = slice(lo, lo + CHUNK_ROWS)
         ttft = (c.first_token_s[sl] - sent_eff[sl]).tolist()
         e2el = (c.last_token_s[sl] - sent_eff[sl]).tolist()
-        cols = (c.req_id[sl].tolist(), c.status[sl].tolist(), c.arrival_s[sl].tolist(), c.sent_s[sl].tolist(),
-                c.scheduled_s[sl].tolist(), c.first_token_s[sl].tolist(), c.finish_s[sl].tolist(),
-                c.input_tokens[sl].tolist(), c.num_tokens[sl].tolist(), c.preemptions[sl].tolist())
+        cols = (
+            c.req_id[sl].tolist(),
+            c.status[sl].tolist(),
+            c.arrival_s[sl].tolist(),
+            c.sent_s[sl].tolist(),
+            c.scheduled_s[sl].tolist(),
+            c.first_token_s[sl].tolist(),
+            c.finish_s[sl].tolist(),
+            c.input_tokens[sl].tolist(),
+            c.num_tokens[sl].tolist(),
+            c.preemptions[sl].tolist(),
+        )
         for i, (rid, st, arr, sent, sch, first, fin, n_in, n, pre) in enumerate(zip(*cols, strict=True)):
             if n:
                 a, b = ttft[i], e2el[i]
@@ -124,8 +144,24 @@ def requests_csv(requests: Sequence[RequestRecord] | RequestColumns | Ledger) ->
 
 
 def ops_chunks(ops: Iterable[OpRecord]) -> Iterator[str]:
-    return _csv_chunks(OP_FIELDS, ((o.track, o.kind, o.step_id, o.start_s, o.end_s, o.num_tokens, o.num_reqs,
-                                    o.num_prefill_tokens, o.num_decode_tokens, o.nbytes) for o in ops))
+    return _csv_chunks(
+        OP_FIELDS,
+        (
+            (
+                o.track,
+                o.kind,
+                o.step_id,
+                o.start_s,
+                o.end_s,
+                o.num_tokens,
+                o.num_reqs,
+                o.num_prefill_tokens,
+                o.num_decode_tokens,
+                o.nbytes,
+            )
+            for o in ops
+        ),
+    )
 
 
 def ops_csv(ops: Iterable[OpRecord]) -> str:
@@ -185,9 +221,14 @@ def actions_chunks(actions: Iterable[tuple[int, Any]]) -> Iterator[str]:
     return _csv_chunks(ACTION_FIELDS, action_rows(actions))
 
 
-def run_files(config_json: str, summary: dict[str, Any], requests: Sequence[RequestRecord] | Ledger,
-              ops: Iterable[OpRecord] | None = None, trace: dict[str, Any] | None = None,
-              actions: Iterable[tuple[int, Any]] | None = None) -> dict[str, Any]:
+def run_files(
+    config_json: str,
+    summary: dict[str, Any],
+    requests: Sequence[RequestRecord] | Ledger,
+    ops: Iterable[OpRecord] | None = None,
+    trace: dict[str, Any] | None = None,
+    actions: Iterable[tuple[int, Any]] | None = None,
+) -> dict[str, Any]:
     """The files of one run, name -> text, or text chunks for the CSV files that grow with the run
     (formatted while they are written, never held whole): ``summary.json``, ``requests.csv`` and
     ``config.json`` always; with ``ops`` and ``trace`` (``--save-detailed``) also ``tokens.csv``,
@@ -203,15 +244,22 @@ def run_files(config_json: str, summary: dict[str, Any], requests: Sequence[Requ
     return files
 
 
-def write_run(out_dir: str | Path, config_json: str, summary: dict[str, Any],
-              requests: Sequence[RequestRecord] | Ledger, ops: Iterable[OpRecord] | None = None,
-              trace: dict[str, Any] | None = None, extra: dict[str, str | bytes] | None = None,
-              derived: Any = None, actions: Iterable[tuple[int, Any]] | None = None) -> Path:
+def write_run(
+    out_dir: str | Path,
+    config_json: str,
+    summary: dict[str, Any],
+    requests: Sequence[RequestRecord] | Ledger,
+    ops: Iterable[OpRecord] | None = None,
+    trace: dict[str, Any] | None = None,
+    extra: dict[str, str | bytes] | None = None,
+    derived: Any = None,
+    actions: Iterable[tuple[int, Any]] | None = None,
+) -> Path:
     """All files of a run (plus ``extra``, and ``derived``'s files drawn from the staged set: the dashboard)
     as one set: staged in a temporary directory, which replaces the result directory whole or not at
     all (:func:`ppsim.outputs.write_result_set`)."""
     from ppsim.outputs import write_result_set
 
-    return write_result_set(out_dir, {**run_files(config_json, summary, requests, ops, trace, actions),
-                                      **(extra or {})},
-                            derived=derived)
+    return write_result_set(
+        out_dir, {**run_files(config_json, summary, requests, ops, trace, actions), **(extra or {})}, derived=derived
+    )

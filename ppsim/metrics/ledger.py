@@ -53,8 +53,16 @@ class Ledger:
         if self.scheduled[row] != self.scheduled[row]:  # NaN: not scheduled before
             self.scheduled[row] = now
 
-    def on_token(self, row: int, req_id: int, index: int, finished: bool, now: float, abort_after: int | None,
-                 abort: Callable[[int], bool]) -> bool:
+    def on_token(
+        self,
+        row: int,
+        req_id: int,
+        index: int,
+        finished: bool,
+        now: float,
+        abort_after: int | None,
+        abort: Callable[[int], bool],
+    ) -> bool:
         """Timestamp the request's ``index``-th output token; True if the request ended with it: it
         finished, or the client cancels it having received ``abort_after`` tokens (``abort`` frees it
         in the engine core)."""
@@ -79,8 +87,9 @@ class Ledger:
             return True
         return False
 
-    def on_tokens(self, outputs: Sequence, now: float, live: dict, abort: Callable[[int], bool],
-                  ended: Callable[[int], None]) -> None:
+    def on_tokens(
+        self, outputs: Sequence, now: float, live: dict, abort: Callable[[int], bool], ended: Callable[[int], None]
+    ) -> None:
         """:meth:`on_token` for every output of one engine-core step (``(req_id, index, finished)``
         tuples) reaching the client at ``now``, the same rule in one loop. ``live`` maps a request id
         to its ``(row, Request)`` while it is in the engine; ``ended(req_id)`` is called at once for
@@ -146,10 +155,18 @@ class Ledger:
     def columns(self) -> RequestColumns:
         wl = self.wl
         return RequestColumns(
-            np.asarray(wl.req_id), np.asarray(wl.arrival_s), np.frombuffer(self.sent), np.frombuffer(self.scheduled),
-            np.frombuffer(self.first), np.frombuffer(self.last), np.frombuffer(self.finish),
-            np.asarray(wl.prompt_len), np.asarray(wl.output_len), np.frombuffer(self.ntok, dtype=np.int64),
-            np.frombuffer(self.preemptions, dtype=np.int64), np.frombuffer(bytes(self.status), dtype=np.uint8),
+            np.asarray(wl.req_id),
+            np.asarray(wl.arrival_s),
+            np.frombuffer(self.sent),
+            np.frombuffer(self.scheduled),
+            np.frombuffer(self.first),
+            np.frombuffer(self.last),
+            np.frombuffer(self.finish),
+            np.asarray(wl.prompt_len),
+            np.asarray(wl.output_len),
+            np.frombuffer(self.ntok, dtype=np.int64),
+            np.frombuffer(self.preemptions, dtype=np.int64),
+            np.frombuffer(bytes(self.status), dtype=np.uint8),
             np.frombuffer(self.itl),
         )
 
@@ -159,10 +176,20 @@ class Ledger:
             raise ValueError("token times were not kept (keep_tokens=False); use columns()")
         wl, out = self.wl, []
         for row in range(len(self)):
-            out.append(RequestRecord(
-                int(wl.req_id[row]), float(wl.arrival_s[row]), int(wl.prompt_len[row]), int(wl.output_len[row]),
-                _opt(self.sent[row]), _opt(self.scheduled[row]), self.times[row], _opt(self.finish[row]),
-                self.preemptions[row], STATUSES[self.status[row]]))
+            out.append(
+                RequestRecord(
+                    int(wl.req_id[row]),
+                    float(wl.arrival_s[row]),
+                    int(wl.prompt_len[row]),
+                    int(wl.output_len[row]),
+                    _opt(self.sent[row]),
+                    _opt(self.scheduled[row]),
+                    self.times[row],
+                    _opt(self.finish[row]),
+                    self.preemptions[row],
+                    STATUSES[self.status[row]],
+                )
+            )
         return out
 
 
@@ -194,15 +221,24 @@ class RequestColumns:
         def col(f: Callable[[RequestRecord], float | None]) -> np.ndarray:
             return np.array([math.nan if (v := f(r)) is None else v for r in recs], dtype=np.float64)
 
-        itl = [b - a for r in recs if r.status == "finished" for a, b in zip(r.token_times, r.token_times[1:],
-                                                                                  strict=False)]
+        itl = [
+            b - a
+            for r in recs
+            if r.status == "finished"
+            for a, b in zip(r.token_times, r.token_times[1:], strict=False)
+        ]
         return cls(
-            np.array([r.req_id for r in recs], dtype=np.int64), col(lambda r: r.arrival_s), col(lambda r: r.sent_s),
-            col(lambda r: r.scheduled_s), col(lambda r: r.token_times[0] if r.token_times else None),
-            col(lambda r: r.token_times[-1] if r.token_times else None), col(lambda r: r.finish_s),
+            np.array([r.req_id for r in recs], dtype=np.int64),
+            col(lambda r: r.arrival_s),
+            col(lambda r: r.sent_s),
+            col(lambda r: r.scheduled_s),
+            col(lambda r: r.token_times[0] if r.token_times else None),
+            col(lambda r: r.token_times[-1] if r.token_times else None),
+            col(lambda r: r.finish_s),
             np.array([r.input_tokens for r in recs], dtype=np.int64),
             np.array([r.output_tokens for r in recs], dtype=np.int64),
             np.array([len(r.token_times) for r in recs], dtype=np.int64),
             np.array([r.preemptions for r in recs], dtype=np.int64),
-            np.array([_CODE[r.status] for r in recs], dtype=np.uint8), np.array(itl, dtype=np.float64),
+            np.array([_CODE[r.status] for r in recs], dtype=np.uint8),
+            np.array(itl, dtype=np.float64),
         )

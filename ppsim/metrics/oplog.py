@@ -28,8 +28,19 @@ class OpLog:
         self.t0 = math.inf  # first compute start
         self.t1 = -math.inf  # last compute end
 
-    def add(self, track: str, kind: str, step_id: int, start_s: float, end_s: float, num_tokens: int,
-            num_reqs: int, num_prefill_tokens: int = 0, num_decode_tokens: int = 0, nbytes: float = 0.0) -> None:
+    def add(
+        self,
+        track: str,
+        kind: str,
+        step_id: int,
+        start_s: float,
+        end_s: float,
+        num_tokens: int,
+        num_reqs: int,
+        num_prefill_tokens: int = 0,
+        num_decode_tokens: int = 0,
+        nbytes: float = 0.0,
+    ) -> None:
         if kind == "compute":
             self.busy[track] = self.busy.get(track, 0.0) + (end_s - start_s)
             if start_s < self.t0:
@@ -39,11 +50,32 @@ class OpLog:
         if self.series is not None:
             self.series.add_op(track, kind, start_s, end_s)
         if self.keep:
-            self.records.append(OpRecord(track, kind, step_id, start_s, end_s, num_tokens, num_reqs,
-                                         num_prefill_tokens, num_decode_tokens, nbytes))
+            self.records.append(
+                OpRecord(
+                    track,
+                    kind,
+                    step_id,
+                    start_s,
+                    end_s,
+                    num_tokens,
+                    num_reqs,
+                    num_prefill_tokens,
+                    num_decode_tokens,
+                    nbytes,
+                )
+            )
 
-    def add_compute(self, track: str, step_id: int, start_s: float, end_s: float, num_tokens: int, num_reqs: int,
-                    num_prefill_tokens: int, num_decode_tokens: int) -> None:
+    def add_compute(
+        self,
+        track: str,
+        step_id: int,
+        start_s: float,
+        end_s: float,
+        num_tokens: int,
+        num_reqs: int,
+        num_prefill_tokens: int,
+        num_decode_tokens: int,
+    ) -> None:
         """``add(track, "compute", ...)``: the same, without the dispatch on ``kind`` (the fast pipeline's
         hot path)."""
         busy = self.busy
@@ -55,11 +87,32 @@ class OpLog:
         if self.series is not None:
             self.series.add_compute(track, start_s, end_s)
         if self.keep:
-            self.records.append(OpRecord(track, "compute", step_id, start_s, end_s, num_tokens, num_reqs,
-                                         num_prefill_tokens, num_decode_tokens, 0.0))
+            self.records.append(
+                OpRecord(
+                    track,
+                    "compute",
+                    step_id,
+                    start_s,
+                    end_s,
+                    num_tokens,
+                    num_reqs,
+                    num_prefill_tokens,
+                    num_decode_tokens,
+                    0.0,
+                )
+            )
 
-    def add_other(self, track: str, kind: str, step_id: int, start_s: float, end_s: float, num_tokens: int,
-                  num_reqs: int, nbytes: float = 0.0) -> None:
+    def add_other(
+        self,
+        track: str,
+        kind: str,
+        step_id: int,
+        start_s: float,
+        end_s: float,
+        num_tokens: int,
+        num_reqs: int,
+        nbytes: float = 0.0,
+    ) -> None:
         """``add`` for a ``kind`` other than compute (a send, a core step): the same, without the dispatch."""
         if self.series is not None:
             self.series.add_op(track, kind, start_s, end_s)
@@ -67,8 +120,18 @@ class OpLog:
             self.records.append(OpRecord(track, kind, step_id, start_s, end_s, num_tokens, num_reqs, 0, 0, nbytes))
 
     def append(self, o: OpRecord) -> None:
-        self.add(o.track, o.kind, o.step_id, o.start_s, o.end_s, o.num_tokens, o.num_reqs,
-                 o.num_prefill_tokens, o.num_decode_tokens, o.nbytes)
+        self.add(
+            o.track,
+            o.kind,
+            o.step_id,
+            o.start_s,
+            o.end_s,
+            o.num_tokens,
+            o.num_reqs,
+            o.num_prefill_tokens,
+            o.num_decode_tokens,
+            o.nbytes,
+        )
 
     def merge(self, other: OpLog, rename: dict[str, str], prefix: str) -> None:
         """Fold ``other`` in: tracks in ``rename`` take the new name, others get ``prefix``."""
@@ -89,5 +152,14 @@ class OpLog:
 
 
 def _rest(o: OpRecord) -> tuple:
-    return (o.kind, o.step_id, o.start_s, o.end_s, o.num_tokens, o.num_reqs, o.num_prefill_tokens,
-            o.num_decode_tokens, o.nbytes)
+    return (
+        o.kind,
+        o.step_id,
+        o.start_s,
+        o.end_s,
+        o.num_tokens,
+        o.num_reqs,
+        o.num_prefill_tokens,
+        o.num_decode_tokens,
+        o.nbytes,
+    )

@@ -35,8 +35,15 @@ def _ns(t_s: float) -> int:
 
 
 class SeriesRecorder:
-    def __init__(self, num_stages: int, max_bins: int = DEFAULT_BINS, first_width_ns: int = FIRST_WIDTH_NS,
-                 window_start_s: float = 0.0, window_steps: int = 16, max_window_ops: int = 20_000) -> None:
+    def __init__(
+        self,
+        num_stages: int,
+        max_bins: int = DEFAULT_BINS,
+        first_width_ns: int = FIRST_WIDTH_NS,
+        window_start_s: float = 0.0,
+        window_steps: int = 16,
+        max_window_ops: int = 20_000,
+    ) -> None:
         if num_stages < 1:
             raise ValueError("num_stages must be >= 1")
         if max_bins < 2 or max_bins % 2:
@@ -206,8 +213,14 @@ class SeriesRecorder:
     def combine(parts: Sequence[SeriesRecorder]) -> SeriesRecorder:
         """Data-parallel replicas (one stage each) as one recorder: replica r's stage is stage r, KV
         areas add up, and the maximum is the sum of the replicas' maxima (an upper bound)."""
-        out = SeriesRecorder(len(parts), parts[0].max_bins, parts[0].width_ns,
-                             parts[0].window_start_ns / NS_PER_S, parts[0].window_steps, parts[0].max_window_ops)
+        out = SeriesRecorder(
+            len(parts),
+            parts[0].max_bins,
+            parts[0].width_ns,
+            parts[0].window_start_ns / NS_PER_S,
+            parts[0].window_steps,
+            parts[0].max_window_ops,
+        )
         end = max(p.end_ns for p in parts)
         for p in parts:
             p._cover(end)
@@ -243,9 +256,15 @@ def series_csv(rec: SeriesRecorder) -> str:
     for k in range(rec.num_bins()):
         a, b = k * width, min((k + 1) * width, max(rec.end_ns, 1))
         span = b - a
-        w.writerow([f"{a / NS_PER_S:.9f}", f"{b / NS_PER_S:.9f}",
-                    *(f"{rec.busy_ns[s][k] / span:.9g}" for s in range(rec.num_stages)),
-                    f"{rec.kv_area[k] / span:.6g}", rec.kv_max[k]])
+        w.writerow(
+            [
+                f"{a / NS_PER_S:.9f}",
+                f"{b / NS_PER_S:.9f}",
+                *(f"{rec.busy_ns[s][k] / span:.9g}" for s in range(rec.num_stages)),
+                f"{rec.kv_area[k] / span:.6g}",
+                rec.kv_max[k],
+            ]
+        )
     return buf.getvalue()
 
 

@@ -44,7 +44,7 @@ def sorted_stats(name: str, x: np.ndarray, chunk: int = 1 << 20) -> dict[str, fl
     if not n:
         return _stats(name, [])
     mean = float(np.mean(x))
-    sq = sum(float(np.sum(np.square(x[i:i + chunk] - mean))) for i in range(0, n, chunk))
+    sq = sum(float(np.sum(np.square(x[i : i + chunk] - mean))) for i in range(0, n, chunk))
     median = float(x[n // 2]) if n % 2 else (float(x[n // 2 - 1]) + float(x[n // 2])) / 2
     k = (n - 1) * 0.99
     lo = int(k)

@@ -26,16 +26,23 @@ def trace_events(ops: list[OpRecord], pid: int = 0, process_name: str = "ppsim")
         ev.append({"ph": "M", "pid": pid, "tid": i, "name": "thread_name", "args": {"name": t}})
         ev.append({"ph": "M", "pid": pid, "tid": i, "name": "thread_sort_index", "args": {"sort_index": i}})
     for o in ops:
-        ev.append({
-            "ph": "X",
-            "pid": pid,
-            "tid": tid[o.track],
-            "name": f"{o.kind} mb{o.step_id}" if o.step_id >= 0 else o.kind,
-            "ts": o.start_s * 1e6,
-            "dur": (o.end_s - o.start_s) * 1e6,
-            "args": {"tokens": o.num_tokens, "reqs": o.num_reqs, "prefill": o.num_prefill_tokens,
-                     "decode": o.num_decode_tokens, "bytes": o.nbytes},
-        })
+        ev.append(
+            {
+                "ph": "X",
+                "pid": pid,
+                "tid": tid[o.track],
+                "name": f"{o.kind} mb{o.step_id}" if o.step_id >= 0 else o.kind,
+                "ts": o.start_s * 1e6,
+                "dur": (o.end_s - o.start_s) * 1e6,
+                "args": {
+                    "tokens": o.num_tokens,
+                    "reqs": o.num_reqs,
+                    "prefill": o.num_prefill_tokens,
+                    "decode": o.num_decode_tokens,
+                    "bytes": o.nbytes,
+                },
+            }
+        )
     return ev
 
 

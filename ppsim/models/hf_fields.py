@@ -60,8 +60,9 @@ def moe_fields(cfg: dict) -> dict[str, Any]:
             "n_shared_experts": 1 if shared_i else 0,
             "moe_intermediate_size": int(cfg["moe_intermediate_size"]),
             "shared_expert_intermediate_size": shared_i,
-            "mlp_only_layers": _dense_ids(n_layers, list(cfg.get("mlp_only_layers") or []),
-                                          _int(cfg, "decoder_sparse_step", 1)),
+            "mlp_only_layers": _dense_ids(
+                n_layers, list(cfg.get("mlp_only_layers") or []), _int(cfg, "decoder_sparse_step", 1)
+            ),
         }
     return {}
 

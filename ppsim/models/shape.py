@@ -257,8 +257,12 @@ class ModelShape(BaseModel):
 
 
 # ModelShape field -> its name in a HF config.json, for error messages
-HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
-            "num_kv_heads": "num_key_value_heads", "dtype": "torch_dtype"}
+HF_NAMES = {
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "dtype": "torch_dtype",
+}
 
 
 def from_hf_config(cfg: dict, name: str) -> ModelShape:
@@ -297,8 +301,10 @@ def from_hf_config(cfg: dict, name: str) -> ModelShape:
     except ValidationError as err:
         e = err.errors()[0]
         field = HF_NAMES.get(str(e["loc"][0]), str(e["loc"][0])) if e["loc"] else "?"
-        raise PPSimError(f"model config {name}: field {field} = {e.get('input')!r}: "
-                         f"{e['msg'].removeprefix('Value error, ')}; fix config.json") from None
+        raise PPSimError(
+            f"model config {name}: field {field} = {e.get('input')!r}: "
+            f"{e['msg'].removeprefix('Value error, ')}; fix config.json"
+        ) from None
     except (TypeError, ValueError) as err:
         first = str(err).splitlines()[0]
         raise PPSimError(f"model config {name}: bad value ({first}); fix config.json") from None

@@ -52,8 +52,10 @@ class ChunkModel:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.a) and self.a >= 0):
-            raise PPSimError(f"chunking: quadratic coefficient a={self.a:.3g} must be >= 0 "
-                             "(attention is quadratic in length); check the samples or --coefficients")
+            raise PPSimError(
+                f"chunking: quadratic coefficient a={self.a:.3g} must be >= 0 "
+                "(attention is quadratic in length); check the samples or --coefficients"
+            )
         if not (math.isfinite(self.b) and self.b >= 0):
             raise PPSimError(f"chunking: linear coefficient b={self.b:.3g} must be >= 0")
 
@@ -93,16 +95,20 @@ def fit_quadratic(lengths: Sequence[float], times: Sequence[float], skip_first: 
     L = np.asarray(lengths[start:], dtype=np.float64)
     T = np.asarray(times[start:], dtype=np.float64)
     if len(L) < MIN_FIT_SAMPLES:
-        raise PPSimError(f"chunking: {len(L)} samples are too few for a quadratic fit "
-                         f"(need >= {MIN_FIT_SAMPLES} after the warm-up sample)")
+        raise PPSimError(
+            f"chunking: {len(L)} samples are too few for a quadratic fit "
+            f"(need >= {MIN_FIT_SAMPLES} after the warm-up sample)"
+        )
     X = np.column_stack([L * L, L, np.ones_like(L)])
     (a, b, c), *_ = np.linalg.lstsq(X, T, rcond=None)
     if a <= 0 and abs(a) * L.max() ** 2 <= 1e-9 * np.abs(T).max():
         a = 0.0  # a linear cost (the quadratic term is fitting noise): the a -> 0 limit keeps chunks at C
     elif not a > 0:  # ChunkSizePredictor.fit raises the same way (SGLang then fails to start)
-        raise PPSimError(f"chunking: fitted a={a:.3g} is not positive (SGLang's ChunkSizePredictor.fit refuses "
-                         "it): stage 0's prefill time does not grow quadratically over these lengths; "
-                         "use a larger --chunked-prefill-size or give --coefficients")
+        raise PPSimError(
+            f"chunking: fitted a={a:.3g} is not positive (SGLang's ChunkSizePredictor.fit refuses "
+            "it): stage 0's prefill time does not grow quadratically over these lengths; "
+            "use a larger --chunked-prefill-size or give --coefficients"
+        )
     return ChunkModel(float(a), max(0.0, float(b)), float(c))
 
 
@@ -120,9 +126,11 @@ def fit_refined(prefixes: Sequence[float], chunks: Sequence[float], times: Seque
     if a <= 0 and abs(a) * float(X[:, 0].max()) <= 1e-9 * np.abs(T).max():
         a = 0.0  # a linear cost: the quadratic term is fitting noise
     elif not a > 0:
-        raise PPSimError(f"chunking: fitted a={a:.3g} of the refined form is not positive: the prefill time does "
-                         "not grow quadratically over these chunks; use a larger --chunked-prefill-size or give "
-                         "--coefficients")
+        raise PPSimError(
+            f"chunking: fitted a={a:.3g} of the refined form is not positive: the prefill time does "
+            "not grow quadratically over these chunks; use a larger --chunked-prefill-size or give "
+            "--coefficients"
+        )
     return ChunkModel(float(a), max(0.0, float(b)), float(c), max(0.0, float(g)))
 
 

@@ -137,8 +137,9 @@ def _vllm_mrv2(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
     ``max_num_batched_tokens`` (vLLM RFC #50853 lists the missing admission cap as open work).
     """
     cap = mrv2_decode_cap(k.max_num_seqs, k.pp) if k.mrv2_decode_cap and k.pp > 1 else None
-    lim = _limits(k, admit_cap=_throttle(k), decode_cap=cap, decode_spacing=k.pp if k.pp > 1 else 0,
-                  async_placeholders=True)
+    lim = _limits(
+        k, admit_cap=_throttle(k), decode_cap=cap, decode_spacing=k.pp if k.pp > 1 else 0, async_placeholders=True
+    )
     return BatchQueueCore(Scheduler(lim, kv), depth=k.pp + 1, relay=False)
 
 
@@ -150,13 +151,17 @@ def _trtllm_slots(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
     the async relay ``max(pp, MIN_ASYNC_MICRO_BATCH_NUM)`` (see :mod:`ppsim.policy.trtllm`).
     """
     _own(k, "max_batch_size", "trtllm_relay")
-    lim = SchedulerLimits(max_num_seqs=min(k.max_num_seqs, k.max_batch_size * k.pp),
-                          max_num_batched_tokens=k.max_num_batched_tokens,
-                          enable_chunked_prefill=k.enable_chunked_prefill, max_model_len=k.max_model_len,
-                          max_batch_reqs=k.max_batch_size)
+    lim = SchedulerLimits(
+        max_num_seqs=min(k.max_num_seqs, k.max_batch_size * k.pp),
+        max_num_batched_tokens=k.max_num_batched_tokens,
+        enable_chunked_prefill=k.enable_chunked_prefill,
+        max_model_len=k.max_model_len,
+        max_batch_reqs=k.max_batch_size,
+    )
     sync = k.trtllm_relay == "sync"
-    return SlotRingCore(Scheduler(lim, kv), num_slots=trtllm_micro_batches(k.pp, sync),
-                        inline_relay=sync and k.pp > 1, blocking=sync)
+    return SlotRingCore(
+        Scheduler(lim, kv), num_slots=trtllm_micro_batches(k.pp, sync), inline_relay=sync and k.pp > 1, blocking=sync
+    )
 
 
 def _llamacpp(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
@@ -167,8 +172,13 @@ def _llamacpp(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
 
 def _sglang_ring(k: PolicyKnobs, kv: BlockPool) -> EngineCore:
     """SGLang ``event_loop_pp`` (see :mod:`ppsim.policy.sglang`); its budgets are its own knobs."""
-    return build_sglang_core(k.pp, k.max_num_seqs, k.max_model_len,  # type: ignore[return-value]
-                             k.sglang or SGLangKnobs(), kv)
+    return build_sglang_core(
+        k.pp,
+        k.max_num_seqs,
+        k.max_model_len,  # type: ignore[return-value]
+        k.sglang or SGLangKnobs(),
+        kv,
+    )
 
 
 def _no_pp_replica(k: PolicyKnobs, kv: BlockPool) -> EngineCore:

@@ -35,8 +35,18 @@ class ReqState:
     token returns.
     """
 
-    __slots__ = ("req", "num_computed", "num_output", "status", "epoch", "preemptions", "next_eligible_step",
-                 "placeholders", "last_sample_step", "run_seq")
+    __slots__ = (
+        "req",
+        "num_computed",
+        "num_output",
+        "status",
+        "epoch",
+        "preemptions",
+        "next_eligible_step",
+        "placeholders",
+        "last_sample_step",
+        "run_seq",
+    )
 
     def __init__(self, req: Request) -> None:
         self.req = req

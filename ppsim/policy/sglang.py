@@ -64,9 +64,16 @@ def micro_batch_cap(max_running: int, pp: int, given: int | None) -> int:
 class RingScheduler(Scheduler):
     """vLLM-style request bookkeeping (add/abort/update) with SGLang's per-slot batch formation."""
 
-    def __init__(self, limits: SchedulerLimits, kv: BlockPool, num_slots: int, chunk_size: int,
-                 page_size: int = 1, chunk_budget: Callable[[int], int] | None = None,
-                 max_prefill_tokens: int = 16384) -> None:
+    def __init__(
+        self,
+        limits: SchedulerLimits,
+        kv: BlockPool,
+        num_slots: int,
+        chunk_size: int,
+        page_size: int = 1,
+        chunk_budget: Callable[[int], int] | None = None,
+        max_prefill_tokens: int = 16384,
+    ) -> None:
         super().__init__(limits, kv)
         self.slots: list[list[ReqState]] = [[] for _ in range(num_slots)]
         self.chunked: ReqState | None = None
@@ -244,8 +251,9 @@ class SGLangRingCore:
                 yield Idle()
 
 
-def build_sglang_core(pp: int, max_num_seqs: int, max_model_len: int | None,
-                      knobs: SGLangKnobs, kv: BlockPool) -> SGLangRingCore:
+def build_sglang_core(
+    pp: int, max_num_seqs: int, max_model_len: int | None, knobs: SGLangKnobs, kv: BlockPool
+) -> SGLangRingCore:
     """The ``sglang-ring`` engine core over a fresh :class:`RingScheduler`.
 
     SGLang's budgets are its own: ``chunked_prefill_size`` and ``max_prefill_tokens`` bound a prefill
@@ -253,9 +261,11 @@ def build_sglang_core(pp: int, max_num_seqs: int, max_model_len: int | None,
     """
     cap = micro_batch_cap(max_num_seqs, pp, knobs.max_micro_batch_size)
     budget = min(knobs.chunked_prefill_size, knobs.max_prefill_tokens)
-    limits = SchedulerLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
-                             max_model_len=max_model_len, max_batch_reqs=cap)
+    limits = SchedulerLimits(
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=max_model_len, max_batch_reqs=cap
+    )
     loop = pp + knobs.async_batch_depth
-    sched = RingScheduler(limits, kv, loop, knobs.chunked_prefill_size, knobs.page_size, knobs.chunk_budget,
-                          knobs.max_prefill_tokens)
+    sched = RingScheduler(
+        limits, kv, loop, knobs.chunked_prefill_size, knobs.page_size, knobs.chunk_budget, knobs.max_prefill_tokens
+    )
     return SGLangRingCore(sched, pp, knobs.async_batch_depth, cap)

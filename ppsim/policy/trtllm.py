@@ -41,8 +41,7 @@ def trtllm_micro_batches(pp: int, sync_relay: bool) -> int:
 class SlotRingCore:
     """Rank 0's view of the PyExecutor PP loop over ``num_slots`` micro-batch slots."""
 
-    def __init__(self, scheduler: Scheduler, num_slots: int, inline_relay: bool = True,
-                 blocking: bool = True) -> None:
+    def __init__(self, scheduler: Scheduler, num_slots: int, inline_relay: bool = True, blocking: bool = True) -> None:
         if num_slots < 1:
             raise ValueError("num_slots must be >= 1")
         self.scheduler = scheduler

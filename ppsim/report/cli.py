@@ -10,8 +10,12 @@ from ppsim.errors import PPSimError
 
 def add_plot_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plot", help="redraw a run's dashboard.png from the files of its directory")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                   help="directory written by simulate, engine or validate (every run of a validate directory)")
+    p.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="directory written by simulate, engine or validate (every run of a validate directory)",
+    )
     p.add_argument("--output", default=None, help="PNG path (default RUN_DIR/dashboard.png; one RUN_DIR only)")
     p.set_defaults(handler=cmd_plot)
 
@@ -31,10 +35,15 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def add_compare_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="vllm bench serve metrics of runs side by side, latency CDFs and "
-                                       "throughput in one PNG")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                   help="run directories (simulate, engine, validate); ratios are to the first")
+    p = sub.add_parser(
+        "compare", help="vllm bench serve metrics of runs side by side, latency CDFs and throughput in one PNG"
+    )
+    p.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directories (simulate, engine, validate); ratios are to the first",
+    )
     p.add_argument("--output", default=None, help="PNG path (default OUTPUT_DIR/compare.png)")
     p.add_argument("--output-dir", default="ppsim-compare", help="where compare.png goes (default ppsim-compare)")
     p.set_defaults(handler=cmd_compare)

@@ -20,8 +20,11 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("request_throughput", "Request throughput (req/s)"),
     ("output_throughput", "Output token throughput (tok/s)"),
     ("total_token_throughput", "Total token throughput (tok/s)"),
-    *((f"{stat}_{key}_ms", f"{stat.capitalize() if stat != 'p99' else 'P99'} {key.upper()} (ms)")
-      for key in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p99")),
+    *(
+        (f"{stat}_{key}_ms", f"{stat.capitalize() if stat != 'p99' else 'P99'} {key.upper()} (ms)")
+        for key in ("ttft", "tpot", "itl", "e2el")
+        for stat in ("mean", "median", "p99")
+    ),
     ("pipeline_bubble_fraction", "Pipeline bubble fraction"),
     ("kv_peak_blocks_used", "Peak KV blocks used"),
     ("num_preemptions", "Preemptions"),
@@ -105,9 +108,11 @@ def draw_comparison(names: list[str], runs: list[RunFiles]) -> Any:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    bars = (("request_throughput", "request throughput (req/s)"),
-            ("output_throughput", "output token throughput (tok/s)"),
-            ("pipeline_bubble_fraction", "pipeline bubble fraction"))
+    bars = (
+        ("request_throughput", "request throughput (req/s)"),
+        ("output_throughput", "output token throughput (tok/s)"),
+        ("pipeline_bubble_fraction", "pipeline bubble fraction"),
+    )
     for k, (key, title) in enumerate(bars):
         ax = fig.add_subplot(gs[1, k])
         vals = [float(r.summary.get(key) or 0.0) for r in runs]

@@ -75,23 +75,26 @@ def _figure(figsize: tuple[float, float]) -> Any:
 
 def draw_dashboard(run: RunFiles) -> Any:
     fig = _figure((13, 9.5))
-    gs = fig.add_gridspec(3, 6, height_ratios=[1, 1, 1.1], hspace=0.5, wspace=0.9,
-                          left=0.06, right=0.98, top=0.9, bottom=0.06)
+    gs = fig.add_gridspec(
+        3, 6, height_ratios=[1, 1, 1.1], hspace=0.5, wspace=0.9, left=0.06, right=0.98, top=0.9, bottom=0.06
+    )
     s = run.summary
     fig.suptitle(f"ppsim {run.executor}: {run_label(run)}\n{headline(s)}", fontsize=11)
     busy_panel(fig.add_subplot(gs[0, :3]), run)
     kv_panel(fig.add_subplot(gs[0, 3:]), run)
     for k, (key, name) in enumerate((("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2EL"))):
-        cdf_panel(fig.add_subplot(gs[1, 2 * k:2 * k + 2]), run.latencies_ms.get(key), name)
+        cdf_panel(fig.add_subplot(gs[1, 2 * k : 2 * k + 2]), run.latencies_ms.get(key), name)
     timeline_panel(fig.add_subplot(gs[2, :]), run)
     return fig
 
 
 def headline(s: dict[str, Any]) -> str:
-    return (f"{s.get('completed', 0)} requests, {s.get('request_throughput', 0.0):.2f} req/s, "
-            f"{s.get('output_throughput', 0.0):.0f} output tok/s, "
-            f"median TTFT {s.get('median_ttft_ms', 0.0):.0f} ms, median TPOT {s.get('median_tpot_ms', 0.0):.1f} ms, "
-            f"pipeline bubble {s.get('pipeline_bubble_fraction', 0.0):.3f}")
+    return (
+        f"{s.get('completed', 0)} requests, {s.get('request_throughput', 0.0):.2f} req/s, "
+        f"{s.get('output_throughput', 0.0):.0f} output tok/s, "
+        f"median TTFT {s.get('median_ttft_ms', 0.0):.0f} ms, median TPOT {s.get('median_tpot_ms', 0.0):.1f} ms, "
+        f"pipeline bubble {s.get('pipeline_bubble_fraction', 0.0):.3f}"
+    )
 
 
 def _empty(ax: Any, title: str, why: str) -> None:
@@ -101,8 +104,9 @@ def _empty(ax: Any, title: str, why: str) -> None:
     ax.set_yticks([])
 
 
-def display_bins(t0: np.ndarray, t1: np.ndarray, values: list[np.ndarray],
-                 limit: int = SHOWN_BINS) -> tuple[np.ndarray, list[np.ndarray]]:
+def display_bins(
+    t0: np.ndarray, t1: np.ndarray, values: list[np.ndarray], limit: int = SHOWN_BINS
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """Merge neighbouring bins (time-weighted) until at most ``limit`` remain; returns the merged
     bins' mid times and values."""
     n = len(t0)
@@ -118,8 +122,7 @@ def display_bins(t0: np.ndarray, t1: np.ndarray, values: list[np.ndarray],
 def busy_panel(ax: Any, run: RunFiles) -> None:
     title = "stage busy fraction over time"
     ser = run.series
-    stages = sorted((k for k in ser or {} if k.startswith("stage") and k.endswith("_busy")),
-                    key=lambda k: int(k[5:-5]))
+    stages = sorted((k for k in ser or {} if k.startswith("stage") and k.endswith("_busy")), key=lambda k: int(k[5:-5]))
     if not ser or not stages:
         _empty(ax, title, "no timeseries.csv in this run directory")
         return
@@ -226,12 +229,16 @@ def timeline_panel(ax: Any, run: RunFiles) -> None:
         if b > a:
             bars.setdefault((row[track], kind), []).append(((a - start) * scale, (b - a) * scale))
     for (r, kind), spans in bars.items():
-        ax.broken_barh(spans, (r - 0.38, 0.76), facecolors=COLORS.get(kind, CORE_COLOR), edgecolor="white",
-                       linewidth=0.4)  # the white edge separates back-to-back micro-batches
+        ax.broken_barh(
+            spans, (r - 0.38, 0.76), facecolors=COLORS.get(kind, CORE_COLOR), edgecolor="white", linewidth=0.4
+        )  # the white edge separates back-to-back micro-batches
     ax.set_yticks(range(len(tracks)), tracks, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, (end - start) * scale)
     ax.set_xlabel(f"time from t = {start:.3f} s ({unit})")
-    ax.set_title(f"{title} [{start:.3f} s, {end:.3f} s): stage compute (blue), link sends (orange), "
-                 f"engine-core CPU (grey), broadcasts (purple); white = idle", fontsize=10)
+    ax.set_title(
+        f"{title} [{start:.3f} s, {end:.3f} s): stage compute (blue), link sends (orange), "
+        f"engine-core CPU (grey), broadcasts (purple); white = idle",
+        fontsize=10,
+    )
     ax.grid(axis="x", alpha=0.3)

@@ -149,8 +149,16 @@ def load_run(path: str | Path, latencies: bool = True, series: bool = True) -> R
             cols = {k: v for k, v in _parse(series_csv(rec)).items() if not k.startswith("kv_")}
             start, end, ops = rec.timeline()
             window = (start, end)
-    return RunFiles(run, summary, config, "engine" if (run / "engine.json").is_file() else "simulate",
-                    read_latencies(run) if latencies else {}, cols, window, ops)
+    return RunFiles(
+        run,
+        summary,
+        config,
+        "engine" if (run / "engine.json").is_file() else "simulate",
+        read_latencies(run) if latencies else {},
+        cols,
+        window,
+        ops,
+    )
 
 
 def run_label(run: RunFiles) -> str:
@@ -166,5 +174,7 @@ def run_label(run: RunFiles) -> str:
     model = c.get("model")
     model = Path(model).parent.name if isinstance(model, str) and model.endswith(".json") else model
     where = hw if run.executor == "simulate" else "engine"
-    return (f"{model} PP={cl.get('pipeline_parallel_size')} TP={cl.get('tensor_parallel_size')} {where}, "
-            f"{e.get('policy')}, {rate_s}")
+    return (
+        f"{model} PP={cl.get('pipeline_parallel_size')} TP={cl.get('tensor_parallel_size')} {where}, "
+        f"{e.get('policy')}, {rate_s}"
+    )

@@ -55,16 +55,24 @@ class SimResult:
 class SimBackend:
     """One simulated pipeline and the engine core's CPU, on a shared SimPy clock."""
 
-    def __init__(self, env: simpy.Environment, prep: Prepared, ops: OpLog, reference: bool,
-                 async_tokens: bool) -> None:
+    def __init__(self, env: simpy.Environment, prep: Prepared, ops: OpLog, reference: bool, async_tokens: bool) -> None:
         self.env, self.ops, self.cost = env, ops, prep.cost
         self.every_event = reference  # the reference takes every wait as a SimPy event
         opts = pipe_options(prep.knobs())
         tp = prep.scenario.cluster.tensor_parallel_size
         # the per-event reference pipeline on request, or where the closed form does not hold
         pipeline = PipelineSim if reference or needs_reference(opts.broadcast_serialized) else FastPipeline
-        self.pipe = pipeline(env, prep.topology.stages, prep.cost, lambda n: prep.shape.seam_bytes(n, tp), ops,
-                             opts.token_path, opts.broadcast_serialized, opts.overlap_sends, opts.defer_outputs)
+        self.pipe = pipeline(
+            env,
+            prep.topology.stages,
+            prep.cost,
+            lambda n: prep.shape.seam_bytes(n, tp),
+            ops,
+            opts.token_path,
+            opts.broadcast_serialized,
+            opts.overlap_sends,
+            opts.defer_outputs,
+        )
         self.pipe.track_tokens = async_tokens
         self.defer = opts.defer_outputs > 0
         self.fast_pipe = pipeline is FastPipeline and not self.defer
@@ -152,10 +160,17 @@ class SimBackend:
 class Simulation:
     """One run: a client, a ledger and one driver per pipeline (several for ``no-pp`` replicas)."""
 
-    def __init__(self, prep: Prepared, env: simpy.Environment | None = None,
-                 observer: Callable[[Any], None] | None = None, reference: bool = False,
-                 keep_ops: bool = True, keep_tokens: bool = True, progress: RunProgress | None = None,
-                 replicas: list[Prepared] | None = None) -> None:
+    def __init__(
+        self,
+        prep: Prepared,
+        env: simpy.Environment | None = None,
+        observer: Callable[[Any], None] | None = None,
+        reference: bool = False,
+        keep_ops: bool = True,
+        keep_tokens: bool = True,
+        progress: RunProgress | None = None,
+        replicas: list[Prepared] | None = None,
+    ) -> None:
         self.prep = prep
         self.env = env or simpy.Environment()
         self.ledger = Ledger(prep.requests, keep_tokens)
@@ -173,8 +188,9 @@ class Simulation:
             ops = OpLog(keep_ops, series)
             pool = rp.block_pool()
             core = build_core(rp.knobs(), pool)
-            be = SimBackend(self.env, rp, ops, reference,
-                            bool(getattr(core.scheduler.limits, "async_placeholders", False)))
+            be = SimBackend(
+                self.env, rp, ops, reference, bool(getattr(core.scheduler.limits, "async_placeholders", False))
+            )
             drv = Driver(core, self.ledger, self.client, be, observer)
             drv.stage = len(self.drivers)  # replica k's GPU group is reported as stage k
             drv.launched = self.launched  # one list for every replica: launch order on the shared clock
@@ -247,9 +263,18 @@ class Simulation:
         for part in parts:
             part.close(env.now)
         series = parts[0] if single else SeriesRecorder.combine(parts)
-        return SimResult(self.prep, self.ledger, self._ops(), sum(d.scheduler.num_preemptions for d in self.drivers),
-                         max(p.peak_used for p in self.pools), events, env.now, self.pools, series,
-                         self.launched)
+        return SimResult(
+            self.prep,
+            self.ledger,
+            self._ops(),
+            sum(d.scheduler.num_preemptions for d in self.drivers),
+            max(p.peak_used for p in self.pools),
+            events,
+            env.now,
+            self.pools,
+            series,
+            self.launched,
+        )
 
     def _ops(self) -> OpLog:
         if len(self.backends) == 1:
@@ -261,8 +286,14 @@ class Simulation:
         return ops
 
 
-def simulate(prep: Prepared, observer: Callable[[Any], None] | None = None, reference: bool = False,
-             keep_ops: bool = True, keep_tokens: bool = True, progress: RunProgress | None = None) -> SimResult:
+def simulate(
+    prep: Prepared,
+    observer: Callable[[Any], None] | None = None,
+    reference: bool = False,
+    keep_ops: bool = True,
+    keep_tokens: bool = True,
+    progress: RunProgress | None = None,
+) -> SimResult:
     """Run ``prep``. ``reference``: the per-event pipeline (:mod:`ppsim.sim.pipeline`) instead of the
     closed-form one (:mod:`ppsim.sim.fast`), and every engine-core CPU stretch as a SimPy timeout
     (the fast path moves the clock without an event when nothing else is due). ``keep_ops`` /
@@ -273,8 +304,15 @@ def simulate(prep: Prepared, observer: Callable[[Any], None] | None = None, refe
         from ppsim.sim.replicas import replica_setup
 
         replicas, route = replica_setup(prep)
-    sim = Simulation(prep, observer=observer, reference=reference, keep_ops=keep_ops, keep_tokens=keep_tokens,
-                     progress=progress, replicas=replicas)
+    sim = Simulation(
+        prep,
+        observer=observer,
+        reference=reference,
+        keep_ops=keep_ops,
+        keep_tokens=keep_tokens,
+        progress=progress,
+        replicas=replicas,
+    )
     if replicas is not None:
         sim.route = route
     return sim.run()

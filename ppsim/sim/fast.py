@@ -116,6 +116,7 @@ class FastPipeline:
                 return
             self.in_flight -= 1
             ev.succeed()
+
         return finish
 
     def _empty_fired(self, done: EmptyDone) -> Callable[[Any], None]:
@@ -127,6 +128,7 @@ class FastPipeline:
                     return  # nothing else is due now: its event would be processed next, unobserved
                 ev = done.ev = self.env.event()  # something due now may observe it before its turn
             ev.succeed()
+
         return fired
 
     def launch(self, plan: StepPlan) -> simpy.Event:

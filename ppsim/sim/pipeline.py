@@ -90,8 +90,7 @@ class PipelineSim:
                 for j in range(len(free)):
                     free[j] = end
                 dt = end - env.now
-            self.ops.append(OpRecord("broadcast", "broadcast", plan.step_id, env.now, env.now + dt, 0,
-                                     plan.num_reqs))
+            self.ops.append(OpRecord("broadcast", "broadcast", plan.step_id, env.now, env.now + dt, 0, plan.num_reqs))
         else:
             dt = 2 * self.cost.return_time(plan.num_reqs)  # to the engine core and back to stage 0
         env.timeout(dt).callbacks.append(lambda _e: ready.succeed())
@@ -155,21 +154,36 @@ class PipelineSim:
             start = env.now
             yield env.timeout(cost.stage_time(st, plan))
             ops.append(
-                OpRecord(track, "compute", plan.step_id, start, env.now, plan.num_tokens, plan.num_reqs,
-                         plan.num_prefill_tokens, plan.num_decode_tokens)
+                OpRecord(
+                    track,
+                    "compute",
+                    plan.step_id,
+                    start,
+                    env.now,
+                    plan.num_tokens,
+                    plan.num_reqs,
+                    plan.num_prefill_tokens,
+                    plan.num_decode_tokens,
+                )
             )
             if nxt is not None:
                 nbytes = self.seam_bytes(plan.num_tokens)
                 begin = max(env.now, free[i])  # the link carries one send at a time
                 free[i] = begin + cost.link_time(nbytes)
-                ops.append(OpRecord(link_track, "send", plan.step_id, begin, free[i], plan.num_tokens,
-                                    plan.num_reqs, nbytes=nbytes))
+                ops.append(
+                    OpRecord(
+                        link_track, "send", plan.step_id, begin, free[i], plan.num_tokens, plan.num_reqs, nbytes=nbytes
+                    )
+                )
                 env.timeout(free[i] - env.now).callbacks.append(lambda _e, p=plan, j=i + 1: self._put(j, p))
             else:
                 if self.track_tokens and plan.num_samples:
                     self._tokens_out(plan)
-                if (self.defer_outputs and plan.step_id + self.defer_outputs > self.last_arrived
-                        and plan.step_id not in self.awaited):
+                if (
+                    self.defer_outputs
+                    and plan.step_id + self.defer_outputs > self.last_arrived
+                    and plan.step_id not in self.awaited
+                ):
                     self.held[plan.step_id] = plan  # sent at the last rank's iteration step + d
                 else:
                     self._send_output(plan)

@@ -21,8 +21,9 @@ class RunProgress:
         if enabled and total > 0 and stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="req", desc="simulate", file=stream, delay=delay_s,
-                            dynamic_ncols=True, leave=False)
+            self.bar = tqdm(
+                total=total, unit="req", desc="simulate", file=stream, delay=delay_s, dynamic_ncols=True, leave=False
+            )
 
     def ended(self, now_s: float) -> None:
         """One request ended (finished, aborted or rejected) at simulated time ``now_s``."""

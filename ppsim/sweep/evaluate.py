@@ -23,9 +23,18 @@ from ppsim.sim.executor import simulate
 from ppsim.sweep.search import Probe, bisect_rate, check_slo
 
 KEPT_METRICS = (
-    "completed", "request_throughput", "output_throughput", "total_token_throughput",
-    "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms",
-    "pipeline_bubble_fraction", "num_preemptions",
+    "completed",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "p99_tpot_ms",
+    "p99_itl_ms",
+    "p99_e2el_ms",
+    "pipeline_bubble_fraction",
+    "num_preemptions",
 )
 RESULT_VERSION = 1
 
@@ -82,8 +91,12 @@ def _probe_json(p: Probe) -> dict[str, Any]:
 
 def _base(task: Task) -> dict[str, Any]:
     c = task.scenario.cluster
-    return {"key": task.key, "labels": task.labels, "num_gpus": c.pipeline_parallel_size * c.tensor_parallel_size,
-            "version": RESULT_VERSION}
+    return {
+        "key": task.key,
+        "labels": task.labels,
+        "num_gpus": c.pipeline_parallel_size * c.tensor_parallel_size,
+        "version": RESULT_VERSION,
+    }
 
 
 def memory_check(s: Scenario) -> dict[str, Any]:
@@ -102,8 +115,14 @@ def one_line(err: BaseException) -> str:
 
 def error_result(task: Task, err: BaseException, wall_s: float = 0.0) -> dict[str, Any]:
     """The result of a configuration whose evaluation raised: status ``error``, a one-line message."""
-    return {**_base(task), "status": "error", "message": one_line(err), "runs": 0, "max_rate_rps": 0.0,
-            "wall_s": wall_s}
+    return {
+        **_base(task),
+        "status": "error",
+        "message": one_line(err),
+        "runs": 0,
+        "max_rate_rps": 0.0,
+        "wall_s": wall_s,
+    }
 
 
 def evaluate(task: Task) -> dict[str, Any]:

@@ -146,12 +146,14 @@ def check_executor_flags(executor: str, workers: int | None, ray_address: str | 
     if ray_address and executor != "ray":
         raise PPSimError("--ray-address: only used with --executor ray; add --executor ray or drop --ray-address")
     if ray_address and workers is not None:
-        raise PPSimError("--workers: ignored when connecting to a Ray cluster (--ray-address), whose CPUs decide; "
-                         "drop --workers")
+        raise PPSimError(
+            "--workers: ignored when connecting to a Ray cluster (--ray-address), whose CPUs decide; drop --workers"
+        )
 
 
-def run_tasks(tasks: list[Task], executor: str, workers: int | None = None,
-              ray_address: str | None = None) -> Iterator[dict[str, Any]]:
+def run_tasks(
+    tasks: list[Task], executor: str, workers: int | None = None, ray_address: str | None = None
+) -> Iterator[dict[str, Any]]:
     check_executor_flags(executor, workers, ray_address)
     if executor == "local":
         return run_local(tasks, workers or default_workers())

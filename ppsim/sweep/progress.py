@@ -20,8 +20,15 @@ def fmt_duration(s: float) -> str:
 
 
 class Progress:
-    def __init__(self, total: int, label: str = "configs", stream: TextIO | None = None,
-                 width: int = 30, min_interval_s: float = 5.0, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        total: int,
+        label: str = "configs",
+        stream: TextIO | None = None,
+        width: int = 30,
+        min_interval_s: float = 5.0,
+        enabled: bool = True,
+    ) -> None:
         self.total, self.label, self.width = total, label, width
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
@@ -38,8 +45,10 @@ class Progress:
         filled = int(round(frac * self.width))
         eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
         eta_s = fmt_duration(eta) if self.done else "?"
-        return (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {self.label} "
-                f"{frac * 100:5.1f}%  elapsed {fmt_duration(elapsed)}  ETA {eta_s}")
+        return (
+            f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {self.label} "
+            f"{frac * 100:5.1f}%  elapsed {fmt_duration(elapsed)}  ETA {eta_s}"
+        )
 
     def update(self, n: int = 1) -> None:
         self.done += n

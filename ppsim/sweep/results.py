@@ -20,8 +20,18 @@ from ppsim.sweep.evaluate import RESULT_VERSION
 
 STATUS_ORDER = {"ok": 0, "slo-unmet": 1, "no-fit": 2, "error": 3}
 METRIC_COLUMNS = [
-    "status", "num_gpus", "max_rate_rps", "rate_per_gpu", "output_tok_s_per_gpu", "p99_ttft_ms", "p99_tpot_ms",
-    "limit", "saturation_rps", "kv_capacity_tokens", "runs", "message",
+    "status",
+    "num_gpus",
+    "max_rate_rps",
+    "rate_per_gpu",
+    "output_tok_s_per_gpu",
+    "p99_ttft_ms",
+    "p99_tpot_ms",
+    "limit",
+    "saturation_rps",
+    "kv_capacity_tokens",
+    "runs",
+    "message",
 ]
 
 
@@ -53,8 +63,13 @@ def load_done(out_dir: Path, keys: list[str]) -> dict[str, dict[str, Any]]:
 def rank(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def order(r: dict[str, Any]) -> tuple:
         at = r.get("at_max_rate") or {}
-        return (STATUS_ORDER.get(r["status"], 9), -r.get("rate_per_gpu", 0.0), at.get("p99_tpot_ms", 0.0),
-                r["num_gpus"], r["key"])
+        return (
+            STATUS_ORDER.get(r["status"], 9),
+            -r.get("rate_per_gpu", 0.0),
+            at.get("p99_tpot_ms", 0.0),
+            r["num_gpus"],
+            r["key"],
+        )
 
     return sorted(results, key=order)
 
@@ -91,15 +106,29 @@ def format_table(results: list[dict[str, Any]], axes: list[str], top: int = 20) 
     for i, r in enumerate(ranked[:top], 1):
         x = row(r, axes)
         lim = x["limit"] if r["status"] in ("ok", "slo-unmet") else (x["message"] or "")[:40]
-        rows.append([str(i), *(str(x[a]) for a in axes), r["status"], str(r["num_gpus"]), _fmt(x["max_rate_rps"]),
-                     _fmt(x["rate_per_gpu"]), _fmt(x["output_tok_s_per_gpu"]), _fmt(x["p99_ttft_ms"]),
-                     _fmt(x["p99_tpot_ms"]), str(lim)])
+        rows.append(
+            [
+                str(i),
+                *(str(x[a]) for a in axes),
+                r["status"],
+                str(r["num_gpus"]),
+                _fmt(x["max_rate_rps"]),
+                _fmt(x["rate_per_gpu"]),
+                _fmt(x["output_tok_s_per_gpu"]),
+                _fmt(x["p99_ttft_ms"]),
+                _fmt(x["p99_tpot_ms"]),
+                str(lim),
+            ]
+        )
     widths = [max(len(c), *(len(rw[j]) for rw in rows)) if rows else len(c) for j, c in enumerate(cols)]
     lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths, strict=True))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(rw, widths, strict=True)) for rw in rows]
     counts = {s: sum(r["status"] == s for r in results) for s in STATUS_ORDER}
-    lines.append(f"{len(results)} configurations: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-                 + (f" (top {top} shown)" if len(ranked) > top else ""))
+    lines.append(
+        f"{len(results)} configurations: "
+        + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        + (f" (top {top} shown)" if len(ranked) > top else "")
+    )
     return "\n".join(lines)
 
 

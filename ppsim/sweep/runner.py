@@ -56,8 +56,14 @@ def make_tasks(space: SweepSpace) -> list[Task]:
     return list({t.key: t for t in tasks}.values())
 
 
-def run_sweep(space: SweepSpace, out_dir: str | Path, executor: str = "local", workers: int | None = None,
-              ray_address: str | None = None, progress: bool = True) -> SweepReport:
+def run_sweep(
+    space: SweepSpace,
+    out_dir: str | Path,
+    executor: str = "local",
+    workers: int | None = None,
+    ray_address: str | None = None,
+    progress: bool = True,
+) -> SweepReport:
     check_executor_flags(executor, workers, ray_address)
     out = check_output_dir(out_dir, names=("sweep.csv", "space.json", "pareto.png"), replace=False)
     t0 = time.perf_counter()
@@ -83,14 +89,24 @@ def run_sweep(space: SweepSpace, out_dir: str | Path, executor: str = "local", w
     results = [by_key[t.key] for t in tasks]
     axes = list(space.axes)
     csv_path = out / "sweep.csv"
-    space_json = dumps({"name": space.name, "base": space.base, "axes": space.axes, "num_gpus": space.num_gpus,
-                        "slo": space.slo, "search": vars(space.search), "filtered_by_num_gpus": space.filtered})
+    space_json = dumps(
+        {
+            "name": space.name,
+            "base": space.base,
+            "axes": space.axes,
+            "num_gpus": space.num_gpus,
+            "slo": space.slo,
+            "search": vars(space.search),
+            "filtered_by_num_gpus": space.filtered,
+        }
+    )
     # the folder holds results/ it resumes from: these files join it, nothing there is removed
     write_result_set(out, {"sweep.csv": to_csv(results, axes), "space.json": space_json}, replace=False)
     png = out / "pareto.png"
     plotted = plot_pareto(results, png, f"{space.name}: SLO {', '.join(f'{k}<={v:g}' for k, v in space.slo.items())}")
-    return SweepReport(space, results, len(done), len(fresh), runs, time.perf_counter() - t0, csv_path,
-                       png if plotted else None)
+    return SweepReport(
+        space, results, len(done), len(fresh), runs, time.perf_counter() - t0, csv_path, png if plotted else None
+    )
 
 
 def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
@@ -98,10 +114,17 @@ def add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--space", required=True, help="TOML/YAML search space (see experiments/spaces/)")
     p.add_argument("--output-dir", default="ppsim-sweep", help="results folder; a rerun resumes from it")
     p.add_argument("--executor", choices=("local", "ray"), default="local")
-    p.add_argument("--workers", type=int, default=None,
-                   help="processes (local) or CPUs (local Ray); default: all; not with --ray-address")
-    p.add_argument("--ray-address", default=None,
-                   help="Ray cluster to connect to (--executor ray only; default: start a local one)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes (local) or CPUs (local Ray); default: all; not with --ray-address",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="Ray cluster to connect to (--executor ray only; default: start a local one)",
+    )
     p.add_argument("--top", type=int, default=20, help="rows of the ranked table to print")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=cmd_sweep)
@@ -115,13 +138,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         rep = run_sweep(space, args.output_dir, args.executor, args.workers, args.ray_address, not args.no_progress)
     except SweepInterrupted as intr:
-        print(f"\ninterrupted: {intr.finished} configurations evaluated in this run ({intr.reused} reused, "
-              f"{intr.total} in all) are kept in {intr.out_dir}/results/; rerun the same command to resume",
-              file=sys.stderr)
+        print(
+            f"\ninterrupted: {intr.finished} configurations evaluated in this run ({intr.reused} reused, "
+            f"{intr.total} in all) are kept in {intr.out_dir}/results/; rerun the same command to resume",
+            file=sys.stderr,
+        )
         return 130
     print(format_table(rep.results, list(space.axes), args.top))
-    print(f"{rep.evaluated} evaluated ({rep.simulated_runs} simulated runs), {rep.reused} reused from "
-          f"{args.output_dir}/results/, {space.filtered} filtered by num_gpus; {rep.wall_s:.1f} s")
+    print(
+        f"{rep.evaluated} evaluated ({rep.simulated_runs} simulated runs), {rep.reused} reused from "
+        f"{args.output_dir}/results/, {space.filtered} filtered by num_gpus; {rep.wall_s:.1f} s"
+    )
     plot = f"  plot: {rep.plot_path}" if rep.plot_path else "  (no plot: nothing met the SLOs)"
     print(f"table: {rep.csv_path}{plot}")
     return 0

@@ -50,8 +50,13 @@ def bisect_rate(probe: Callable[[float], Probe], rel_tolerance: float, max_steps
     probes = [sat]
     capacity = sat.metrics["request_throughput"]
     if sat.ok:
-        return {"max_rate_rps": capacity, "limit": "throughput", "best": sat, "probes": probes,
-                "saturation_rps": capacity}
+        return {
+            "max_rate_rps": capacity,
+            "limit": "throughput",
+            "best": sat,
+            "probes": probes,
+            "saturation_rps": capacity,
+        }
     lo, hi = 0.0, capacity
     best: Probe | None = None
     limit = sat.limit

@@ -16,19 +16,33 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="run the live engine and the simulator on one workload and compare")
     add_scenario_flags(p)
     p.add_argument("--repeats", type=int, default=3, help="engine runs, to measure run-to-run spread (default 3)")
-    p.add_argument("--calibrate", action="store_true",
-                   help="with no --profile, calibrate this machine on the full grid (minutes) instead of the "
-                        "quick one")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="with no --profile, calibrate this machine on the full grid (minutes) instead of the quick one",
+    )
     p.add_argument("--threads-per-stage", type=int, default=1)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the engine's stages compute")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="engine torch.distributed backend")
-    p.add_argument("--host-guard", choices=["flag", "refuse", "off"], default="flag",
-                   help="read the host around each engine run: flag a busy or drifting host (default), "
-                        "refuse to validate on one, or off")
-    p.add_argument("--host-max-drift", type=float, default=0.15,
-                   help="largest drift of the CPU probe's time over the run, as a fraction (default 0.15)")
-    p.add_argument("--host-min-core-share", type=float, default=0.85,
-                   help="smallest share of a core the CPU probe may get (default 0.85)")
+    p.add_argument(
+        "--host-guard",
+        choices=["flag", "refuse", "off"],
+        default="flag",
+        help="read the host around each engine run: flag a busy or drifting host (default), "
+        "refuse to validate on one, or off",
+    )
+    p.add_argument(
+        "--host-max-drift",
+        type=float,
+        default=0.15,
+        help="largest drift of the CPU probe's time over the run, as a fraction (default 0.15)",
+    )
+    p.add_argument(
+        "--host-min-core-share",
+        type=float,
+        default=0.85,
+        help="smallest share of a core the CPU probe may get (default 0.85)",
+    )
     p.add_argument("--output-dir", default="ppsim-validation")
     p.set_defaults(handler=cmd_validate)
 
@@ -38,11 +52,25 @@ def calibrate_here(args: argparse.Namespace) -> str | None:
     prof = Path(args.output_dir) / "profile"
     model = args.model or "tiny"
     grid = "full" if args.calibrate else "quick"
-    print(f"validate: no --profile; calibrating {model} on this {args.device} ({grid} grid) into {prof}",
-          file=sys.stderr, flush=True)
-    cmd = [sys.executable, "-m", "ppsim.cli", "calibrate", "--model", model, "--device", args.device,
-           "--output-dir", str(prof), *(() if args.calibrate else ("--quick",)),
-           *(("--moe-router-zipf", str(args.moe_router_zipf)) if getattr(args, "moe_router_zipf", None) else ())]
+    print(
+        f"validate: no --profile; calibrating {model} on this {args.device} ({grid} grid) into {prof}",
+        file=sys.stderr,
+        flush=True,
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "ppsim.cli",
+        "calibrate",
+        "--model",
+        model,
+        "--device",
+        args.device,
+        "--output-dir",
+        str(prof),
+        *(() if args.calibrate else ("--quick",)),
+        *(("--moe-router-zipf", str(args.moe_router_zipf)) if getattr(args, "moe_router_zipf", None) else ()),
+    ]
     if subprocess.run(cmd, timeout=CALIBRATE_TIMEOUT_S).returncode != 0:
         return None
     return str(prof)
@@ -78,6 +106,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"error: {str(err).splitlines()[0]}; nothing written to {args.output_dir}", file=sys.stderr)
         return 1
     print(format_report(payload))
-    print(f"results written to {args.output_dir}/ (validation.json, step_costs.csv, latency_cdf.png, "
-          "trace_combined.json, engine-*/, sim/; each run with its dashboard.png)")
+    print(
+        f"results written to {args.output_dir}/ (validation.json, step_costs.csv, latency_cdf.png, "
+        "trace_combined.json, engine-*/, sim/; each run with its dashboard.png)"
+    )
     return 0

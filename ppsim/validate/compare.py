@@ -85,9 +85,12 @@ def per_request_errors(engine_runs: list[list[RequestRecord]], sim: list[Request
     against the simulator's."""
     sim_by_id = {r.req_id: r for r in sim if r.status == "finished" and r.token_times}
     out: dict[str, Any] = {"repeats": len(engine_runs)}
-    pairs = [(request_latencies(e), request_latencies(sim_by_id[e.req_id]))
-             for run in engine_runs for e in run
-             if e.status == "finished" and e.token_times and e.req_id in sim_by_id]
+    pairs = [
+        (request_latencies(e), request_latencies(sim_by_id[e.req_id]))
+        for run in engine_runs
+        for e in run
+        if e.status == "finished" and e.token_times and e.req_id in sim_by_id
+    ]
     out["matched_requests"] = len(pairs)
     sim_lat = [request_latencies(r) for r in sim_by_id.values()]
     for key in ("ttft", "e2el"):
@@ -120,7 +123,9 @@ def verdict(rows: list[MetricRow]) -> dict[str, Any]:
     rel = [abs(r.error) for r in rows if not is_fraction(r.metric)]
     pts = [abs(r.error) for r in rows if is_fraction(r.metric)]
     bubble = [r.error for r in rows if r.metric == "pipeline_bubble_fraction"]
-    return {"misses": misses,
-            "median_abs_error": float(np.median(rel)) if rel else 0.0,
-            "max_abs_fraction_points": float(max(pts)) if pts else 0.0,
-            "bubble_error_points": float(bubble[0]) if bubble else None}
+    return {
+        "misses": misses,
+        "median_abs_error": float(np.median(rel)) if rel else 0.0,
+        "max_abs_fraction_points": float(max(pts)) if pts else 0.0,
+        "bubble_error_points": float(bubble[0]) if bubble else None,
+    }

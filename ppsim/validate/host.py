@@ -54,8 +54,7 @@ def cpu_probe(processes: int | None = None) -> tuple[float, float]:
 
     Returns (slowest wall seconds, smallest CPU/wall share)."""
     n = processes or os.cpu_count() or 1
-    procs = [subprocess.Popen([sys.executable, "-c", PROBE_CODE], stdout=subprocess.PIPE, text=True)
-             for _ in range(n)]
+    procs = [subprocess.Popen([sys.executable, "-c", PROBE_CODE], stdout=subprocess.PIPE, text=True) for _ in range(n)]
     walls, shares = [], []
     try:
         for p in procs:
@@ -71,8 +70,11 @@ def cpu_probe(processes: int | None = None) -> tuple[float, float]:
     return max(walls), min(shares)
 
 
-def read_host(when: str, probe: Callable[[], tuple[float, float]] = cpu_probe,
-              loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg) -> HostReading:
+def read_host(
+    when: str,
+    probe: Callable[[], tuple[float, float]] = cpu_probe,
+    loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
+) -> HostReading:
     wall, share = probe()
     return HostReading(when, float(loadavg()[0]), float(wall), float(share))
 
@@ -103,8 +105,10 @@ class HostGuard:
         self.readings.append(read_host(when, self.probe, self.loadavg))
         problem = self.problem()
         if problem and self.mode == "refuse":
-            raise PPSimError(f"host guard: {problem}; validation refused (--host-guard refuse); "
-                             "rerun on a quiet host or pass --host-guard flag")
+            raise PPSimError(
+                f"host guard: {problem}; validation refused (--host-guard refuse); "
+                "rerun on a quiet host or pass --host-guard flag"
+            )
 
     def drift(self) -> float:
         walls = [r.probe_s for r in self.readings]
@@ -116,17 +120,26 @@ class HostGuard:
             return None
         worst = min(self.readings, key=lambda r: r.core_share)
         if worst.core_share < self.min_core_share:
-            return (f"the CPU probe got {worst.core_share:.0%} of a core at '{worst.when}' (load {worst.load1:.1f}; "
-                    f"limit {self.min_core_share:.0%}): another process shares the cores")
+            return (
+                f"the CPU probe got {worst.core_share:.0%} of a core at '{worst.when}' (load {worst.load1:.1f}; "
+                f"limit {self.min_core_share:.0%}): another process shares the cores"
+            )
         if self.drift() > self.max_drift:
             return f"the CPU probe's time drifted {self.drift():.0%} over the run (limit {self.max_drift:.0%})"
         return None
 
     def to_dict(self) -> dict[str, Any]:
         problem = self.problem()
-        return {"mode": self.mode, "ok": problem is None, "problem": problem, "max_drift": self.max_drift,
-                "min_core_share": self.min_core_share, "probe_drift": self.drift(),
-                "cpu_count": os.cpu_count(), "readings": [asdict(r) for r in self.readings]}
+        return {
+            "mode": self.mode,
+            "ok": problem is None,
+            "problem": problem,
+            "max_drift": self.max_drift,
+            "min_core_share": self.min_core_share,
+            "probe_drift": self.drift(),
+            "cpu_count": os.cpu_count(),
+            "readings": [asdict(r) for r in self.readings],
+        }
 
 
 def host_line(h: dict[str, Any]) -> str:
@@ -136,6 +149,8 @@ def host_line(h: dict[str, Any]) -> str:
     loads = [r["load1"] for r in h["readings"]]
     share = min(r["core_share"] for r in h["readings"])
     if h["ok"]:
-        return (f"host guard: ok (CPU probe drift {h['probe_drift']:.0%}, core share >= {share:.0%}, "
-                f"load {min(loads):.1f}-{max(loads):.1f})")
+        return (
+            f"host guard: ok (CPU probe drift {h['probe_drift']:.0%}, core share >= {share:.0%}, "
+            f"load {min(loads):.1f}-{max(loads):.1f})"
+        )
     return f"host guard: FLAGGED, {h['problem']}: engine figures include contention the simulator does not model"

@@ -63,15 +63,22 @@ def cdf_figure(engine: list[RequestRecord], sim: list[RequestRecord]) -> Any:
     return fig
 
 
-def validation_files(payload: dict[str, Any], engine_recs: list[RequestRecord], sim_recs: list[RequestRecord],
-                     engine_ops: list[OpRecord], sim_ops: list[OpRecord],
-                     steps: list[dict[str, Any]] | None = None) -> dict[str, str | bytes]:
+def validation_files(
+    payload: dict[str, Any],
+    engine_recs: list[RequestRecord],
+    sim_recs: list[RequestRecord],
+    engine_ops: list[OpRecord],
+    sim_ops: list[OpRecord],
+    steps: list[dict[str, Any]] | None = None,
+) -> dict[str, str | bytes]:
     """validation.json, the CDF plot, the combined trace and step_costs.csv (one row per engine stage
     compute: measured and predicted seconds), name -> content."""
-    return {"latency_cdf.png": figure_png(cdf_figure(engine_recs, sim_recs)),
-            "step_costs.csv": steps_csv(steps or []),
-            "trace_combined.json": json.dumps(combined_trace(engine_ops, sim_ops)),
-            "validation.json": dumps(payload)}
+    return {
+        "latency_cdf.png": figure_png(cdf_figure(engine_recs, sim_recs)),
+        "step_costs.csv": steps_csv(steps or []),
+        "trace_combined.json": json.dumps(combined_trace(engine_ops, sim_ops)),
+        "validation.json": dumps(payload),
+    }
 
 
 def steps_csv(steps: list[dict[str, Any]]) -> str:
@@ -82,9 +89,15 @@ def steps_csv(steps: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def write_validation(out: Path, payload: dict[str, Any], engine_recs: list[RequestRecord],
-                     sim_recs: list[RequestRecord], engine_ops: list[OpRecord], sim_ops: list[OpRecord],
-                     steps: list[dict[str, Any]] | None = None) -> None:
+def write_validation(
+    out: Path,
+    payload: dict[str, Any],
+    engine_recs: list[RequestRecord],
+    sim_recs: list[RequestRecord],
+    engine_ops: list[OpRecord],
+    sim_ops: list[OpRecord],
+    steps: list[dict[str, Any]] | None = None,
+) -> None:
     """The validation files alone, as one result set in ``out``."""
     from ppsim.outputs import write_result_set
 

@@ -55,8 +55,14 @@ def simulate_like_engine(s: Scenario, kv_num_blocks: int) -> tuple[Any, Any, dic
     return prep, res, summary
 
 
-def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options: Any = None,
-             log: Callable[[str], None] = print, host: HostGuard | None = None) -> dict[str, Any]:
+def validate(
+    s: Scenario,
+    out_dir: str | Path,
+    repeats: int = 3,
+    engine_options: Any = None,
+    log: Callable[[str], None] = print,
+    host: HostGuard | None = None,
+) -> dict[str, Any]:
     """Engine ``repeats`` times (host read before and after each), the simulator once, compared.
 
     ``host`` (default: a :class:`HostGuard` in ``flag`` mode) judges the host; in ``refuse`` mode a
@@ -64,8 +70,10 @@ def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options:
     from engine.run import EngineOptions, engine_files, run_engine
 
     if s.cost.kind != "profile":
-        raise PPSimError("validate: needs a calibration artifact of this machine; pass --profile DIR "
-                         "(make one with `ppsim calibrate --model MODEL --device cpu`) or --calibrate")
+        raise PPSimError(
+            "validate: needs a calibration artifact of this machine; pass --profile DIR "
+            "(make one with `ppsim calibrate --model MODEL --device cpu`) or --calibrate"
+        )
     if repeats < 1:
         raise PPSimError("--repeats: must be >= 1")
     out = check_output_dir(out_dir)
@@ -78,8 +86,14 @@ def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options:
         before = cpu_seconds()
         runs.append(run_engine(s, None, opts))
         after = cpu_seconds()
-        usage.append({"engine_core_cpu_s": after[0] - before[0], "stages_cpu_s": after[1] - before[1],
-                      "run_wall_s": runs[-1].info["wall_s"], "startup_s": runs[-1].info["startup_s"]})
+        usage.append(
+            {
+                "engine_core_cpu_s": after[0] - before[0],
+                "stages_cpu_s": after[1] - before[1],
+                "run_wall_s": runs[-1].info["wall_s"],
+                "startup_s": runs[-1].info["startup_s"],
+            }
+        )
         host.read(f"after {i}")
     blocks = int(runs[0].info["kv_num_blocks"])
     log("validate: simulating the same workload")
@@ -87,12 +101,17 @@ def validate(s: Scenario, out_dir: str | Path, repeats: int = 3, engine_options:
     files: dict[str, str | bytes] = {}
     for i, run in enumerate(runs):
         files.update({f"engine-{i}/{k}": v for k, v in engine_files(run).items()})
-    sim = {**run_files(scenario_json(s), sim_summary, res.requests, res.ops, chrome_trace(res.ops)),
-           **series_files(res.series)}
+    sim = {
+        **run_files(scenario_json(s), sim_summary, res.requests, res.ops, chrome_trace(res.ops)),
+        **series_files(res.series),
+    }
     files.update({f"sim/{k}": v for k, v in sim.items()})
     rows = compare_summaries([r.summary for r in runs], sim_summary)
-    steps = [row for i, r in enumerate(runs)
-             for row in step_costs(prep.cost, prep.topology.stages, r.plans, r.ops, i, cpu_of(r, opts))]
+    steps = [
+        row
+        for i, r in enumerate(runs)
+        for row in step_costs(prep.cost, prep.topology.stages, r.plans, r.ops, i, cpu_of(r, opts))
+    ]
     payload = {
         "scenario": json.loads(scenario_json(s)),
         "repeats": repeats,
@@ -129,15 +148,19 @@ def format_report(payload: dict[str, Any]) -> str:
     for key in ("ttft", "e2el"):
         d = pr.get(key) or {}
         if d:
-            lines.append(f"per-request {key.upper():<5} median |error| {d['median_abs_error']:.1%}, "
-                         f"KS statistic {d['ks_statistic']:.3f} (p = {d['ks_pvalue']:.3f}), "
-                         f"{pr['matched_requests']} requests over {pr.get('repeats', 1)} engine runs")
+            lines.append(
+                f"per-request {key.upper():<5} median |error| {d['median_abs_error']:.1%}, "
+                f"KS statistic {d['ks_statistic']:.3f} (p = {d['ks_pvalue']:.3f}), "
+                f"{pr['matched_requests']} requests over {pr.get('repeats', 1)} engine runs"
+            )
     v = payload["verdict"]
     bubble = v.get("bubble_error_points")
-    lines.append(f"median |error| over latency/throughput metrics {v['median_abs_error']:.1%}; "
-                 f"bubble error {'-' if bubble is None else f'{bubble:+.3f}'} points, worst busy/bubble "
-                 f"{v.get('max_abs_fraction_points', 0.0):.3f} points; outside target (10%, 5% for "
-                 f"throughput/TPOT, 0.05 points for fractions): {', '.join(v['misses']) or 'none'}")
+    lines.append(
+        f"median |error| over latency/throughput metrics {v['median_abs_error']:.1%}; "
+        f"bubble error {'-' if bubble is None else f'{bubble:+.3f}'} points, worst busy/bubble "
+        f"{v.get('max_abs_fraction_points', 0.0):.3f} points; outside target (10%, 5% for "
+        f"throughput/TPOT, 0.05 points for fractions): {', '.join(v['misses']) or 'none'}"
+    )
     if "host" in payload:
         lines.append(host_line(payload["host"]))
     return "\n".join(lines)

@@ -22,8 +22,20 @@ from ppsim.policy.plan import StepPlan
 
 # micro-batch size in tokens: [lo, hi] inclusive
 TOKEN_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 64), (65, 256), (257, 1 << 30))
-STEP_FIELDS = ["run", "stage", "step_id", "num_tokens", "num_reqs", "num_prefill_tokens", "decode_ctx_tokens",
-               "measured_s", "cpu_s", "predicted_s", "error", "cpu_error"]
+STEP_FIELDS = [
+    "run",
+    "stage",
+    "step_id",
+    "num_tokens",
+    "num_reqs",
+    "num_prefill_tokens",
+    "decode_ctx_tokens",
+    "measured_s",
+    "cpu_s",
+    "predicted_s",
+    "error",
+    "cpu_error",
+]
 
 
 def bucket_name(lo: int, hi: int) -> str:
@@ -39,9 +51,14 @@ def bucket_of(num_tokens: int) -> str:
     return bucket_name(*TOKEN_BUCKETS[-1])
 
 
-def step_costs(cost: CostModel, stages: tuple[StageSpec, ...] | list[StageSpec], plans: dict[int, StepPlan],
-               ops: list[OpRecord], run: int = 0, cpu_s: dict[tuple[int, int], float] | None = None,
-               ) -> list[dict[str, Any]]:
+def step_costs(
+    cost: CostModel,
+    stages: tuple[StageSpec, ...] | list[StageSpec],
+    plans: dict[int, StepPlan],
+    ops: list[OpRecord],
+    run: int = 0,
+    cpu_s: dict[tuple[int, int], float] | None = None,
+) -> list[dict[str, Any]]:
     """One row per engine stage compute whose plan is known: measured vs predicted seconds.
 
     ``cpu_s`` ((stage, step id) -> the stage thread's CPU seconds in that compute; the engine's
@@ -55,15 +72,26 @@ def step_costs(cost: CostModel, stages: tuple[StageSpec, ...] | list[StageSpec],
         plan = plans.get(op.step_id)
         if plan is None or plan.is_empty:
             continue
-        i = int(op.track[len("stage"):])
+        i = int(op.track[len("stage") :])
         measured = op.end_s - op.start_s
         pred = cost.stage_time(stages[i], plan)
         cpu = cpu_s.get((i, op.step_id), -1.0)
-        rows.append({"run": run, "stage": i, "step_id": op.step_id, "num_tokens": plan.num_tokens,
-                     "num_reqs": plan.num_reqs, "num_prefill_tokens": plan.num_prefill_tokens,
-                     "decode_ctx_tokens": plan.decode_ctx_tokens, "measured_s": measured, "cpu_s": cpu,
-                     "predicted_s": pred, "error": (pred - measured) / measured if measured > 0 else 0.0,
-                     "cpu_error": (pred - cpu) / cpu if cpu > 0 else None})
+        rows.append(
+            {
+                "run": run,
+                "stage": i,
+                "step_id": op.step_id,
+                "num_tokens": plan.num_tokens,
+                "num_reqs": plan.num_reqs,
+                "num_prefill_tokens": plan.num_prefill_tokens,
+                "decode_ctx_tokens": plan.decode_ctx_tokens,
+                "measured_s": measured,
+                "cpu_s": cpu,
+                "predicted_s": pred,
+                "error": (pred - measured) / measured if measured > 0 else 0.0,
+                "cpu_error": (pred - cpu) / cpu if cpu > 0 else None,
+            }
+        )
     return rows
 
 
@@ -72,10 +100,13 @@ def _stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
     timed = [r for r in rows if r.get("cpu_error") is not None]
     cpu: dict[str, Any] = {"median_cpu_ms": None, "median_cpu_error": None, "median_cpu_share": None}
     if timed:
-        cpu = {"median_cpu_ms": float(np.median([r["cpu_s"] for r in timed]) * 1e3),
-               "median_cpu_error": float(np.median([r["cpu_error"] for r in timed])),
-               "median_cpu_share": float(np.median([min(1.0, r["cpu_s"] / r["measured_s"]) for r in timed]))}
-    return {**cpu,
+        cpu = {
+            "median_cpu_ms": float(np.median([r["cpu_s"] for r in timed]) * 1e3),
+            "median_cpu_error": float(np.median([r["cpu_error"] for r in timed])),
+            "median_cpu_share": float(np.median([min(1.0, r["cpu_s"] / r["measured_s"]) for r in timed])),
+        }
+    return {
+        **cpu,
         "steps": len(rows),
         "median_error": float(np.median(err)),
         "median_abs_error": float(np.median(np.abs(err))),
@@ -108,16 +139,26 @@ def format_steps(s: dict[str, Any]) -> str:
     """The step-level table: first the overall line, then per stage and per micro-batch size."""
     if not s:
         return "step-level cost error: no engine micro-batch with a known plan"
-    head = (f"{'micro-batches':<16}{'steps':>6}{'measured':>10}{'predicted':>11}{'median':>9}"
-            f"{'med |e|':>9}{'p90 |e|':>9}{'cpu':>9}{'vs cpu':>8}{'cpu/wall':>9}")
-    lines = [f"{' step-level cost error (cost model vs engine stage time, same plan) ':=^{len(head)}}", head,
-             "-" * len(head)]
+    head = (
+        f"{'micro-batches':<16}{'steps':>6}{'measured':>10}{'predicted':>11}{'median':>9}"
+        f"{'med |e|':>9}{'p90 |e|':>9}{'cpu':>9}{'vs cpu':>8}{'cpu/wall':>9}"
+    )
+    lines = [
+        f"{' step-level cost error (cost model vs engine stage time, same plan) ':=^{len(head)}}",
+        head,
+        "-" * len(head),
+    ]
 
     def line(name: str, d: dict[str, Any]) -> str:
-        cpu = "" if d.get("median_cpu_ms") is None else (
-            f"{d['median_cpu_ms']:>7.2f}ms{d['median_cpu_error']:>+8.1%}{d['median_cpu_share']:>9.0%}")
-        return (f"{name:<16}{d['steps']:>6}{d['median_measured_ms']:>8.2f}ms{d['median_predicted_ms']:>9.2f}ms"
-                f"{d['median_error']:>+9.1%}{d['median_abs_error']:>9.1%}{d['p90_abs_error']:>9.1%}{cpu}")
+        cpu = (
+            ""
+            if d.get("median_cpu_ms") is None
+            else (f"{d['median_cpu_ms']:>7.2f}ms{d['median_cpu_error']:>+8.1%}{d['median_cpu_share']:>9.0%}")
+        )
+        return (
+            f"{name:<16}{d['steps']:>6}{d['median_measured_ms']:>8.2f}ms{d['median_predicted_ms']:>9.2f}ms"
+            f"{d['median_error']:>+9.1%}{d['median_abs_error']:>9.1%}{d['p90_abs_error']:>9.1%}{cpu}"
+        )
 
     lines.append(line("all", s))
     for k, d in s["by_stage"].items():
@@ -129,6 +170,8 @@ def format_steps(s: dict[str, Any]) -> str:
         if k in s["by_tokens"]:
             lines.append(line(f"{k} tokens", s["by_tokens"][k]))
     lines.append("=" * len(head))
-    lines.append("error = (predicted - measured wall) / measured; 'vs cpu' against the stage thread's CPU time; "
-                 "cpu/wall below 100%: the stage waited for a core")
+    lines.append(
+        "error = (predicted - measured wall) / measured; 'vs cpu' against the stage thread's CPU time; "
+        "cpu/wall below 100%: the stage waited for a core"
+    )
     return "\n".join(lines)
