@@ -1,12 +1,14 @@
 """One engine run: scenario -> stage processes -> records -> the simulator's files.
 
-``run_engine(scenario, out_dir, options)`` resolves the scenario exactly as the simulator does
+``run_engine(scenario, out_dir)`` runs with the scenario's ``live_engine`` section
+(:class:`ppsim.live_engine.LiveEngineConfig`; ``options``, if given, replaces it). It resolves the
+scenario exactly as the simulator does
 (:func:`ppsim.deployment.prepare`: model shape, partition, workload with the same seed), with one
 change: the KV pool. The simulator sizes it from GPU memory, which on CPU would be absurd (tens of
-GiB); the engine uses ``options.kv_num_blocks`` if given, else ``min(simulator blocks, blocks the
+GiB); the engine uses ``live_engine.kv_num_blocks`` if given, else ``min(simulator blocks, blocks the
 workload can ever hold at once)`` - the largest ``min(max_num_seqs, max_concurrency)`` requests
 at their full length. That cap never changes a scheduling decision (the pool cannot run out), and
-both the policy's pool and the stages' caches use the same number. ``options.max_kv_gib`` bounds
+both the policy's pool and the stages' caches use the same number. ``live_engine.max_kv_gib`` bounds
 the memory a stage may allocate.
 
 Prompt token ids are drawn per request from ``numpy.random.default_rng([seed, req_id])``.
@@ -21,11 +23,9 @@ import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from engine.checkpoint import has_checkpoint
 from engine.executor import EngineExecutor, EngineResult, data_path
@@ -36,6 +36,7 @@ from engine.worker import StageConfig
 from ppsim.config import Scenario, scenario_json
 from ppsim.deployment import Prepared, kv_figures, prepare
 from ppsim.errors import PPSimError
+from ppsim.live_engine import LiveEngineConfig
 from ppsim.metrics.io import dumps, run_files
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
@@ -50,28 +51,8 @@ from ppsim.report.dashboard import drawn_dashboards, series_files
 DIST_TIMEOUT_MARGIN_S = 30.0
 
 
-class EngineOptions(BaseModel):
-    """Engine settings that the simulator does not have."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    backend: Literal["gloo", "nccl"] = "gloo"
-    device: Literal["cpu", "cuda"] = "cpu"
-    threads_per_stage: int = Field(default=1, ge=1, description="torch intra-op threads per stage process")
-    # None: 5 s + 4 x the expected time of a full-budget step through all stages (from the warm-up)
-    stage_timeout_s: float | None = Field(default=None, gt=0)
-    # spawn, rendezvous, weights, warm-up: tiny models start in about 5 s on an idle CPU host, 20 s on a busy one
-    startup_timeout_s: float = Field(default=60.0, gt=0, description="spawn, rendezvous, weights, warm-up")
-    kv_num_blocks: int | None = Field(default=None, ge=1, description="override the KV pool size")
-    max_kv_gib: float = Field(default=4.0, gt=0, description="refuse KV caches larger than this per stage")
-    checkpoint: str | None = Field(default=None, description="HF-layout safetensors directory")
-    warm_tokens: int = Field(default=256, ge=1, description="tokens in the warm-up step")
-    # testing the fault path: "kill:STAGE:STEP" (stage exits) or "stall:STAGE:STEP" (stage stops)
-    inject_fault: str | None = None
-    # "policy": the policy's own sends and sampled-token route (engine/datapath.py); "vllm-v1": every
-    # policy on vLLM V1's (wait on the previous send, tokens back through the engine core), to measure
-    # what the policy's own path changes
-    data_path: Literal["policy", "vllm-v1"] = "policy"
+# the engine's options are the scenario's ``live_engine`` section; the old name stays for callers
+EngineOptions = LiveEngineConfig
 
 
 class Terminated(KeyboardInterrupt):
@@ -236,10 +217,14 @@ def run_engine(
 ) -> EngineRun:
     """Run ``s`` on real stage processes; write the simulator's files to ``out_dir`` (also on a fault).
 
+    ``options`` (a :class:`LiveEngineConfig`), if given, replaces ``s.live_engine``.
+
     Raises :class:`EngineFault` (a ``PPSimError``) when a stage dies, fails or stalls; its
     ``result`` has every record up to the fault, unfinished requests marked ``unfinished``.
     """
-    opts = options or EngineOptions()
+    if options is not None:  # given beside the scenario: they replace its section (config.json says so)
+        s = s.model_copy(update={"live_engine": options})
+    opts = s.live_engine
     if out_dir is not None:
         out_dir = check_output_dir(out_dir)
     prep0 = prepare(s, requests)

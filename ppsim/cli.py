@@ -43,11 +43,20 @@ def add_scenario_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument(*f.flags, dest=f.dest, **f.kwargs)
 
 
+def add_live_engine_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the scenario's ``live_engine`` section (``ppsim engine``, ``ppsim validate``)."""
+    from ppsim.flags import live_engine_flag_specs
+
+    for f in live_engine_flag_specs():
+        p.add_argument(*f.flags, dest=f.dest, **f.kwargs)
+
+
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    from ppsim.flags import flag_paths
+    from ppsim.flags import flag_paths, live_engine_flag_specs
 
     out: dict[str, Any] = {}
-    for dest, path in flag_paths().items():
+    paths = {**flag_paths(), **{f.dest: f.path for f in live_engine_flag_specs()}}  # absent dests: None
+    for dest, path in paths.items():
         v = getattr(args, dest, None)
         if v is None:
             continue
@@ -61,9 +70,20 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def scenario_from_args(args: argparse.Namespace):  # noqa: ANN201
+    """The scenario of the config file and the flags; an error in a live-engine value given as a flag
+    names the flag (``--threads-per-stage: ...``), one from the file names the field."""
     from ppsim.config import build_scenario
+    from ppsim.flags import live_engine_flag_specs
 
-    return build_scenario(args.config, overrides_from_args(args))
+    try:
+        return build_scenario(args.config, overrides_from_args(args))
+    except PPSimError as err:
+        msg = str(err)
+        for f in live_engine_flag_specs():
+            field = ".".join(f.path)
+            if msg.startswith(field + ":") and getattr(args, f.dest, None) is not None:
+                raise PPSimError(f.flags[0] + msg[len(field) :]) from None
+        raise
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ppsim.errors import PPSimError
 from ppsim.fileio import read_mapping
 from ppsim.hardware.presets import DeviceSpec, LinkSpec, resolve_device
+from ppsim.live_engine import LiveEngineConfig
 from ppsim.policies import (  # noqa: F401 - POLICY_KNOBS re-exported (tests, tools)
     DEFAULT_POLICY,
     POLICIES,
@@ -171,6 +172,8 @@ class Scenario(_Frozen):
     engine: EngineConfig = EngineConfig()
     cost: CostConfig = CostConfig()
     workload: WorkloadConfig = WorkloadConfig()
+    # how `ppsim engine` / `ppsim validate` run the stages (the simulator ignores it): ppsim/live_engine.py
+    live_engine: LiveEngineConfig = LiveEngineConfig()
     seed: int = Field(default=0, ge=0, description="numpy seeds are non-negative")
 
     @field_validator("weight_dtype", "kv_cache_dtype", mode="before")

@@ -101,6 +101,30 @@ FLAG_TABLE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
     ("cost", "profile_dir"): (("--profile",), "calibration artifact directory (profiled cost model)"),
     ("seed",): (("--seed",), None),
 }
+# live_engine field -> (flag, help): the flags of `ppsim engine` and `ppsim validate` only (the simulator
+# has no use for them); each maps onto the scenario's ``live_engine`` section, so a config file can set it
+LIVE_ENGINE_FLAGS: dict[str, tuple[str, str]] = {
+    "backend": ("--backend", "torch.distributed backend (default gloo)"),
+    "device": ("--device", "where stages compute (default cpu)"),
+    "threads_per_stage": ("--threads-per-stage", "torch threads per stage process (default 1)"),
+    "stage_timeout_s": (
+        "--stage-timeout-s",
+        "declare a stage dead after this long without progress (default 5 s + 4 x a full step)",
+    ),
+    "startup_timeout_s": (
+        "--startup-timeout-s",
+        "give up if a stage is not ready (spawned, joined, weights loaded, warmed up) within this (default 60)",
+    ),
+    "kv_num_blocks": ("--kv-blocks", "KV pool size (default: what the workload can hold at once)"),
+    "max_kv_gib": ("--max-kv-gib", "refuse a larger KV cache per stage (default 4)"),
+    "checkpoint": ("--checkpoint", "HF-layout safetensors directory (default: random weights from --seed)"),
+    "inject_fault": ("--inject-fault", "test hook for the fault path: kill:STAGE:STEP or stall:STAGE:STEP"),
+    "data_path": (
+        "--data-path",
+        "policy: each policy's own sends and token route (default); vllm-v1: vLLM V1's for every policy",
+    ),
+}
+LIVE_ENGINE_DEST = "live_engine_"  # dest prefix: no clash with a command's own --device or --checkpoint
 NOT_FLAGS = {"dynamic_chunking_coefficients"}  # a tuple: scenario files only (chunk-plan has --coefficients)
 ALIASED = {"weight_dtype", "kv_cache_dtype"}  # take the engines' aliases (bfloat16, nvfp4, ...): no choices
 
@@ -165,6 +189,17 @@ def flag_specs() -> list[FlagSpec]:
         if text:
             kw["help"] = text
         out.append(FlagSpec(path, flags, dest, kw))
+    return out
+
+
+def live_engine_flag_specs() -> list[FlagSpec]:
+    """The flags of the ``live_engine`` section (``ppsim engine``, ``ppsim validate``); no defaults, so a
+    config file's values stand unless a flag is given."""
+    out = []
+    for name, (flag, help_) in LIVE_ENGINE_FLAGS.items():
+        path = ("live_engine", name)
+        kw = {**_kwargs(field_info(path), name), "help": help_}
+        out.append(FlagSpec(path, (flag,), LIVE_ENGINE_DEST + name, kw))
     return out
 
 

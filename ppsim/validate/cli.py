@@ -11,19 +11,17 @@ CALIBRATE_TIMEOUT_S = 1800
 
 
 def add_validate_parser(sub: argparse._SubParsersAction) -> None:
-    from ppsim.cli import add_scenario_flags
+    from ppsim.cli import add_live_engine_flags, add_scenario_flags
 
     p = sub.add_parser("validate", help="run the live engine and the simulator on one workload and compare")
     add_scenario_flags(p)
+    add_live_engine_flags(p)  # --threads-per-stage, --device, --backend, ...: the scenario's live_engine
     p.add_argument("--repeats", type=int, default=3, help="engine runs, to measure run-to-run spread (default 3)")
     p.add_argument(
         "--calibrate",
         action="store_true",
         help="with no --profile, calibrate this machine on the full grid (minutes) instead of the quick one",
     )
-    p.add_argument("--threads-per-stage", type=int, default=1)
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the engine's stages compute")
-    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="engine torch.distributed backend")
     p.add_argument(
         "--host-guard",
         choices=["flag", "refuse", "off"],
@@ -47,13 +45,13 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_validate)
 
 
-def calibrate_here(args: argparse.Namespace) -> str | None:
+def calibrate_here(args: argparse.Namespace, device: str) -> str | None:
     """Calibrate this host into OUTPUT/profile (quick grid unless --calibrate); the artifact path."""
     prof = Path(args.output_dir) / "profile"
     model = args.model or "tiny"
     grid = "full" if args.calibrate else "quick"
     print(
-        f"validate: no --profile; calibrating {model} on this {args.device} ({grid} grid) into {prof}",
+        f"validate: no --profile; calibrating {model} on this {device} ({grid} grid) into {prof}",
         file=sys.stderr,
         flush=True,
     )
@@ -65,7 +63,7 @@ def calibrate_here(args: argparse.Namespace) -> str | None:
         "--model",
         model,
         "--device",
-        args.device,
+        device,
         "--output-dir",
         str(prof),
         *(() if args.calibrate else ("--quick",)),
@@ -77,7 +75,6 @@ def calibrate_here(args: argparse.Namespace) -> str | None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from engine.run import EngineOptions
     from ppsim.cli import scenario_from_args
     from ppsim.errors import PPSimError
     from ppsim.outputs import check_output_dir
@@ -90,18 +87,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
         raise PPSimError("--repeats: must be >= 1")
     host = HostGuard(args.host_guard, args.host_max_drift, args.host_min_core_share)
     check_output_dir(args.output_dir)
-    scenario_from_args(args)  # bad input fails here, before a calibration of minutes
+    s = scenario_from_args(args)  # bad input fails here, before a calibration of minutes
     if not args.profile:
-        args.profile = calibrate_here(args)
+        args.profile = calibrate_here(args, s.live_engine.device)
         if args.profile is None:
             print("error: calibration failed; see its output above, or pass --profile DIR", file=sys.stderr)
             return 1
-    s = scenario_from_args(args)
-    opts = EngineOptions(threads_per_stage=args.threads_per_stage, device=args.device, backend=args.backend)
+    s = scenario_from_args(args)  # the engine runs with its live_engine section
     from engine.launcher import StageFault
 
     try:
-        payload = validate(s, args.output_dir, args.repeats, opts, host=host)
+        payload = validate(s, args.output_dir, args.repeats, host=host)
     except StageFault as err:  # a stage failed: not bad input; nothing is written
         print(f"error: {str(err).splitlines()[0]}; nothing written to {args.output_dir}", file=sys.stderr)
         return 1

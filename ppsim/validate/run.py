@@ -67,7 +67,7 @@ def validate(
 
     ``host`` (default: a :class:`HostGuard` in ``flag`` mode) judges the host; in ``refuse`` mode a
     bad reading raises PPSimError before anything of the validation itself is written."""
-    from engine.run import EngineOptions, engine_files, run_engine
+    from engine.run import engine_files, run_engine
 
     if s.cost.kind != "profile":
         raise PPSimError(
@@ -77,14 +77,16 @@ def validate(
     if repeats < 1:
         raise PPSimError("--repeats: must be >= 1")
     out = check_output_dir(out_dir)
-    opts = engine_options or EngineOptions()
+    if engine_options is not None:  # given beside the scenario: they replace its live_engine section
+        s = s.model_copy(update={"live_engine": engine_options})
+    opts = s.live_engine
     host = host if host is not None else HostGuard()
     runs, usage = [], []
     for i in range(repeats):
         host.read(f"before {i}")
         log(f"validate: engine run {i + 1}/{repeats}")
         before = cpu_seconds()
-        runs.append(run_engine(s, None, opts))
+        runs.append(run_engine(s, None))
         after = cpu_seconds()
         usage.append(
             {

@@ -1,0 +1,41 @@
+"""How the live engine (``ppsim engine``, ``ppsim validate``) runs: the scenario's ``live_engine`` section.
+
+Settings the simulator does not have: the torch.distributed backend, where stages compute, their
+threads, the timeouts, the KV pool cap, the checkpoint, the data path. They live in the scenario so
+that a config file can set them (``[live_engine]``) and every run's ``config.json`` records them. The
+simulator ignores the section (its config.json holds the defaults, so it can be run on the engine as
+is). Plain pydantic: importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LiveEngineConfig(BaseModel):
+    """Engine settings that the simulator does not have (``engine.run.EngineOptions`` is this class)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    backend: Literal["gloo", "nccl"] = "gloo"
+    device: Literal["cpu", "cuda"] = "cpu"
+    threads_per_stage: int = Field(default=1, ge=1, description="torch intra-op threads per stage process")
+    # None: 5 s + 4 x the expected time of a full-budget step through all stages (from the warm-up)
+    stage_timeout_s: float | None = Field(default=None, gt=0, description="declare a stage dead after this")
+    # spawn, rendezvous, weights, warm-up: tiny models start in about 5 s on an idle CPU host, 20 s on a busy one
+    startup_timeout_s: float = Field(default=60.0, gt=0, description="spawn, rendezvous, weights, warm-up")
+    # None: min(the simulator's pool, the blocks the workload can ever hold at once)
+    kv_num_blocks: int | None = Field(default=None, ge=1, description="override the KV pool size")
+    max_kv_gib: float = Field(default=4.0, gt=0, description="refuse KV caches larger than this per stage")
+    # None: the scenario's model if it is a checkpoint directory, else random weights from the seed
+    checkpoint: str | None = Field(default=None, description="HF-layout safetensors directory")
+    warm_tokens: int = Field(default=256, ge=1, description="tokens in the warm-up step")
+    # A TEST HOOK, not a setting: "kill:STAGE:STEP" (stage exits) or "stall:STAGE:STEP" (stage stops), to
+    # exercise the fault path (tests/test_engine_faults.py); checked against the stages when the run starts
+    inject_fault: str | None = None
+    # "policy": the policy's own sends and sampled-token route (engine/datapath.py); "vllm-v1": every
+    # policy on vLLM V1's (wait on the previous send, tokens back through the engine core), to measure
+    # what the policy's own path changes
+    data_path: Literal["policy", "vllm-v1"] = "policy"
