@@ -42,8 +42,8 @@ random_output_len = 8
 pp = [1, 2]
 max_num_seqs = [8, 16]
 [slo]
-p99_ttft_ms = 3
-p99_tpot_ms = 2
+p99_ttft_ms = 8
+p99_tpot_ms = 5
 [search]
 rel_tolerance = 0.1
 max_steps = 4
