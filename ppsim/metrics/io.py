@@ -144,24 +144,7 @@ def requests_csv(requests: Sequence[RequestRecord] | RequestColumns | Ledger) ->
 
 
 def ops_chunks(ops: Iterable[OpRecord]) -> Iterator[str]:
-    return _csv_chunks(
-        OP_FIELDS,
-        (
-            (
-                o.track,
-                o.kind,
-                o.step_id,
-                o.start_s,
-                o.end_s,
-                o.num_tokens,
-                o.num_reqs,
-                o.num_prefill_tokens,
-                o.num_decode_tokens,
-                o.nbytes,
-            )
-            for o in ops
-        ),
-    )
+    return _csv_chunks(OP_FIELDS, (o.row() for o in ops))
 
 
 def ops_csv(ops: Iterable[OpRecord]) -> str:

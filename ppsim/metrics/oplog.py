@@ -120,18 +120,7 @@ class OpLog:
             self.records.append(OpRecord(track, kind, step_id, start_s, end_s, num_tokens, num_reqs, 0, 0, nbytes))
 
     def append(self, o: OpRecord) -> None:
-        self.add(
-            o.track,
-            o.kind,
-            o.step_id,
-            o.start_s,
-            o.end_s,
-            o.num_tokens,
-            o.num_reqs,
-            o.num_prefill_tokens,
-            o.num_decode_tokens,
-            o.nbytes,
-        )
+        self.add(*o.row())
 
     def merge(self, other: OpLog, rename: dict[str, str], prefix: str) -> None:
         """Fold ``other`` in: tracks in ``rename`` take the new name, others get ``prefix``."""
@@ -142,24 +131,10 @@ class OpLog:
         if self.keep:
             for o in other.records:
                 t = rename.get(o.track, prefix + o.track)
-                self.records.append(OpRecord(t, *_rest(o)))
+                self.records.append(OpRecord(t, *o.row()[1:]))
 
     def __iter__(self) -> Iterator[OpRecord]:
         return iter(self.records)
 
     def __len__(self) -> int:
         return len(self.records)
-
-
-def _rest(o: OpRecord) -> tuple:
-    return (
-        o.kind,
-        o.step_id,
-        o.start_s,
-        o.end_s,
-        o.num_tokens,
-        o.num_reqs,
-        o.num_prefill_tokens,
-        o.num_decode_tokens,
-        o.nbytes,
-    )

@@ -38,6 +38,21 @@ class OpRecord:
     num_decode_tokens: int = 0
     nbytes: float = 0.0
 
+    def row(self) -> tuple:
+        """The fields in :data:`OP_FIELDS` order."""
+        return (
+            self.track,
+            self.kind,
+            self.step_id,
+            self.start_s,
+            self.end_s,
+            self.num_tokens,
+            self.num_reqs,
+            self.num_prefill_tokens,
+            self.num_decode_tokens,
+            self.nbytes,
+        )
+
 
 OP_FIELDS = [
     "track",
