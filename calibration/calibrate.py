@@ -18,34 +18,18 @@ import numpy as np
 
 from calibration.artifact import base_meta, check_output_dir, device_name, write_artifact
 from calibration.fit import fit_select, fit_to_json, predict
-from ppsim.cost.profiled import OpFit, Profile, ProfiledCost
+from ppsim.cost.profiled import REQ_OPS, TOKEN_OPS, OpFit, Profile, ProfiledCost
 from ppsim.errors import PPSimError
 from ppsim.models.shape import ModelShape, load_model
 from ppsim.policy.plan import PlanItem, StepPlan, make_plan
 
 # operator -> (form, feature)
 FORMS: dict[str, tuple[str, str]] = {
-    **{
-        op: ("linear_floor", "tokens")
-        for op in (
-            "input_layernorm",
-            "attn_qkv",
-            "attn_rope",
-            "attn_o_proj",
-            "post_attention_layernorm",
-            "mlp_gate_up",
-            "mlp_act",
-            "mlp_down",
-            "add",
-            "embedding",
-            "moe_router",
-            "moe_shared",
-        )
-    },
+    **{op: ("linear_floor", "tokens") for op in (*TOKEN_OPS, "embedding", "moe_router", "moe_shared")},
     "moe_experts": ("tok_exp", ""),
     "attn_prefill": ("prefill_attn", ""),
     "attn_decode": ("decode_attn", ""),
-    **{op: ("linear_floor", "reqs") for op in ("final_norm", "lm_head", "sampling", "prepare_inputs")},
+    **{op: ("linear_floor", "reqs") for op in REQ_OPS},
     "schedule": ("linear", "n"),
     "update": ("linear", "n"),
     "send_recv": ("linear", "bytes"),

@@ -23,20 +23,10 @@ import torch
 from calibration.layer import Layer, Seq, block_tables, prepare_inputs
 from calibration.moe_ops import experts_fn, experts_points, moe_fns
 from calibration.timer import Timer, summarize
+from ppsim.cost.profiled import REQ_OPS
+from ppsim.cost.profiled import TOKEN_OPS as LAYER_TOKEN_OPS
 
-TOKEN_OPS = (
-    "input_layernorm",
-    "attn_qkv",
-    "attn_rope",
-    "attn_o_proj",
-    "post_attention_layernorm",
-    "mlp_gate_up",
-    "mlp_act",
-    "mlp_down",
-    "add",
-    "embedding",
-)
-REQ_OPS = ("final_norm", "lm_head", "sampling", "prepare_inputs")  # the engine norms only sampled rows
+TOKEN_OPS = (*LAYER_TOKEN_OPS, "embedding")  # timed per token
 
 
 @dataclass(frozen=True)

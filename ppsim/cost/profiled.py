@@ -68,6 +68,8 @@ TOKEN_OPS = (
     "mlp_down",
     "add",
 )
+# Operators that scale with the step's requests (the engine norms only the sampled rows).
+REQ_OPS = ("final_norm", "lm_head", "sampling", "prepare_inputs")
 MLP_OPS = ("mlp_gate_up", "mlp_act", "mlp_down")
 MOE_OPS = ("moe_router", "moe_experts", "moe_shared")  # required for a MoE model (moe_shared: with shared experts)
 REQUIRED_OPS = (*TOKEN_OPS, "attn_prefill", "attn_decode", "embedding", "final_norm", "lm_head", "sampling")
