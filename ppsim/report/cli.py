@@ -25,8 +25,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from ppsim.report.dashboard import plot_run
 
     runs = expand(args.run_dirs)
-    if args.output and Path(args.output).suffix.lower() != ".png":
-        raise PPSimError(f"--output: {args.output} is not a .png path; name the file FILE.png")
+    if args.output:
+        _check_png(args.output)
     if args.output and len(runs) > 1:
         raise PPSimError(f"--output: {len(runs)} runs given; drop --output to write RUN_DIR/dashboard.png each")
     for run in runs:
@@ -54,8 +54,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     names, runs = compare_runs(args.run_dirs)
     path = Path(args.output) if args.output else Path(args.output_dir) / "compare.png"
-    if path.suffix.lower() != ".png":
-        raise PPSimError(f"--output: {path} is not a .png path; name the file FILE.png")
+    _check_png(path)
     print(format_comparison(names, runs))
     print(f"plot written to {write_comparison(names, runs, path)}")
     return 0
+
+
+def _check_png(path: str | Path) -> None:
+    if Path(path).suffix.lower() != ".png":
+        raise PPSimError(f"--output: {path} is not a .png path; name the file FILE.png")
