@@ -23,31 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-VIDUR = [
-    "--model",
-    "llama-2-70b",
-    "--hardware",
-    "a100-80gb",
-    "-tp",
-    "2",
-    "-pp",
-    "4",
-    "--request-rate",
-    "2",
-    "--random-input-len",
-    "512",
-    "--random-output-len",
-    "128",
-    "--max-num-seqs",
-    "128",
-    "--max-num-batched-tokens",
-    "4096",
-]
+from _common import VIDUR, simulate_argv
 
 
 def run(root: Path, args: list[str], out: Path) -> tuple[float, float]:
     """(wall s, CPU s) of one `ppsim simulate` child run from checkout ``root``."""
-    cmd = [sys.executable, "-m", "ppsim.cli", "simulate", *args, "--quiet", "--no-dashboard", "--output-dir", str(out)]
+    cmd = simulate_argv(args, out)
     t0 = time.perf_counter()
     p = subprocess.Popen(
         cmd, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE

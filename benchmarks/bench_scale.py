@@ -27,29 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import ROOT, VIDUR, simulate_argv
+
 DEFAULT_VIDUR = ROOT.parent / "shared" / "data" / "vidur-profiling"
 
-VIDUR = [
-    "--model",
-    "llama-2-70b",
-    "--hardware",
-    "a100-80gb",
-    "-tp",
-    "2",
-    "-pp",
-    "4",
-    "--request-rate",
-    "2",
-    "--random-input-len",
-    "512",
-    "--random-output-len",
-    "128",
-    "--max-num-seqs",
-    "128",
-    "--max-num-batched-tokens",
-    "4096",
-]
 OFFLINE = [
     "--model",
     "llama-3-8b",
@@ -81,10 +62,6 @@ def run_child(argv: list[str]) -> tuple[float, float, int]:
         err = p.stderr.read().decode() if p.stderr else ""
         print(f"  failed ({p.returncode}): {' '.join(argv[3:])}\n  {err.strip()[-500:]}", file=sys.stderr)
     return wall, usage.ru_maxrss / 1024, p.returncode
-
-
-def simulate(args: list[str], out: Path) -> list[str]:
-    return [sys.executable, "-m", "ppsim.cli", "simulate", *args, "--quiet", "--no-dashboard", "--output-dir", str(out)]
 
 
 def vidur_profile(root: Path, out: Path) -> list[str]:
@@ -154,7 +131,7 @@ def main() -> None:
                 (
                     label,
                     n_a,
-                    *run_child(simulate([*VIDUR, *prof, "--num-prompts", str(n_a)], t / "a")),
+                    *run_child(simulate_argv([*VIDUR, *prof, "--num-prompts", str(n_a)], t / "a")),
                     "<= 10 s, <= 500 MB",
                 )
             )
@@ -163,17 +140,22 @@ def main() -> None:
                 (
                     "(b) offline Llama-3-8B PP=4",
                     n_b,
-                    *run_child(simulate([*OFFLINE, "--num-prompts", str(n_b)], t / "b")),
+                    *run_child(simulate_argv([*OFFLINE, "--num-prompts", str(n_b)], t / "b")),
                     "<= 5 s",
                 )
             )
         if "c" in cases:
             gen = [*MILLION, *MILLION_LENGTHS, "--request-rate", str(MILLION_RATE), "--num-prompts", str(n_c)]
-            rows.append(("(c) generated Poisson", n_c, *run_child(simulate(gen, t / "c1")), "<= 1 GB"))
+            rows.append(("(c) generated Poisson", n_c, *run_child(simulate_argv(gen, t / "c1")), "<= 1 GB"))
             trace = t / "trace.csv"
             write_trace(trace, n_c, MILLION_RATE)
             rows.append(
-                ("(c) trace CSV", n_c, *run_child(simulate([*MILLION, "--trace", str(trace)], t / "c2")), "<= 1 GB")
+                (
+                    "(c) trace CSV",
+                    n_c,
+                    *run_child(simulate_argv([*MILLION, "--trace", str(trace)], t / "c2")),
+                    "<= 1 GB",
+                )
             )
             c1, c2 = t / "c1" / "summary.json", t / "c2" / "summary.json"
             same = c1.is_file() and c2.is_file() and c1.read_bytes() == c2.read_bytes()

@@ -17,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import ROOT, VIDUR, simulate_argv
+
 POLICIES = [
     "vllm-sync",
     "vllm-batch-queue",
@@ -83,36 +84,14 @@ def scenarios(profile: str | None) -> dict[str, list[str]]:
     out["mrv2-serialized"] = [*BASE, "--policy", "vllm-mrv2", "--pp-broadcast", "serialized", "--request-rate", "20"]
     out["batch-queue-small-budget"] = [*BASE, "--request-rate", "30", "--max-num-batched-tokens", "256"]
     if profile:
-        out["vidur-200"] = [
-            "--model",
-            "llama-2-70b",
-            "--hardware",
-            "a100-80gb",
-            "-tp",
-            "2",
-            "-pp",
-            "4",
-            "--request-rate",
-            "2",
-            "--num-prompts",
-            "200",
-            "--random-input-len",
-            "512",
-            "--random-output-len",
-            "128",
-            "--max-num-seqs",
-            "128",
-            "--max-num-batched-tokens",
-            "4096",
-            "--profile",
-            profile,
-        ]
+        out["vidur-200"] = [*VIDUR, "--num-prompts", "200", "--profile", profile]
     return out
 
 
 def run(args: list[str], out: Path) -> str:
-    cmd = [sys.executable, "-m", "ppsim.cli", "simulate", *args, "--quiet", "--no-dashboard", "--output-dir", str(out)]
-    p = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    p = subprocess.run(
+        simulate_argv(args, out), env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
+    )
     return "" if p.returncode == 0 else f"exit {p.returncode}: {p.stderr.strip()[-300:]}"
 
 
