@@ -31,12 +31,7 @@ SHAPE = load_model("tiny-moe")
 K, E = SHAPE.num_experts_per_tok, SHAPE.n_routed_experts
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_forced_routing_touches_exactly_n_experts():

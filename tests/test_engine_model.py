@@ -17,13 +17,7 @@ SHAPE = load_model("tiny")
 F32 = torch.float32
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread: the machine is shared, and OpenMP spinning on a busy core is slow."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _full(seed: int = 0):

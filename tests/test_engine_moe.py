@@ -18,12 +18,7 @@ SHAPE = load_model("tiny-moe")
 F32 = torch.float32
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_preset_reads_deepseek_moe_fields():
