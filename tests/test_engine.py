@@ -12,33 +12,15 @@ torch = pytest.importorskip("torch")
 
 from engine.model import build_stage, reference_generate  # noqa: E402
 from engine.run import EngineOptions, make_prompts, run_engine  # noqa: E402
-from ppsim.config import build_scenario, step_budget_fields  # noqa: E402
 from ppsim.deployment import prepare  # noqa: E402
 from ppsim.policy.requests import Request  # noqa: E402
 from ppsim.run import run_scenario  # noqa: E402
+from tests.engine_scenarios import tiny_scenario  # noqa: E402
 
 
 def scenario(pp: int = 2, policy: str = "vllm-batch-queue", **engine):
     """Tiny model; prompts 20..60 tokens with a 32-token budget (chunked), outputs 1..11 (some prefill-only)."""
-    if policy == "trtllm-slots":
-        engine.setdefault("enable_chunked_prefill", True)  # TensorRT-LLM's default is off
-    return build_scenario(
-        None,
-        {
-            "model": "tiny",
-            "hardware": "h100-sxm",
-            "seed": 3,
-            "cluster": {"pipeline_parallel_size": pp},
-            "engine": {"policy": policy, **step_budget_fields(policy, 32), **engine},
-            "workload": {
-                "num_prompts": 6,
-                "request_rate": float("inf"),
-                "random_input_len": 40,
-                "random_output_len": 6,
-                "random_range_ratio": 0.9,
-            },
-        },
-    )
+    return tiny_scenario(policy, pp, 32, seed=3, range_ratio=0.9, **engine)
 
 
 _REF: dict[int, list[int]] = {}

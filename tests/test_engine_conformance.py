@@ -20,31 +20,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine.run import run_engine  # noqa: E402
-from ppsim.config import build_scenario, step_budget_fields  # noqa: E402
 from ppsim.run import run_scenario  # noqa: E402
+from tests.engine_scenarios import tiny_scenario  # noqa: E402
 
 
 def scenario(policy: str, pp: int = 2, budget: int = 32, **engine):
     """Tiny model, 6 requests at t = 0: prompts 36..44 tokens, outputs 5..6 (chunked at ``budget``)."""
-    if policy == "trtllm-slots":
-        engine.setdefault("enable_chunked_prefill", True)  # TensorRT-LLM's default is off
-    return build_scenario(
-        None,
-        {
-            "model": "tiny",
-            "hardware": "h100-sxm",
-            "seed": 5,
-            "cluster": {"pipeline_parallel_size": pp},
-            "engine": {"policy": policy, **step_budget_fields(policy, budget), **engine},
-            "workload": {
-                "num_prompts": 6,
-                "request_rate": float("inf"),
-                "random_input_len": 40,
-                "random_output_len": 6,
-                "random_range_ratio": 0.1,
-            },
-        },
-    )
+    return tiny_scenario(policy, pp, budget, seed=5, range_ratio=0.1, **engine)
 
 
 def actions(path) -> list[dict[str, str]]:
