@@ -7,11 +7,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine.checkpoint import load_stage_weights, save_checkpoint  # noqa: E402
-from engine.kvcache import PagedKVCache, build_batch  # noqa: E402
+from engine.kvcache import build_batch  # noqa: E402
 from engine.model import build_stage, reference_generate  # noqa: E402
 from engine.transport import StepItem  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.models.shape import load_hf_config, load_model  # noqa: E402
+from tests.engine_paged import paged_generate  # noqa: E402
 
 SHAPE = load_model("tiny")
 F32 = torch.float32
@@ -41,37 +42,6 @@ def test_split_keeps_global_names_and_weights():
         assert torch.equal(v, full[k]), k
 
 
-def _paged_generate(stages, prompts: list[list[int]], num_new: int, chunk: int, bs: int = 4) -> list[list[int]]:
-    """Drive the stages like the engine: chunked prefills and decodes of all requests in each step."""
-    caches = [PagedKVCache(m.num_layers, 64, bs, SHAPE.num_kv_heads, SHAPE.head_dim, F32) for m in stages]
-    tables = {r: tuple(range(r * 16, r * 16 + 16)) for r in range(len(prompts))}
-    seqs = [list(p) for p in prompts]
-    done = [0] * len(prompts)
-    outs: list[list[int]] = [[] for _ in prompts]
-    mixed = False
-    with torch.inference_mode():
-        while any(len(o) < num_new for o in outs):
-            items, ids = [], []
-            for r in range(len(prompts)):
-                if len(outs[r]) < num_new:
-                    n = min(chunk, len(seqs[r]) - done[r])
-                    items.append(StepItem(r, done[r], n, done[r] + n == len(seqs[r]), tables[r]))
-                    ids += seqs[r][done[r] : done[r] + n]
-                    done[r] += n
-            mixed |= len({it.num_tokens == 1 for it in items}) == 2
-            batch = build_batch(tuple(items), bs)
-            hidden = residual = None
-            for m, kv in zip(stages, caches, strict=True):
-                x = torch.tensor(ids) if m.is_first else None
-                hidden, residual = m(batch.positions, kv.attention(batch), x, hidden, residual)
-            toks = stages[-1].sample(hidden, residual, batch.sample_rows).tolist()
-            for rid, t in zip(batch.sample_req_ids, toks, strict=True):
-                outs[rid].append(t)
-                seqs[rid].append(t)
-    assert mixed, "the schedule above should mix prefill chunks and decodes"
-    return outs
-
-
 @pytest.mark.parametrize("cut", [None, 3])
 def test_paged_chunked_mixed_batches_match_reference(cut):
     g = torch.Generator().manual_seed(1)
@@ -79,7 +49,7 @@ def test_paged_chunked_mixed_batches_match_reference(cut):
     full = _full()
     ref = [reference_generate(full, p, 5) for p in prompts]
     stages = [full] if cut is None else list(_split(cut))
-    assert _paged_generate(stages, prompts, 5, chunk=16) == ref
+    assert paged_generate(stages, SHAPE, prompts, 5, chunk=16, expect_mixed=True) == ref
 
 
 def test_build_batch_rejects_short_block_table():

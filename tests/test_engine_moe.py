@@ -8,11 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine.checkpoint import load_stage_weights, save_checkpoint  # noqa: E402
-from engine.kvcache import PagedKVCache, build_batch  # noqa: E402
 from engine.model import build_stage, reference_generate  # noqa: E402
 from engine.moe import MoE, grouped_experts, route, zipf_bias  # noqa: E402
-from engine.transport import StepItem  # noqa: E402
 from ppsim.models.shape import from_hf_config, load_hf_config, load_model  # noqa: E402
+from tests.engine_paged import paged_generate  # noqa: E402
 
 SHAPE = load_model("tiny-moe")
 F32 = torch.float32
@@ -66,34 +65,6 @@ def test_split_keeps_global_names_and_weights():
         assert torch.equal(v, full[k]), k
 
 
-def _paged_generate(stages, prompts: list[list[int]], num_new: int, chunk: int, bs: int = 4) -> list[list[int]]:
-    """Chunked prefills and decodes of every request in each step, as the engine batches them."""
-    caches = [PagedKVCache(m.num_layers, 64, bs, SHAPE.num_kv_heads, SHAPE.head_dim, F32) for m in stages]
-    tables = {r: tuple(range(r * 16, r * 16 + 16)) for r in range(len(prompts))}
-    seqs, done = [list(p) for p in prompts], [0] * len(prompts)
-    outs: list[list[int]] = [[] for _ in prompts]
-    with torch.inference_mode():
-        while any(len(o) < num_new for o in outs):
-            items, ids = [], []
-            for r in range(len(prompts)):
-                if len(outs[r]) < num_new:
-                    n = min(chunk, len(seqs[r]) - done[r])
-                    items.append(StepItem(r, done[r], n, done[r] + n == len(seqs[r]), tables[r]))
-                    ids += seqs[r][done[r] : done[r] + n]
-                    done[r] += n
-            batch = build_batch(tuple(items), bs)
-            hidden = residual = None
-            for m, kv in zip(stages, caches, strict=True):
-                x = torch.tensor(ids) if m.is_first else None
-                hidden, residual = m(batch.positions, kv.attention(batch), x, hidden, residual)
-            for rid, t in zip(
-                batch.sample_req_ids, stages[-1].sample(hidden, residual, batch.sample_rows).tolist(), strict=True
-            ):
-                outs[rid].append(t)
-                seqs[rid].append(t)
-    return outs
-
-
 @pytest.mark.parametrize("zipf", [0.0, 1.0])
 def test_pp2_paged_batches_match_reference(zipf):
     g = torch.Generator().manual_seed(1)
@@ -104,7 +75,7 @@ def test_pp2_paged_batches_match_reference(zipf):
         build_stage(SHAPE, 0, 4, True, False, 0, F32, router_zipf=zipf),
         build_stage(SHAPE, 4, 8, False, True, 0, F32, router_zipf=zipf),
     ]
-    assert _paged_generate(stages, prompts, 5, chunk=16) == ref
+    assert paged_generate(stages, SHAPE, prompts, 5, chunk=16) == ref
     assert set(stages[1].experts_touched()) == {4, 5, 6, 7}
 
 
@@ -126,4 +97,4 @@ def test_checkpoint_round_trip_with_dense_first_layer(tmp_path):
         assert torch.equal(v, ref[k]), k
     assert load_model(str(tmp_path)).num_moe_layers() == 2
     prompt = [5, 9, 200, 31]
-    assert _paged_generate([a, b], [prompt], 3, chunk=4) == [reference_generate(full, prompt, 3)]
+    assert paged_generate([a, b], SHAPE, [prompt], 3, chunk=4) == [reference_generate(full, prompt, 3)]
