@@ -1,8 +1,10 @@
-"""Calibration with torch on this CPU: the quick pipeline end to end, the link profiler, and the
-shipped tiny-model profile predicting fresh whole-layer timings of shapes it never saw.
+"""Calibration with torch on this CPU: the quick pipeline end to end, the link profiler, and a
+profile calibrated on this host in this run predicting fresh whole-layer timings of shapes it never saw.
 
-Stated error: on this shared 2-core host the held-out whole-layer median |error| must be < 35%
-(the benchmark reports the figure of a full calibration; see the README section "Calibration").
+Stated error: the held-out whole-layer median |error| must be < 35% on the profile calibrated here
+(the same host, the same run: no test compares this host's speed with another's; the shipped
+``profiles/tiny-cpu`` was measured elsewhere and is checked only for its form). The benchmark
+reports the figure of a full calibration (docs/calibration.md).
 """
 
 from __future__ import annotations
@@ -24,10 +26,21 @@ from ppsim.models.shape import load_model  # noqa: E402
 SHIPPED = Path(__file__).resolve().parents[1] / "profiles" / "tiny-cpu"
 
 
-def test_quick_calibrate_cli(tmp_path, capsys):
-    out = tmp_path / "prof"
-    assert main(["calibrate", "--model", "tiny", "--quick", "--no-link", "--output", str(out)]) == 0
-    text = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def quick_profile(tmp_path_factory) -> tuple[Path, str]:
+    """``ppsim calibrate --quick`` of tiny on this host, once for the module: (profile dir, stdout)."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("calib") / "prof"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["calibrate", "--model", "tiny", "--quick", "--no-link", "--output", str(out)]) == 0
+    return out, buf.getvalue()
+
+
+def test_quick_calibrate_cli(quick_profile):
+    out, text = quick_profile
     assert "attn_prefill" in text and "held-out whole layers" in text
     prof = read_profile(out)
     meta = prof.meta
@@ -92,16 +105,16 @@ def test_calibrated_dtype_is_the_storage_dtype_of_the_profile(monkeypatch, tmp_p
     assert (m["dtype"], m["weight_dtype"], m["kv_cache_dtype"], m["dtype_bytes"]) == ("bfloat16",) * 3 + (2,)
 
 
-@pytest.mark.skipif(not SHIPPED.is_dir(), reason="profiles/tiny-cpu not generated")
-def test_shipped_profile_predicts_fresh_heldout_layers():
+def test_profile_of_this_host_predicts_fresh_heldout_layers(quick_profile):
     from calibration.layer import Layer
     from calibration.profile_ops import OpProfiler, parse_plan
     from calibration.timer import Timer, summarize
 
     torch.set_num_threads(1)
     shape = load_model("tiny")
-    s = build_scenario(None, {"model": "tiny", "cost": {"kind": "profile", "profile_dir": str(SHIPPED)}})
-    cost = load_profiled_cost(str(SHIPPED), shape, s, None)
+    prof_dir = str(quick_profile[0])
+    s = build_scenario(None, {"model": "tiny", "cost": {"kind": "profile", "profile_dir": prof_dir}})
+    cost = load_profiled_cost(prof_dir, shape, s, None)
     clock = cost.p.meta["clock"]  # measure as the profile did ("thread": CPU time, robust to a loaded host)
     prof = OpProfiler(Layer(shape, "float32", "cpu"), Timer("cpu", clock, repeats=3, min_repeat_s=0.005), seed=7)
     rng = np.random.default_rng(7)
@@ -158,3 +171,13 @@ def test_profiled_layer_computes_what_the_engine_layer_computes():
         h_e, r_e = d(x, res, batch.positions, cache.attention(batch), 0)
         h_m, r_m = L.forward(x, res, batch.positions, kv)
     assert torch.allclose(h_e, h_m, atol=1e-6) and torch.allclose(r_e, r_m, atol=1e-6)
+
+
+@pytest.mark.skipif(not SHIPPED.is_dir(), reason="profiles/tiny-cpu not generated")
+def test_shipped_profile_loads_with_this_schema():
+    """The shipped profile (measured on another host) is read for its form, never for its speed."""
+    prof = read_profile(SHIPPED)
+    assert prof.meta["schema_version"] == SCHEMA_VERSION and prof.meta["model"]["hidden_size"] == 256
+    s = build_scenario(None, {"model": "tiny", "cost": {"kind": "profile", "profile_dir": str(SHIPPED)}})
+    cost = load_profiled_cost(str(SHIPPED), load_model("tiny"), s, None)
+    assert cost.layer_time(plan_of("0:16")) > 0
