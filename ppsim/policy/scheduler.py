@@ -278,6 +278,8 @@ class Scheduler:
     # --- results ------------------------------------------------------------------------------
     def update_from_output(self, plan: StepPlan) -> list[TokenOutput]:
         """Apply a finished micro-batch: each sampling item appends one token to its request."""
+        if not self.limits.async_placeholders:
+            return self._update_plain(plan)
         outs: list[TokenOutput] = []
         finished = False
         reqs, ready, running_status = self.requests, self._ready, Status.RUNNING
@@ -301,6 +303,35 @@ class Scheduler:
             elif req.prompt_len + num_out + ph > st.num_computed:
                 ready[st.run_seq] = st  # its token is back: schedulable again
             outs.append(_tuple_new(TokenOutput, (req_id, num_out, done)))
+        if finished:
+            self.running = [s for s in self.running if s.status is running_status]
+        return outs
+
+    def _update_plain(self, plan: StepPlan) -> list[TokenOutput]:
+        """:meth:`update_from_output` without async placeholders (none is ever set): the same rule
+        with the placeholder count left out."""
+        outs: list[TokenOutput] = []
+        append = outs.append
+        finished = False
+        reqs, ready, running_status = self.requests, self._ready, Status.RUNNING
+        for req_id, _start, _n, _pre, samples, epoch in plan.items:  # PlanItem fields, unpacked
+            if not samples:
+                continue
+            st = reqs.get(req_id)  # None: ended and forgotten by the executor while in flight
+            if st is None or st.epoch != epoch or st.status is not running_status:
+                continue  # preempted or aborted while in flight: the token is dropped
+            num_out = st.num_output = st.num_output + 1
+            req = st.req
+            if num_out >= req.output_len:
+                st.status = Status.FINISHED
+                self.kv.free(req_id)
+                ready.pop(st.run_seq, None)
+                finished = True
+                append(_tuple_new(TokenOutput, (req_id, num_out, True)))
+                continue
+            if req.prompt_len + num_out > st.num_computed:
+                ready[st.run_seq] = st  # its token is back: schedulable again
+            append(_tuple_new(TokenOutput, (req_id, num_out, False)))
         if finished:
             self.running = [s for s in self.running if s.status is running_status]
         return outs
