@@ -95,7 +95,39 @@ class Ledger:
         to its ``(row, Request)`` while it is in the engine; ``ended(req_id)`` is called at once for
         each that ended. An output of a request no longer live (cancelled while the output was on its
         way) is still recorded, and ends nothing."""
-        ntok, first, last, gaps, times = self.ntok, self.first, self.last, self.gaps, self.times
+        ntok, first, last, times = self.ntok, self.first, self.last, self.times
+        if times is None:
+            self._on_tokens_gaps(outputs, now, live, abort, ended)
+            return
+        for req_id, index, finished in outputs:
+            entry = live.get(req_id)
+            if entry is None:
+                row, abort_after = self.wl.row_of(req_id), None
+            else:
+                row, req = entry
+                abort_after = req.abort_after_tokens
+            n = ntok[row]
+            if not n:
+                first[row] = now
+            last[row] = now
+            ntok[row] = n + 1
+            times[row].append(now)
+            if finished:
+                self._end(row, now, FINISHED)
+            elif abort_after is not None and index >= abort_after and abort(req_id):
+                self._end(row, now, ABORTED)
+            else:
+                continue
+            if entry is not None:
+                ended(req_id)
+
+    def _on_tokens_gaps(
+        self, outputs: Sequence, now: float, live: dict, abort: Callable[[int], bool], ended: Callable[[int], None]
+    ) -> None:
+        """:meth:`on_tokens` without ``keep_tokens`` (the default): the gaps only. A request's gap list
+        is made at its first token (an empty one ends nothing), so the loop appends without a look-up
+        miss; a list popped by an end is made again by the next output's ``KeyError``."""
+        ntok, first, last, gaps = self.ntok, self.first, self.last, self.gaps
         for req_id, index, finished in outputs:
             entry = live.get(req_id)
             if entry is None:
@@ -105,17 +137,15 @@ class Ledger:
                 abort_after = req.abort_after_tokens
             n = ntok[row]
             if n:
-                if times is None:
-                    buf = gaps.get(row)
-                    if buf is None:
-                        buf = gaps[row] = []
-                    buf.append(now - last[row])
+                try:
+                    gaps[row].append(now - last[row])
+                except KeyError:
+                    gaps[row] = [now - last[row]]
             else:
                 first[row] = now
+                gaps[row] = []
             last[row] = now
             ntok[row] = n + 1
-            if times is not None:
-                times[row].append(now)
             if finished:
                 self._end(row, now, FINISHED)
             elif abort_after is not None and index >= abort_after and abort(req_id):

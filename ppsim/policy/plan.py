@@ -51,10 +51,22 @@ class StepPlan:
         return not self.items
 
 
-def make_plan(step_id: int, items: list[PlanItem] | tuple[PlanItem, ...], deps: tuple[int, ...] = ()) -> StepPlan:
-    n_tok = n_pre = n_dec = n_samp = pre_kv = dec_ctx = 0
-    pairs = 0.0
-    for _req_id, start, c, is_prefill, samples, _epoch in items:  # PlanItem fields, unpacked
+def make_plan(
+    step_id: int,
+    items: list[PlanItem] | tuple[PlanItem, ...],
+    deps: tuple[int, ...] = (),
+    partial: tuple[int, int, int, int, float, int, int] | None = None,
+) -> StepPlan:
+    """The plan of ``items``. ``partial``: the sums ``(k, num_tokens, num_prefill_tokens, num_samples,
+    prefill_attn_pairs, prefill_kv_tokens, decode_ctx_tokens)`` of the first ``k`` items, already
+    taken by the caller in its own loop (the scheduler's); the rest are added here, in order."""
+    if partial is None:
+        k, n_tok, n_pre, n_samp, pairs, pre_kv = 0, 0, 0, 0, 0.0, 0
+        dec_ctx = 0
+    else:
+        k, n_tok, n_pre, n_samp, pairs, pre_kv, dec_ctx = partial
+    n_dec = n_tok - n_pre
+    for _req_id, start, c, is_prefill, samples, _epoch in items[k:] if k else items:  # PlanItem fields
         n_tok += c
         n_samp += samples
         if is_prefill:

@@ -52,6 +52,7 @@ class Scheduler:
         # rest (a request whose sampled token is in flight) without looking at them
         self._ready: dict[int, ReqState] = {}
         self._seq = 0
+        self._partial: tuple[int, int, int, int, float, int, int] | None = None
 
     # --- requests ---------------------------------------------------------------------------
     def add_request(self, req: Request) -> bool:
@@ -184,15 +185,18 @@ class Scheduler:
         default scheduler): the same rules with the tests that cannot fire removed (no placeholders,
         every request eligible, no per-step request or decode cap)."""
         ready, running = self._ready, self.running
-        step, allocate, append = self.step, self.kv.allocate, items.append
+        allocate, append = self.kv.allocate, items.append
         tables, bs = self.kv._tables, self.kv.block_size
         preempted = False
+        # make_plan's sums, taken here (the plan's first items are these)
+        n_pre = n_samp = pre_kv = dec_ctx = 0
+        pairs = 0.0
         for seq in sorted(ready) if len(ready) > 1 else list(ready):
             if budget <= 0:
                 break
-            st = ready.get(seq)
-            if st is None:  # preempted in this loop (see _schedule_running)
+            if preempted and seq not in ready:  # preempted in this loop (see _schedule_running)
                 break
+            st = ready[seq]
             req = st.req
             prompt, start = req.prompt_len, st.num_computed
             total = prompt + st.num_output
@@ -209,15 +213,24 @@ class Scheduler:
                     victim = running.pop()
                     self._preempt(victim)
                     if victim is st:
+                        self._partial = None
                         return budget, True
                     preempted = True
             samples = end == total
-            append(_tuple_new(PlanItem, (req_id, start, n, n > 1 or start < prompt, samples, st.epoch)))
+            is_prefill = n > 1 or start < prompt
+            append(_tuple_new(PlanItem, (req_id, start, n, is_prefill, samples, st.epoch)))
             st.num_computed = end
-            if samples:
+            if is_prefill:
+                n_pre += n
+                pairs += n * (start + (n + 1) / 2)
+                pre_kv += end
+            else:
+                dec_ctx += end
+            if samples:  # (last_sample_step is read only with async placeholders: not set here)
+                n_samp += 1
                 del ready[seq]  # its token is now in flight
-                st.last_sample_step = step
             budget -= n
+        self._partial = (len(items), self.limits.max_num_batched_tokens - budget, n_pre, n_samp, pairs, pre_kv, dec_ctx)
         return budget, preempted
 
     def _schedule_waiting(self, items: list[PlanItem], budget: int) -> None:
@@ -250,12 +263,13 @@ class Scheduler:
         """Plan the next micro-batch (possibly empty). Advances the step counter."""
         items: list[PlanItem] = []
         budget, preempted = self.limits.max_num_batched_tokens, False
+        self._partial = None  # set by the plain running loop: make_plan's sums of its items
         if self._ready:  # else every running request's token is in flight
             budget, preempted = self._schedule_running(items, budget)
         if not preempted and self.waiting:
             self._schedule_waiting(items, budget)
         deps = self._deps
-        plan = make_plan(self.step, items, tuple(sorted(deps)) if deps else ())
+        plan = make_plan(self.step, items, tuple(sorted(deps)) if deps else (), self._partial)
         if deps:
             self._deps = set()
         self.step += 1
@@ -264,6 +278,8 @@ class Scheduler:
     # --- results ------------------------------------------------------------------------------
     def update_from_output(self, plan: StepPlan) -> list[TokenOutput]:
         """Apply a finished micro-batch: each sampling item appends one token to its request."""
+        if not self.limits.async_placeholders:
+            return self._update_plain(plan)
         outs: list[TokenOutput] = []
         finished = False
         reqs, ready, running_status = self.requests, self._ready, Status.RUNNING
@@ -287,6 +303,35 @@ class Scheduler:
             elif req.prompt_len + num_out + ph > st.num_computed:
                 ready[st.run_seq] = st  # its token is back: schedulable again
             outs.append(_tuple_new(TokenOutput, (req_id, num_out, done)))
+        if finished:
+            self.running = [s for s in self.running if s.status is running_status]
+        return outs
+
+    def _update_plain(self, plan: StepPlan) -> list[TokenOutput]:
+        """:meth:`update_from_output` without async placeholders (none is ever set): the same rule
+        with the placeholder count left out."""
+        outs: list[TokenOutput] = []
+        append = outs.append
+        finished = False
+        reqs, ready, running_status = self.requests, self._ready, Status.RUNNING
+        for req_id, _start, _n, _pre, samples, epoch in plan.items:  # PlanItem fields, unpacked
+            if not samples:
+                continue
+            st = reqs.get(req_id)  # None: ended and forgotten by the executor while in flight
+            if st is None or st.epoch != epoch or st.status is not running_status:
+                continue  # preempted or aborted while in flight: the token is dropped
+            num_out = st.num_output = st.num_output + 1
+            req = st.req
+            if num_out >= req.output_len:
+                st.status = Status.FINISHED
+                self.kv.free(req_id)
+                ready.pop(st.run_seq, None)
+                finished = True
+                append(_tuple_new(TokenOutput, (req_id, num_out, True)))
+                continue
+            if req.prompt_len + num_out > st.num_computed:
+                ready[st.run_seq] = st  # its token is back: schedulable again
+            append(_tuple_new(TokenOutput, (req_id, num_out, False)))
         if finished:
             self.running = [s for s in self.running if s.status is running_status]
         return outs
