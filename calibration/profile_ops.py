@@ -7,7 +7,7 @@ says so); ``lm_head`` and ``sampling`` over requests; ``prepare_inputs`` over re
 times a whole decoder-layer forward of a mixed step to measure the gap between the sum of operators
 and the real layer; a mixture-of-experts model adds the MoE operators of :mod:`calibration.moe_ops`
 (router and shared experts over tokens, grouped experts over (pairs, distinct experts)). ``split``
-marks samples used for fitting ("fit"), for the whole-layer glue fit ("layer") and for the held-out
+marks samples used for fitting ("fit"), for the stage glue fits ("stage") and for the held-out
 check ("heldout"), which never enter a fit.
 """
 
@@ -22,6 +22,7 @@ import torch
 
 from calibration.layer import Layer, Seq, block_tables, prepare_inputs
 from calibration.moe_ops import experts_fn, experts_points, moe_fns
+from calibration.stage_step import EngineStages
 from calibration.timer import Timer, summarize
 from ppsim.cost.profiled import REQ_OPS
 from ppsim.cost.profiled import TOKEN_OPS as LAYER_TOKEN_OPS
@@ -55,6 +56,8 @@ FULL = Grid(
     reqs=(1, 4, 16, 64, 256),
     layer_plans=(
         "D1x256",
+        "D4x128",
+        "D8x256",
         "D16x512",
         "D64x256",
         "P64@0",
@@ -74,7 +77,7 @@ QUICK = Grid(
     prefill=_prod((16, 128, 512), (0, 512)),
     decode=_prod((1, 8, 32), (32, 512)),
     reqs=(1, 16, 64),
-    layer_plans=("D1x256", "D32x256", "P128@0", "P256@256+D8x256", "P64@0+D16x128"),
+    layer_plans=("D1x256", "D4x128", "D32x256", "P128@0", "P256@256+D8x256", "P64@0+D16x128"),
     heldout_tokens=(48, 256),
     heldout_prefill=((64, 256),),
     heldout_decode=((16, 128),),
@@ -119,18 +122,18 @@ class Task:
 
 
 class OpProfiler:
-    """Times operators on ``layer`` and whole layers on a stack of ``stack`` distinct layers.
+    """Times operators on ``layer`` and whole engine stages of ``stack`` distinct layers.
 
     A stage runs its layers back to back, each with its own weights, so the caches hold none of the
-    next layer's weights; timing one layer over and over would find them warm. Whole-layer samples
-    therefore run ``stack`` layers in a row (as many as fit ``STACK_BYTES``) and report the time per
-    layer.
+    next layer's weights; timing one layer over and over would find them warm. Stage samples therefore
+    run ``stack`` layers (as many as fit ``STACK_BYTES``), as do the MoE operators.
     """
 
     def __init__(self, layer: Layer, timer: Timer, seed: int = 0, stack: int = 1) -> None:
         self.L, self.timer, self.rng = layer, timer, np.random.default_rng(seed)
         self.dev = layer.dev
         self.stack = [layer] + [layer.sibling(seed + 1 + i) for i in range(stack - 1)]
+        self.stages = EngineStages(layer.s, layer.dt, layer.dev, stack, seed, layer.router_zipf)
 
     def _x(self, *dims: int) -> torch.Tensor:
         return torch.randn(*dims, device=self.dev).to(self.L.dt)
@@ -180,20 +183,6 @@ class OpProfiler:
         kv = self.L.kv(seqs)
         return lambda: self.L.attend(q, k, v, kv)
 
-    def layer_fn(self, seqs: list[Seq]) -> Callable[[], object]:
-        T = sum(sq.n for sq in seqs)
-        x, res = self._x(T, self.L.s.hidden_size), self._x(T, self.L.s.hidden_size)
-        kvs = [layer.kv(seqs) for layer in self.stack]
-        pos = prepare_inputs(seqs, block_tables(seqs), self.dev)[0]
-
-        def run() -> object:
-            h, r = x, res
-            for layer, kv in zip(self.stack, kvs, strict=True):
-                h, r = layer.forward(h, r, pos, kv)
-            return h
-
-        return run
-
     # --- the task list -----------------------------------------------------------------------
     def tasks(self, g: Grid) -> list[Task]:
         out: list[Task] = []
@@ -217,13 +206,14 @@ class OpProfiler:
             for b, ctx in dec:
                 seqs = parse_plan(f"D{b}x{ctx}", self.rng) if split == "heldout" else [Seq(ctx - 1, 1)] * b
                 out.append(Task("attn_decode", split, plan_features(seqs), lambda seqs=seqs: self.attn_fn(seqs)))
-            for spec in plans:
-                out.append(self._layer_task(spec, split))
+            for spec in plans:  # held-out: whole-model stages (PP=1), predicted from every fit
+                out.append(self._stage_task("stage_full", spec, split))
             out += self.moe_tasks(split, toks)
         for op in REQ_OPS:
             for R in g.reqs:
                 out.append(Task(op, "fit", {"reqs": R}, lambda op=op, R=R: self.req_fn(op, R)))
-        out.extend(self._layer_task(spec, "layer") for spec in g.layer_plans)
+        for spec in g.layer_plans:
+            out.extend(self._stage_task(kind, spec, "stage") for kind in ("stage_first", "stage_mid", "stage_last"))
         return out
 
     def moe_tasks(self, split: str, tokens: tuple[int, ...]) -> list[Task]:
@@ -261,9 +251,11 @@ class OpProfiler:
             )
         return out
 
-    def _layer_task(self, spec: str, split: str) -> Task:
+    def _stage_task(self, kind: str, spec: str, split: str) -> Task:
         seqs = parse_plan(spec, self.rng)
-        return Task("layer", split, plan_features(seqs), lambda: self.layer_fn(seqs), plan=spec, seqs=seqs)
+        st = self.stages
+        feats = {**plan_features(seqs), "layers": st.layers(kind), "start_layer": st.start}
+        return Task(kind, split, feats, lambda: st.step_fn(kind, seqs), plan=spec, seqs=seqs)
 
     def run(
         self, tasks: list[Task], progress: Callable[[int, int, Task], None], rounds: int = 1
@@ -281,7 +273,7 @@ class OpProfiler:
                     raw[i] += xs
         rows = []
         for t, xs, k in zip(tasks, raw, inner, strict=True):
-            if t.op == "layer" or t.op.startswith("moe_"):  # a stack of layers ran; report per layer
+            if t.op.startswith("moe_"):  # a stack of layers ran; report per layer (stage steps: per step)
                 xs = [x / len(self.stack) for x in xs]
             tm = summarize(xs, k)
             rows.append(
@@ -291,6 +283,7 @@ class OpProfiler:
                     "plan": t.plan,
                     **t.feats,
                     "median_s": tm.median_s,
+                    "mean_s": tm.mean_s,
                     "p10_s": tm.p10_s,
                     "p90_s": tm.p90_s,
                     "repeats": tm.repeats,

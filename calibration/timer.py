@@ -3,7 +3,9 @@
 CPU: ``time.perf_counter`` around ``inner`` calls (torch CPU ops are synchronous). CUDA: CUDA events
 recorded on the current stream around the same inner loop, with ``torch.cuda.synchronize()`` before
 the start and after the end event, as kernels are asynchronous. Each repeat yields one per-call time;
-the median and the 10th/90th percentiles are kept, since a shared machine adds one-sided noise.
+the median, the mean and the 10th/90th percentiles are kept (a shared machine adds one-sided noise
+to wall-clock samples, hence the median there; thread CPU time and CUDA events exclude other
+processes, and their mean is the expected cost the simulator sums: see ``calibration.calibrate``).
 The inner count comes from the *fastest* warm-up call, so one slow warm-up does not shrink it.
 """
 
@@ -19,6 +21,7 @@ import numpy as np
 @dataclass(frozen=True)
 class Timing:
     median_s: float
+    mean_s: float
     p10_s: float
     p90_s: float
     repeats: int
@@ -82,4 +85,6 @@ class Timer:
 
 def summarize(xs: list[float], inner: int) -> Timing:
     a = np.asarray(xs)
-    return Timing(float(np.median(a)), float(np.percentile(a, 10)), float(np.percentile(a, 90)), len(xs), inner)
+    return Timing(
+        float(np.median(a)), float(a.mean()), float(np.percentile(a, 10)), float(np.percentile(a, 90)), len(xs), inner
+    )

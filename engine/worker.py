@@ -32,8 +32,9 @@ import torch.distributed as dist
 
 from engine.checkpoint import load_stage_weights
 from engine.datapath import RingForwarder, RingSender, TokenBroadcast
-from engine.kvcache import PagedKVCache, build_batch
+from engine.kvcache import PagedKVCache
 from engine.model import StageModel, build_stage, torch_dtype
+from engine.step import forward_step
 from engine.transport import DataPath, Flush, SampledMsg, StageLink, StageTimes, StepItem, StepMsg, Stop
 from ppsim.models.shape import ModelShape
 
@@ -136,13 +137,8 @@ class Stage:
     # --- one micro-batch ---------------------------------------------------------------------
     @torch.inference_mode()
     def compute(self, msg: StepMsg, hidden: torch.Tensor | None, residual: torch.Tensor | None):  # noqa: ANN201
-        batch = build_batch(msg.items, self.cfg.block_size, self.dev)
-        ids = torch.tensor(msg.token_ids, dtype=torch.long, device=self.dev) if self.is_first else None
-        hidden, residual = self.model(batch.positions, self.kv.attention(batch), ids, hidden, residual)
-        toks = self.model.sample(hidden, residual, batch.sample_rows).tolist() if self.is_last else None
-        if self.dev.type == "cuda":
-            torch.cuda.synchronize(self.dev)
-        return hidden, residual, batch.sample_req_ids, toks
+        m, bs = self.model, self.cfg.block_size
+        return forward_step(m, self.kv, msg.items, msg.token_ids, hidden, residual, bs, self.dev)
 
     def warm_up(self) -> float:
         """Two forwards of ``warm_tokens`` prompt tokens (slots later overwritten); seconds of the second."""

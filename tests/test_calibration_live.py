@@ -1,7 +1,7 @@
 """Calibration with torch on this CPU: the quick pipeline end to end, the link profiler, and a
-profile calibrated on this host in this run predicting fresh whole-layer timings of shapes it never saw.
+profile calibrated on this host in this run predicting fresh engine stage steps of plans it never saw.
 
-Stated error: the held-out whole-layer median |error| must be < 35% on the profile calibrated here
+Stated error: the held-out whole-stage median |error| must be < 35% on the profile calibrated here
 (the same host, the same run: no test compares this host's speed with another's; the shipped
 ``profiles/tiny-cpu`` was measured elsewhere and is checked only for its form). The benchmark
 reports the figure of a full calibration (docs/calibration.md).
@@ -41,15 +41,20 @@ def quick_profile(tmp_path_factory) -> tuple[Path, str]:
 
 def test_quick_calibrate_cli(quick_profile):
     out, text = quick_profile
-    assert "attn_prefill" in text and "held-out whole layers" in text
+    assert "attn_prefill" in text and "held-out whole stages" in text
     prof = read_profile(out)
     meta = prof.meta
     assert meta["schema_version"] == SCHEMA_VERSION and meta["threads"] == 1 and meta["dtype"] == "float32"
     assert meta["model"]["hidden_size"] == 256 and meta["torch_version"] == torch.__version__
     fits = json.loads((out / "fits.json").read_text())
-    assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op != "layer_glue")
+    glue = ("layer_glue", "first_glue", "last_glue")
+    assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in glue)
+    assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
+    assert meta["host_probe_s"] > 0 and len(meta["host_probes_s"]) == 2
     rows = (out / "samples.csv").read_text().splitlines()
-    assert rows[0].startswith("op,split") and any(r.startswith("layer,heldout") for r in rows)
+    assert rows[0].startswith("op,split") and any(r.startswith("stage_full,heldout") for r in rows)
+    for kind in ("stage_first", "stage_mid", "stage_last"):
+        assert any(r.startswith(f"{kind},stage") for r in rows)
 
 
 def test_link_profiler_two_processes():
@@ -105,10 +110,13 @@ def test_calibrated_dtype_is_the_storage_dtype_of_the_profile(monkeypatch, tmp_p
     assert (m["dtype"], m["weight_dtype"], m["kv_cache_dtype"], m["dtype_bytes"]) == ("bfloat16",) * 3 + (2,)
 
 
-def test_profile_of_this_host_predicts_fresh_heldout_layers(quick_profile):
+def test_profile_of_this_host_predicts_fresh_engine_stages(quick_profile):
+    """Whole engine stages (the live engine's own ``forward_step``) on plans outside the grid."""
+    from calibration.calibrate import value
     from calibration.layer import Layer
     from calibration.profile_ops import OpProfiler, parse_plan
     from calibration.timer import Timer, summarize
+    from ppsim.cost.base import StageSpec
 
     torch.set_num_threads(1)
     shape = load_model("tiny")
@@ -117,6 +125,7 @@ def test_profile_of_this_host_predicts_fresh_heldout_layers(quick_profile):
     cost = load_profiled_cost(prof_dir, shape, s, None)
     clock = cost.p.meta["clock"]  # measure as the profile did ("thread": CPU time, robust to a loaded host)
     prof = OpProfiler(Layer(shape, "float32", "cpu"), Timer("cpu", clock, repeats=3, min_repeat_s=0.005), seed=7)
+    st = prof.stages
     rng = np.random.default_rng(7)
     specs = ["P200@100+D12x300", "D40x200", "P160@0"]  # not in the calibration grid
     seqs = [parse_plan(sp, rng) for sp in specs]
@@ -124,11 +133,14 @@ def test_profile_of_this_host_predicts_fresh_heldout_layers(quick_profile):
     with torch.inference_mode():
         for _ in range(3):  # round-robin, as the profiler does
             for i, sq in enumerate(seqs):
-                raw[i] += prof.timer.samples(prof.layer_fn(sq))[0]
+                raw[i] += prof.timer.samples(st.step_fn("stage_full", sq))[0]
     errs = []
     for sq, xs in zip(seqs, raw, strict=True):
-        measured = summarize(xs, 1).median_s
-        pred = cost.layer_time(plan_of(";".join(f"{q.start}:{q.n}" for q in sq)))
+        tm = summarize(xs, 1)
+        measured = value({"median_s": tm.median_s, "mean_s": tm.mean_s}, cost.p.meta["statistic"])
+        pred = cost.stage_time(
+            StageSpec(0, st.start, st.end, True, True), plan_of(";".join(f"{q.start}:{q.n}" for q in sq))
+        )
         errs.append(abs(pred - measured) / measured)
     assert float(np.median(errs)) < 0.35, errs
 

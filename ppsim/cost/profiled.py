@@ -11,16 +11,18 @@ imports torch. Layout::
 Operator names follow Vidur's ``time_stats.<op>`` columns where they exist. Per decoder layer:
 ``input_layernorm``, ``attn_qkv``, ``attn_rope``, ``attn_prefill`` (per prefill item, chunk ``c``
 over prefix ``p``), ``attn_decode`` (per step, over its decodes), ``attn_o_proj``,
-``post_attention_layernorm``, ``mlp_gate_up``, ``mlp_act``, ``mlp_down``, ``add`` (twice: two residual
-adds), ``layer_glue`` (whole-layer time minus the sum of the operators, fitted from whole-layer
-timings: views, KV writes, Python between kernels) and ``all_reduce`` (twice when tp > 1; a profile
-without it, e.g. a Vidur import at a TP size its network data lacks, times the two all-reduces as
-the roofline's ring all-reduce over the scenario's ``cluster.tp_link``). The
-first stage adds ``embedding``, the last ``final_norm``, ``lm_head`` and ``sampling`` over one row per
-request (logits only at sampled positions, as vLLM's ``compute_logits`` and the live engine), or
-over all tokens where the fit's feature is ``tokens`` (Vidur's RMSNorm table). Every stage
-pays ``prepare_inputs`` per step. ``send_recv`` times a stage-to-stage send; ``schedule`` and
-``update`` are the engine core's CPU per step.
+``post_attention_layernorm``, ``mlp_gate_up``, ``mlp_act``, ``mlp_down``, ``add`` (twice: two
+residual adds), ``layer_glue`` (the engine's per-layer time minus the sum of the operators, fitted
+from whole engine stage steps: ``nn.Module`` calls, views, KV writes, Python between kernels) and
+``all_reduce`` (twice when tp > 1; a profile without it, e.g. a Vidur import at a TP size its
+network data lacks, times the two all-reduces as the roofline's ring all-reduce over the scenario's
+``cluster.tp_link``). The first stage adds ``embedding``, the last ``final_norm``, ``lm_head`` and
+``sampling`` over one row per request (logits only at sampled positions, as vLLM's
+``compute_logits`` and the live engine), or over all tokens where the fit's feature is ``tokens``
+(Vidur's RMSNorm table). ``first_glue`` and ``last_glue`` (form ``tok_req``, from ``ppsim
+calibrate``'s engine stage steps) add what a first or last engine stage runs beyond those operators.
+Every stage pays ``prepare_inputs`` per step. ``send_recv`` times a stage-to-stage send;
+``schedule`` and ``update`` are the engine core's CPU per step.
 
 Mixture-of-experts layers (``engine/moe.py``) replace the three ``mlp_*`` operators with
 ``moe_router`` (gate GEMM, softmax, top-k; over tokens), ``moe_experts`` (the grouped routed experts,
@@ -397,9 +399,13 @@ class ProfiledCost:
         moe = n_moe * self.mlp_time(T, True) if n_moe else None
         prep = f["prepare_inputs"].at(R) if "prepare_inputs" in f else None
         emb = f["embedding"].at(T) if stage.is_first else None
+        if emb is not None and "first_glue" in f:
+            emb += f["first_glue"].tok_req(T, R)
         last = None
         if stage.is_last:
             last = sum(f[op].at(T if f[op].x == "tokens" else R) for op in ("final_norm", "lm_head", "sampling"))
+            if "last_glue" in f:
+                last += f["last_glue"].tok_req(T, R)
         return nl, dense, moe, prep, emb, last
 
     def link_time(self, nbytes: float) -> float:

@@ -7,15 +7,21 @@ during one: the engine's own stages would be the load):
 
 * ``load1``: ``os.getloadavg()[0]``, recorded for the reader; it is a one-minute moving average that
   still holds the previous repeat's own stages, so it is not judged.
-* a fixed CPU probe run in one process per core at once: each times a fixed pure-Python loop by wall
-  clock and by its own CPU time. ``core_share`` = the smallest CPU / wall ratio over the probes: 1.0
-  on an idle host, about 2/3 when a third busy process shares two cores. ``probe_s`` = the slowest
-  probe's wall time; its drift over the run (max / min - 1) shows a host whose speed changed
-  (frequency, thermal, a neighbour coming and going).
+* a fixed CPU probe run in one process per core at once: each runs 60 slices of a pure-Python loop
+  over about 1.5 s, timing each by wall clock and by its thread's CPU time. ``core_share`` = the
+  smallest CPU / wall ratio over the probes: 1.0 on an idle host, about 2/3 when a third busy process
+  shares two cores. ``probe_s`` = the slowest probe's mean CPU time per slice: the host's speed. It
+  is a mean over many slices because a virtual CPU's speed can flip within a second (on this
+  project's 2-vCPU KVM guest each vCPU runs the same loop in 5.5 or 9.8 ms, at 100% CPU, switching
+  second by second: a neighbour on the physical core); one short probe caught either state, and a
+  guard built on it flagged 12 of 14 quiet runs for a drift of 17-84%.
 
-A run is flagged when ``core_share`` fell below ``min_core_share`` at any reading or ``probe_s``
-drifted by more than ``max_drift``. ``--host-guard refuse`` stops the validation at the first bad
-reading instead (exit 2, one line); ``off`` skips the probe. Readings come from a function passed
+A run is flagged when ``core_share`` fell below ``min_core_share`` at any reading, ``probe_s``
+drifted by more than ``max_drift`` over the run, or its mean differs by more than ``max_drift``
+from the probe ``ppsim calibrate`` recorded in the profile (``meta.json`` ``host_probe_s``): the
+cost model is the host's speed at calibration, so a host that has since got slower or faster runs
+the engine at a speed no profile of it predicts. ``--host-guard refuse`` stops the validation at the
+first bad reading instead (exit 2, one line); ``off`` skips the probe. Readings come from a function passed
 in, so tests inject them and never depend on how fast the host is.
 """
 
@@ -30,12 +36,18 @@ from typing import Any, Literal
 
 from ppsim.errors import PPSimError
 
-PROBE_LOOP = 400_000  # iterations of the probe loop (about 30 ms of one core of a 2020s x86 server)
+PROBE_LOOP = 20_000  # iterations of one probe slice (about 2 ms of one core of a 2020s x86 server)
+PROBE_SLICES = 60  # slices per probe, PROBE_GAP_S apart: the probe spans about 1.5 s
+PROBE_GAP_S = 0.02
 PROBE_CODE = (
     "import time\n"
-    "t0 = time.perf_counter(); c0 = time.process_time(); x = 0\n"
-    f"for i in range({PROBE_LOOP}):\n    x += i * i\n"
-    "print(time.perf_counter() - t0, time.process_time() - c0)\n"
+    "cpu = wall = 0.0\n"
+    f"for _ in range({PROBE_SLICES}):\n"
+    "    t0 = time.perf_counter(); c0 = time.thread_time(); x = 0\n"
+    f"    for i in range({PROBE_LOOP}):\n        x += i * i\n"
+    "    cpu += time.thread_time() - c0; wall += time.perf_counter() - t0\n"
+    f"    time.sleep({PROBE_GAP_S})\n"
+    f"print(cpu / {PROBE_SLICES}, wall / {PROBE_SLICES})\n"
 )
 PROBE_TIMEOUT_S = 60.0
 GuardMode = Literal["flag", "refuse", "off"]
@@ -45,29 +57,29 @@ GuardMode = Literal["flag", "refuse", "off"]
 class HostReading:
     when: str  # "before 0", "after 0", ...
     load1: float
-    probe_s: float  # slowest probe's wall seconds
+    probe_s: float  # the slowest core's mean CPU seconds per probe slice (the host's speed)
     core_share: float  # smallest CPU / wall over the probes (1.0: each probe had a core to itself)
 
 
 def cpu_probe(processes: int | None = None) -> tuple[float, float]:
-    """Run the probe loop in ``processes`` (default: one per core) processes at once.
+    """Run the probe in ``processes`` (default: one per core) processes at once.
 
-    Returns (slowest wall seconds, smallest CPU/wall share)."""
+    Returns (the slowest process's mean CPU seconds per slice, smallest CPU / wall share)."""
     n = processes or os.cpu_count() or 1
     procs = [subprocess.Popen([sys.executable, "-c", PROBE_CODE], stdout=subprocess.PIPE, text=True) for _ in range(n)]
-    walls, shares = [], []
+    cpus, shares = [], []
     try:
         for p in procs:
             out, _ = p.communicate(timeout=PROBE_TIMEOUT_S)
-            wall, cpu = (float(v) for v in out.split())
-            walls.append(wall)
+            cpu, wall = (float(v) for v in out.split())
+            cpus.append(cpu)
             shares.append(min(1.0, cpu / wall) if wall > 0 else 1.0)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=5)
-    return max(walls), min(shares)
+    return max(cpus), min(shares)
 
 
 def read_host(
@@ -89,6 +101,7 @@ class HostGuard:
     probe: Callable[[], tuple[float, float]] = cpu_probe
     loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg
     readings: list[HostReading] = field(default_factory=list)
+    reference_s: float | None = None  # the probe when the profile was calibrated (meta.json host_probe_s)
 
     def __post_init__(self) -> None:
         if self.mode not in ("flag", "refuse", "off"):
@@ -114,6 +127,12 @@ class HostGuard:
         walls = [r.probe_s for r in self.readings]
         return max(walls) / min(walls) - 1.0 if walls and min(walls) > 0 else 0.0
 
+    def vs_reference(self) -> float | None:
+        """Mean probe over the readings against the calibration's: +0.2 = the host is 20% slower now."""
+        if not self.readings or not self.reference_s:
+            return None
+        return sum(r.probe_s for r in self.readings) / len(self.readings) / self.reference_s - 1.0
+
     def problem(self) -> str | None:
         """What is wrong with the host, in a phrase; None when the readings are within bounds."""
         if not self.readings:
@@ -126,6 +145,12 @@ class HostGuard:
             )
         if self.drift() > self.max_drift:
             return f"the CPU probe's time drifted {self.drift():.0%} over the run (limit {self.max_drift:.0%})"
+        ref = self.vs_reference()
+        if ref is not None and abs(ref) > self.max_drift:
+            return (
+                f"the host runs the CPU probe {abs(ref):.0%} {'slower' if ref > 0 else 'faster'} than when the "
+                f"profile was calibrated (limit {self.max_drift:.0%}): recalibrate, or wait for a steadier host"
+            )
         return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,6 +162,8 @@ class HostGuard:
             "max_drift": self.max_drift,
             "min_core_share": self.min_core_share,
             "probe_drift": self.drift(),
+            "reference_probe_s": self.reference_s,
+            "vs_reference": self.vs_reference(),
             "cpu_count": os.cpu_count(),
             "readings": [asdict(r) for r in self.readings],
         }
@@ -149,8 +176,10 @@ def host_line(h: dict[str, Any]) -> str:
     loads = [r["load1"] for r in h["readings"]]
     share = min(r["core_share"] for r in h["readings"])
     if h["ok"]:
+        ref = h.get("vs_reference")
+        vs = "" if ref is None else f", {ref:+.0%} vs calibration"
         return (
-            f"host guard: ok (CPU probe drift {h['probe_drift']:.0%}, core share >= {share:.0%}, "
+            f"host guard: ok (CPU probe drift {h['probe_drift']:.0%}{vs}, core share >= {share:.0%}, "
             f"load {min(loads):.1f}-{max(loads):.1f})"
         )
     return f"host guard: FLAGGED, {h['problem']}: engine figures include contention the simulator does not model"

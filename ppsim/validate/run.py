@@ -81,6 +81,8 @@ def validate(
         s = s.model_copy(update={"live_engine": engine_options})
     opts = s.live_engine
     host = host if host is not None else HostGuard()
+    if host.reference_s is None:
+        host.reference_s = calibration_probe(s.cost.profile_dir)
     runs, usage = [], []
     for i in range(repeats):
         host.read(f"before {i}")
@@ -130,6 +132,15 @@ def validate(
     dashboards = drawn_dashboards("sim", *(f"engine-{i}" for i in range(len(runs))))
     write_result_set(out, {**files, **profile_files(s, out)}, derived=dashboards)
     return payload
+
+
+def calibration_probe(profile_dir: str | None) -> float | None:
+    """The host probe ``ppsim calibrate`` recorded with the profile (None: a profile without one)."""
+    try:
+        v = json.loads((Path(profile_dir or "") / "meta.json").read_text()).get("host_probe_s")
+    except (OSError, ValueError):
+        return None
+    return float(v) if isinstance(v, int | float) and v > 0 else None
 
 
 def profile_files(s: Scenario, out: Path) -> dict[str, str | bytes]:

@@ -1,0 +1,84 @@
+"""Whole engine stage steps, timed on the live engine's own code (:func:`engine.step.forward_step`).
+
+The operator timings of :mod:`calibration.profile_ops` run on :class:`calibration.layer.Layer`, a
+functional copy of the layer. A stage process runs more: ``nn.Module`` calls, the paged KV cache's
+attention closure, ``build_batch``, and at the ends the embedding module, the norm of the sampled
+rows, lm_head, argmax and the tokens' copy to Python. Measured on a 2-vCPU EPYC VM (tiny model, 8
+layers, decode 1-16 requests at context 134), the engine's layers alone were 4-10% slower than the
+functional stack, and the stage ends 0.3-0.7 ms slower than the sum of their operators: a cost
+model fitted to operators alone under-predicted a PP=1 engine step by 10-15% (issue 14).
+
+So calibration also times, on the same grid of plans, a middle stage of ``stack`` layers as the
+engine builds it, and the first and last stage ends alone, and a whole-model stage (first and last:
+PP=1) on the held-out plans. The fits in :mod:`calibration.calibrate` then take ``layer_glue`` from
+the middle stage and ``first_glue`` / ``last_glue`` from the ends, so a stage's predicted time is
+the engine's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+
+from calibration.calibrate import KINDS
+from calibration.layer import BLOCK_SIZE, Seq, block_tables
+from engine.kvcache import PagedKVCache
+from engine.model import StageModel, build_stage
+from engine.step import forward_step
+from engine.transport import StepItem
+from ppsim.models.shape import ModelShape
+
+
+def layer_range(shape: ModelShape, stack: int) -> tuple[int, int]:
+    """Global layers [start, end) of the timed stages: ``stack`` layers from the first of the model's
+    heaviest kind (a MoE layer in a MoE model), as the operator profiles are of that kind."""
+    start = next((i for i in range(shape.num_layers) if shape.layer_is_moe(i) == shape.is_moe), 0)
+    start = max(0, min(start, shape.num_layers - stack))
+    return start, start + stack
+
+
+class EngineStages:
+    """Engine stages as calibration times them: the middle and the whole-model stage over ``stack``
+    layers (one set of weights, two views), and the two stage ends alone (no layers: the first
+    stage's input preparation and embedding; the last stage's preparation, norm of the sampled rows,
+    lm_head, argmax and copy to Python), which are timed apart because as the difference of two
+    ``stack``-layer stages they would carry the noise of all those layers."""
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        dtype: torch.dtype,
+        device: torch.device,
+        stack: int,
+        seed: int = 0,
+        router_zipf: float = 0.0,
+    ) -> None:
+        self.s, self.dt, self.dev = shape, dtype, device
+        self.start, self.end = layer_range(shape, stack)
+        full = build_stage(shape, self.start, self.end, True, True, seed, dtype, device, router_zipf)
+        ends = build_stage(shape, self.start, self.start, True, True, seed, dtype, device, router_zipf)
+        self.models: dict[str, StageModel] = {}
+        for kind, (first, last) in KINDS.items():
+            view = copy.copy(ends if kind in ("stage_first", "stage_last") else full)  # shares modules and weights
+            view.is_first, view.is_last = first, last
+            self.models[kind] = view
+
+    def layers(self, kind: str) -> int:
+        return self.models[kind].num_layers
+
+    def step_fn(self, kind: str, seqs: list[Seq]) -> Callable[[], object]:
+        """One micro-batch of ``seqs`` through the ``kind`` stage, exactly as ``Stage.compute`` runs it."""
+        m, s = self.models[kind], self.s
+        tables = block_tables(seqs)
+        nb = sum(map(len, tables))
+        kv = PagedKVCache(m.num_layers, nb, BLOCK_SIZE, s.num_kv_heads, s.head_dim, self.dt, self.dev)
+        items = tuple(
+            StepItem(i, q.start, q.n, True, tuple(t)) for i, (q, t) in enumerate(zip(seqs, tables, strict=True))
+        )
+        T = sum(q.n for q in seqs)
+        ids = tuple(int(x) for x in torch.randint(0, s.vocab_size, (T,))) if m.is_first else None
+        x = None if m.is_first else torch.randn(T, s.hidden_size, device=self.dev).to(self.dt)
+        res = None if m.is_first else torch.randn(T, s.hidden_size, device=self.dev).to(self.dt)
+        return lambda: forward_step(m, kv, items, ids, x, res, BLOCK_SIZE, self.dev)
