@@ -246,7 +246,7 @@ def calibrate(
     if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
-    probes = [cpu_probe()[0]] if device == "cpu" else []  # the host's speed (ppsim/validate/host.py)
+    probes: list[float] = []  # the host's speed at the start of each round and at the end (CPU only)
     grid = QUICK if quick else FULL
     if clock == "auto":
         clock = "thread" if device == "cpu" and torch.get_num_threads() == 1 else "wall"
@@ -260,6 +260,8 @@ def calibrate(
     tasks = prof.tasks(grid)
 
     def progress(i: int, n: int, t: Any) -> None:
+        if device == "cpu" and i % len(tasks) == 0:  # the host guard's probe (ppsim/validate/host.py)
+            probes.append(cpu_probe()[0])
         if i % 50 == 0 or i == n - 1:
             log(f"[{i + 1}/{n}] {t.op} {t.plan or t.feats}  ({time.perf_counter() - t0:.0f} s)")
 

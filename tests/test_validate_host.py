@@ -100,3 +100,30 @@ def test_validate_records_and_flags_an_injected_drift(tmp_path):
     with pytest.raises(PPSimError, match="refused"):
         validate(s, tmp_path / "refuse", 2, log=lambda m: None, host=guard([(0.03, 0.99), (0.03, 0.4)], "refuse"))
     assert not (tmp_path / "refuse" / "validation.json").exists()
+
+
+def test_a_host_slower_than_at_calibration_is_flagged():
+    """Steady readings, but 25% slower than the probe the profile recorded: the cost model is of a faster host."""
+    g = guard([(0.0025, 0.99), (0.0025, 0.99)])
+    g.reference_s = 0.002
+    g.read("before 0")
+    g.read("after 0")
+    d = g.to_dict()
+    assert g.drift() == 0.0 and d["vs_reference"] == pytest.approx(0.25)
+    assert not d["ok"] and "25% slower than when the profile was calibrated" in d["problem"]
+    ok = guard([(0.00205, 0.99), (0.00195, 0.99)])
+    ok.reference_s = 0.002
+    ok.read("before 0")
+    ok.read("after 0")
+    assert ok.problem() is None and "+0% vs calibration" in host_line(ok.to_dict())
+
+
+def test_calibration_probe_is_read_from_the_profile(tmp_path):
+    import json
+
+    from ppsim.validate.run import calibration_probe
+
+    (tmp_path / "meta.json").write_text(json.dumps({"host_probe_s": 0.0021}))
+    assert calibration_probe(str(tmp_path)) == 0.0021
+    (tmp_path / "meta.json").write_text(json.dumps({}))  # a profile from before the probe was recorded
+    assert calibration_probe(str(tmp_path)) is None and calibration_probe(None) is None

@@ -32,8 +32,9 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--host-max-drift",
         type=float,
-        default=0.15,
-        help="largest drift of the CPU probe's time over the run, as a fraction (default 0.15)",
+        default=0.20,
+        help="largest difference of the CPU probe from the profile's calibration-time probe "
+        "(or, for a profile without one, between readings), as a fraction (default 0.20)",
     )
     p.add_argument(
         "--host-min-core-share",

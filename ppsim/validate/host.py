@@ -16,13 +16,16 @@ during one: the engine's own stages would be the load):
   second by second: a neighbour on the physical core); one short probe caught either state, and a
   guard built on it flagged 12 of 14 quiet runs for a drift of 17-84%.
 
-A run is flagged when ``core_share`` fell below ``min_core_share`` at any reading, ``probe_s``
-drifted by more than ``max_drift`` over the run, or its mean differs by more than ``max_drift``
-from the probe ``ppsim calibrate`` recorded in the profile (``meta.json`` ``host_probe_s``): the
-cost model is the host's speed at calibration, so a host that has since got slower or faster runs
-the engine at a speed no profile of it predicts. ``--host-guard refuse`` stops the validation at the
-first bad reading instead (exit 2, one line); ``off`` skips the probe. Readings come from a function passed
-in, so tests inject them and never depend on how fast the host is.
+A run is flagged when ``core_share`` fell below ``min_core_share`` at any reading, or when the mean
+``probe_s`` of its readings differs by more than ``max_drift`` from the probe ``ppsim calibrate``
+recorded in the profile (``meta.json`` ``host_probe_s``, a mean over one reading per calibration
+round and one at the end): the cost model is the host's speed at calibration, so a host that has
+since got slower or faster runs the engine at a speed no profile of it predicts. The drift between
+single readings (max / min - 1) is recorded but judged only for a profile without a probe: on this
+VM twelve consecutive 1.5-s readings of a steady host spread from 1.72 to 2.50 ms. ``--host-guard
+refuse`` stops the validation at the first bad reading instead (exit 2, one line); ``off`` skips the
+probe. Readings come from a function passed in, so tests inject them and never depend on how fast
+the host is.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class HostGuard:
     """Readings around each engine repeat and the judgement over them."""
 
     mode: GuardMode = "flag"
-    max_drift: float = 0.15
+    max_drift: float = 0.20
     min_core_share: float = 0.85
     probe: Callable[[], tuple[float, float]] = cpu_probe
     loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg
@@ -143,14 +146,15 @@ class HostGuard:
                 f"the CPU probe got {worst.core_share:.0%} of a core at '{worst.when}' (load {worst.load1:.1f}; "
                 f"limit {self.min_core_share:.0%}): another process shares the cores"
             )
-        if self.drift() > self.max_drift:
-            return f"the CPU probe's time drifted {self.drift():.0%} over the run (limit {self.max_drift:.0%})"
         ref = self.vs_reference()
-        if ref is not None and abs(ref) > self.max_drift:
-            return (
-                f"the host runs the CPU probe {abs(ref):.0%} {'slower' if ref > 0 else 'faster'} than when the "
-                f"profile was calibrated (limit {self.max_drift:.0%}): recalibrate, or wait for a steadier host"
-            )
+        if ref is not None:  # judged against the host the profile was calibrated on
+            if abs(ref) > self.max_drift:
+                return (
+                    f"the host runs the CPU probe {abs(ref):.0%} {'slower' if ref > 0 else 'faster'} than when "
+                    f"the profile was calibrated (limit {self.max_drift:.0%}): recalibrate, or wait for a steadier host"
+                )
+        elif self.drift() > self.max_drift:  # a profile without a probe: judged between the readings
+            return f"the CPU probe's time drifted {self.drift():.0%} over the run (limit {self.max_drift:.0%})"
         return None
 
     def to_dict(self) -> dict[str, Any]:
