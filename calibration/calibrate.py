@@ -267,14 +267,19 @@ def calibrate(
 
     rows = prof.run(tasks, progress, rounds)
     kind = "quick" if quick else "full"
-    log(f"scheduler CPU overheads over n={CPU_NS[kind]} requests")
+    log(f"scheduler CPU overheads over n={CPU_NS[kind]} requests (micro-benchmark, kept for reference)")
     from calibration.cpu_overheads import profile_cpu
 
-    rows += profile_cpu(CPU_NS[kind], repeats=5, clock=clock if device == "cpu" else "wall")
-    log("engine control path (launch and token return messages)")
+    micro = profile_cpu(CPU_NS[kind], repeats=5, clock=clock if device == "cpu" else "wall")
+    log("engine control path between two bare processes (micro-benchmark, kept for reference)")
     from calibration.control import profile_control
 
-    rows += profile_control(CPU_NS[kind], repeats=15 if quick else 40)
+    micro += profile_control(CPU_NS[kind], repeats=15 if quick else 40)
+    rows += [{**r, "split": "micro"} for r in micro]
+    log("engine core and control path on the live engine (one stage, 32 requests)")
+    from calibration.core_path import profile_core_path
+
+    rows += profile_core_path(model, device, threads or 1)
     if probes:
         probes.append(cpu_probe()[0])
     backend = None

@@ -1,0 +1,114 @@
+"""The engine core's per-step work and control path, measured on the live engine itself.
+
+The simulator charges every step the engine core's ``schedule`` and ``update`` CPU, the ``launch``
+of the step to the first stage and the ``return`` of its sampled tokens (``ppsim/cost/profiled.py``).
+Micro-benchmarks of the pieces (ppsim's scheduler alone, :mod:`calibration.cpu_overheads`; a step
+message between two bare processes, :mod:`calibration.control`) under-count what the engine does
+around them: in validation traces of the tiny model the engine's return took 0.40-0.49 ms against
+0.18-0.19 ms from the queue benchmark, its schedule and update spans 0.03-0.04 ms against 0.004 and
+0.002 ms, about 0.3 ms a step, 5% of a one-request decode step at PP=1.
+
+So calibration runs the live engine (``engine/``, one stage, ``vllm-sync``: one step in flight, so
+every gap is the path itself, not a queue) on a fixed calibration workload: 32 requests of 16 prompt
+tokens and 4-64 output tokens, all at t=0, at most 16 running, so the running set shrinks from 16
+to 1 as requests finish. From its records, per step of ``n`` requests:
+
+* ``schedule``: the core's schedule span (the generator's real CPU from resuming to yielding);
+* ``update``: the update span plus the core's work until the next schedule starts (the driver's
+  token emission and records, which the simulator does not time separately);
+* ``launch``: schedule end -> the stage's compute start (step messages built, pickled, queued; the
+  stage wakes and takes it);
+* ``return``: the stage's compute end -> the core's update start (tokens queued back, the core wakes).
+
+These are wall-clock gaps: the median per ``n`` is fitted (linear in ``n``), as for every
+wall-clock sample.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+WORKLOAD = {
+    "num_prompts": 32,
+    "request_rate": float("inf"),
+    "random_input_len": 16,
+    "random_output_len": 34,
+    "random_range_ratio": 0.88,  # outputs of 4-64 tokens: the running set shrinks step by step
+}
+
+
+def calibration_scenario(model: str, device: str, threads: int):  # noqa: ANN201
+    from ppsim.config import build_scenario
+
+    return build_scenario(
+        None,
+        {
+            "model": model,
+            "seed": 0,
+            "cluster": {"pipeline_parallel_size": 1},
+            "engine": {"policy": {"kind": "vllm-sync"}, "max_num_seqs": 16},
+            "workload": WORKLOAD,
+            "live_engine": {"device": device, "threads_per_stage": threads},
+        },
+    )
+
+
+def step_paths(ops: list[Any]) -> dict[str, list[tuple[int, float]]]:
+    """``op -> [(n, seconds)]`` from a one-stage engine run's records (see the module doc)."""
+    core = sorted((o for o in ops if o.track == "core"), key=lambda o: o.start_s)
+    comp = sorted((o for o in ops if o.track == "stage0" and o.kind == "compute"), key=lambda o: o.start_s)
+    starts = [o.start_s for o in comp]
+    ends = [o.end_s for o in comp]
+    out: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for i, o in enumerate(core):
+        nxt = core[i + 1] if i + 1 < len(core) else None
+        if o.kind == "schedule":
+            out["schedule"].append((o.num_reqs, o.end_s - o.start_s))
+            j = bisect.bisect_left(starts, o.end_s)
+            if j < len(comp) and (nxt is None or comp[j].start_s <= nxt.start_s):
+                out["launch"].append((comp[j].num_reqs, comp[j].start_s - o.end_s))
+        elif o.kind == "update" and nxt is not None and nxt.kind == "schedule":
+            out["update"].append((o.num_reqs, nxt.start_s - o.start_s))
+            j = bisect.bisect_right(ends, o.start_s) - 1
+            if j >= 0:
+                out["return"].append((comp[j].num_reqs, o.start_s - comp[j].end_s))
+    return out
+
+
+def rows_of(paths: dict[str, list[tuple[int, float]]]) -> list[dict[str, Any]]:
+    """Sample rows (median, p10, p90 per ``n``) for the fits: wall-clock gaps, so the median, as for
+    every wall-clock sample (``calibration.calibrate.statistic``): a busy host's one-sided delays
+    would otherwise enter the fit."""
+    rows = []
+    for op, pairs in paths.items():
+        by_n: dict[int, list[float]] = defaultdict(list)
+        for n, t in pairs:
+            if t >= 0:
+                by_n[n].append(t)
+        for n, xs in sorted(by_n.items()):
+            a = np.asarray(xs)
+            rows.append(
+                {
+                    "op": op,
+                    "split": "fit",
+                    "n": n,
+                    "median_s": float(np.median(a)),
+                    "p10_s": float(np.percentile(a, 10)),
+                    "p90_s": float(np.percentile(a, 90)),
+                    "repeats": len(xs),
+                    "inner": 1,
+                }
+            )
+    return rows
+
+
+def profile_core_path(model: str, device: str, threads: int) -> list[dict[str, Any]]:
+    """Run the live engine on the calibration workload; rows ``schedule``/``update``/``launch``/``return``."""
+    from engine.run import run_engine
+
+    run = run_engine(calibration_scenario(model, device, threads), None)
+    return rows_of(step_paths(list(run.ops)))

@@ -1,0 +1,59 @@
+"""The engine core's per-step path as calibration reads it from a live engine's records
+(``calibration/core_path.py``): exact arithmetic on a hand-made timeline, then the profiled cost
+model charging the fits."""
+
+from __future__ import annotations
+
+import pytest
+
+from calibration.core_path import calibration_scenario, rows_of, step_paths
+from ppsim.metrics.records import OpRecord
+
+
+def core(kind: str, a: float, b: float, n: int) -> OpRecord:
+    return OpRecord("core", kind, -1, a, b, 0, n)
+
+
+def compute(step: int, a: float, b: float, n: int) -> OpRecord:
+    return OpRecord("stage0", "compute", step, a, b, n, n)
+
+
+# two steps: schedule 0-0.1 ms, launch to 0.5, compute 0.5-5.5, return to 5.8, update 5.8-5.9, emit
+# work to 6.0, schedule 6.0-6.05, launch to 6.4, compute 6.4-9.4 (3 requests now), return to 9.75, update
+TIMELINE = [
+    core("schedule", 0.0, 0.1e-3, 4),
+    compute(0, 0.5e-3, 5.5e-3, 4),
+    core("update", 5.8e-3, 5.9e-3, 4),
+    core("schedule", 6.0e-3, 6.05e-3, 3),
+    compute(1, 6.4e-3, 9.4e-3, 3),
+    core("update", 9.75e-3, 9.8e-3, 3),
+    core("schedule", 10.0e-3, 10.02e-3, 3),
+]
+
+
+def test_step_paths_splits_a_step_into_core_spans_and_gaps():
+    p = step_paths(TIMELINE)
+    assert [n for n, _ in p["schedule"]] == [4, 3, 3]
+    assert [t for _, t in p["schedule"]] == pytest.approx([0.1e-3, 0.05e-3, 0.02e-3])
+    assert p["launch"] == [(4, pytest.approx(0.4e-3)), (3, pytest.approx(0.35e-3))]
+    assert p["return"] == [(4, pytest.approx(0.3e-3)), (3, pytest.approx(0.35e-3))]
+    # update runs from its span's start to the next schedule: the driver's emission work included
+    assert p["update"] == [(4, pytest.approx(0.2e-3)), (3, pytest.approx(0.25e-3))]
+
+
+def test_rows_are_medians_per_request_count():
+    rows = rows_of({"return": [(2, 1e-3), (2, 3e-3), (2, 2e-3), (5, 4e-3)], "launch": [(1, -1e-6)]})
+    by = {(r["op"], r["n"]): r for r in rows}
+    assert by[("return", 2)]["median_s"] == pytest.approx(2e-3) and by[("return", 2)]["repeats"] == 3
+    assert by[("return", 5)]["median_s"] == pytest.approx(4e-3)
+    assert ("launch", 1) not in by  # a negative gap (clock noise) is dropped
+    assert all(r["split"] == "fit" and "mean_s" not in r for r in rows)  # wall clock: the median is fitted
+
+
+def test_the_calibration_workload_shrinks_the_running_set():
+    s = calibration_scenario("tiny", "cpu", 1)
+    assert s.cluster.pipeline_parallel_size == 1 and s.engine.policy.kind == "vllm-sync"
+    from ppsim.deployment import prepare
+
+    outs = prepare(s).requests.output_len
+    assert outs.min() <= 8 and outs.max() >= 56 and len(outs) == 32
