@@ -148,7 +148,7 @@ def prepare(s: Scenario, requests: Workload | Iterable[Request] | None = None) -
         stage_memory(shape, st, device.memory_gib, e.gpu_memory_utilization, e.activation_reserve_gib, e.block_size)
         for st in topo.stages
     )
-    cost = e.policy.return_cost(build_cost(s, shape, device), e.cpu)  # the policy's return path
+    cost = e.policy.return_cost(build_cost(s, shape, device), e.cpu, c.pipeline_parallel_size)  # its return path
     reqs = as_workload(requests) if requests is not None else build_workload(s.workload, s.seed)
     check_prompt_budget(s, reqs)
     return Prepared(s, shape, device, topo, mem, pipeline_blocks(list(mem)), cost, reqs)

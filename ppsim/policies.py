@@ -101,8 +101,9 @@ class Policy(BaseModel):
     def pipe_options(self) -> PipeOptions:
         return PipeOptions()
 
-    def return_cost(self, cost: Any, cpu: Any) -> Any:
-        """The cost model with this policy's return path (vLLM's engine-core return: unchanged)."""
+    def return_cost(self, cost: Any, cpu: Any, pp: int) -> Any:
+        """The cost model with this policy's return path at ``pp`` stages (vLLM's engine-core return:
+        unchanged)."""
         return cost
 
     def knob_values(self) -> dict[str, Any]:
@@ -224,10 +225,13 @@ class SglangRing(Policy):
     def pipe_options(self) -> PipeOptions:
         return PipeOptions(overlap_sends=True, defer_outputs=self.pp_async_batch_depth)
 
-    def return_cost(self, cost: Any, cpu: Any) -> Any:
-        """Outputs return over the ring: one hop plus the last rank's post-processing (ppsim/cost/ring.py)."""
+    def return_cost(self, cost: Any, cpu: Any, pp: int) -> Any:
+        """Outputs return over the ring: one hop plus the last rank's post-processing (ppsim/cost/ring.py).
+        One stage has no ring (SGLang runs ``event_loop_pp`` only when ``pp_size > 1``): unchanged."""
         from ppsim.cost.ring import RingReturnCost
 
+        if pp == 1:
+            return cost
         return RingReturnCost(cost, cpu.update_us, cpu.update_per_req_us, self.pp_async_batch_depth)
 
     def knob_values(self) -> dict[str, Any]:
@@ -251,10 +255,13 @@ class TrtllmSlots(_Budgeted):
     def pipe_options(self) -> PipeOptions:
         return PipeOptions(overlap_sends=True)
 
-    def return_cost(self, cost: Any, cpu: Any) -> Any:
-        """The sample-state ring: one hop to rank 0, then forwarded inline (sync)."""
+    def return_cost(self, cost: Any, cpu: Any, pp: int) -> Any:
+        """The sample-state ring: one hop to rank 0, then forwarded inline (sync). One stage has no ring
+        (``_executor_loop_pp`` runs only when pp > 1): unchanged."""
         from ppsim.cost.ring import RingReturnCost
 
+        if pp == 1:
+            return cost
         return RingReturnCost(cost, 0.0, 0.0, depth=1)
 
     def knob_values(self) -> dict[str, Any]:

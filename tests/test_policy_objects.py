@@ -173,7 +173,9 @@ def test_the_policy_object_gives_the_executor_its_data_path(policy):
         "trtllm-slots": PipeOptions(overlap_sends=True),
     }.get(policy, PipeOptions())
     assert opts == expect
-    assert isinstance(prep.cost, RingReturnCost) == (policy in ("sglang-ring", "trtllm-slots"))
+    # a ring returns the tokens only between stages: one stage has none (SGLang's event_loop_pp and
+    # TRT-LLM's _executor_loop_pp run only at pp > 1)
+    assert isinstance(prep.cost, RingReturnCost) == (policy in ("sglang-ring", "trtllm-slots") and pp > 1)
 
 
 def test_a_policy_reads_as_its_name():
@@ -206,3 +208,13 @@ def test_a_sweep_axis_of_a_policy_knob():
         }
     )
     assert [c.scenario.engine.policy.pp_async_batch_depth for c in sp.configs] == [0, 2]
+
+
+@pytest.mark.parametrize("policy", ["sglang-ring", "trtllm-slots"])
+def test_one_stage_has_no_ring_return(policy):
+    """At PP=1 the tokens return as every engine core's do (no hop over a link, no straggler)."""
+    one = {**TINY, "cluster": {"pipeline_parallel_size": 1}}
+    ring = prepare(build_scenario(None, {**one, "engine": {"policy": {"kind": policy}}}), [Request(0, 0.0, 40, 4)])
+    core = prepare(build_scenario(None, {**one, "engine": {"policy": {"kind": "vllm-sync"}}}), [Request(0, 0.0, 40, 4)])
+    assert not isinstance(ring.cost, RingReturnCost)
+    assert ring.cost.return_time(3) == core.cost.return_time(3)
