@@ -23,6 +23,7 @@ from scipy.optimize import least_squares
 from calibration.vidur_import import DEVICE_PRESET, import_vidur
 from experiments.analytic_vs_vidur.data import VIDUR_ROOT, cases, gemm_table, rows
 from experiments.analytic_vs_vidur.steps import TP_LINK, TRAIN_MODELS
+from ppsim.cost.kernels import FIT, gemm_rows
 from ppsim.cost.layers import attention_gemms, kv_heads_per_gpu, mlp_gemms
 from ppsim.hardware.presets import DEVICES, LINKS
 from ppsim.metrics.io import atomic_write
@@ -46,8 +47,9 @@ ELEM_OPS = {
 }
 
 
-def _gemm_samples() -> list[tuple[float, float, float, float, float]]:
-    """(device index, flops, bytes, peak flop/s, peak bytes/s, measured s) per GEMM measurement of a training model."""
+def _gemm_samples() -> list[tuple[float, ...]]:
+    """(device index, FLOPs per row, rows computed, bytes, peak flop/s, peak bytes/s, measured s) per GEMM
+    measurement of a training model; rows: the tokens rounded up to whole tiles (:func:`gemm_rows`)."""
     out = []
     for dev, preset_dev, vidur_model, preset in cases():
         if preset not in TRAIN_MODELS:
@@ -59,7 +61,8 @@ def _gemm_samples() -> list[tuple[float, float, float, float, float]]:
                 out.append(
                     (
                         DEVS.index(dev),
-                        fl * T,
+                        fl,
+                        gemm_rows(T),
                         w + act * T * shape.dtype_bytes,
                         d.peak_tflops * 1e12,
                         d.hbm_bandwidth_gbps * 1e9,
@@ -70,15 +73,15 @@ def _gemm_samples() -> list[tuple[float, float, float, float, float]]:
 
 
 def fit_gemm() -> dict[str, object]:
-    """Shared sharpness and launch cost; compute and memory efficiency per device."""
+    """Shared sharpness and launch cost; compute and memory efficiency per device (tile rows: KernelFit's)."""
     s = np.array(_gemm_samples())
-    k, fl, by, pf, pb, y = s.T
+    k, fl, rows_, by, pf, pb, y = s.T
     k = k.astype(int)
     n = len(DEVS)
 
     def pred(x: np.ndarray) -> np.ndarray:
         p, a0, ce, me = x[0], x[1], x[2 : 2 + n][k], x[2 + n :][k]
-        c, m = fl / (pf * ce), by / (pb * me)
+        c, m = fl * rows_ / (pf * ce), by / (pb * me)
         hi, lo = np.maximum(c, m), np.minimum(c, m)
         return a0 * 1e-6 + hi * (1 + (lo / hi) ** p) ** (1 / p)
 
@@ -92,6 +95,8 @@ def fit_gemm() -> dict[str, object]:
     return {
         "gemm_sharpness": r.x[0],
         "gemm_launch_us": r.x[1],
+        "gemm_tile_rows": FIT.gemm_tile_rows,
+        "gemm_one_tile_rows": FIT.gemm_one_tile_rows,
         "per_device": {
             DEVICE_PRESET[d]: {"compute_eff": r.x[2 + i], "memory_eff": r.x[2 + n + i]} for i, d in enumerate(DEVS)
         },
@@ -156,20 +161,33 @@ def fit_attention() -> dict[str, float]:
     }
 
 
-def fit_allreduce(dev: str) -> dict[str, float]:
+def fit_allreduce(dev: str) -> dict[str, dict[str, float]]:
+    """Call cost and bus efficiency per TP size (2, 4, 8 GPUs in one node), each size octave weighted alike.
+
+    The table's sizes are evenly spaced up to 64 MB, so 90% of its rows are above 4 MB, a size only
+    large prefill chunks reach; weighting each octave of message size equally makes the fit cover the
+    8 KB - 2 MB that decode steps send as much as the large messages.
+    """
     link = LINKS[TP_LINK[dev]]
     pts = [
         (int(r["num_workers"]), float(r["size"]), float(r["time_stats.all_reduce.median"]) * 1e-3)
         for r in rows(VIDUR_ROOT / "network" / NETWORK[dev] / "all_reduce.csv")
         if r["num_workers"] == r["devices_per_node"] and int(r["num_workers"]) in (2, 4, 8)
     ]
-    n, size, y = np.array(pts).T
+    out = {}
+    for N in (2, 4, 8):
+        size, y = np.array([(s, t) for n, s, t in pts if n == N]).T
+        octave = np.floor(np.log2(size))
+        w = np.sqrt(1.0 / np.array([np.sum(octave == o) for o in octave]))
 
-    def resid(x: np.ndarray) -> np.ndarray:
-        return np.log((x[0] * 1e-6 + 2 * (n - 1) / n * size / (link.bandwidth_gbps * 1e9 * x[1])) / y)
+        ring = 2 * (N - 1) / N * size / (link.bandwidth_gbps * 1e9)
 
-    r = least_squares(resid, [30.0, 0.6], bounds=([0.0, 0.05], [500.0, 1.0]), loss="soft_l1")
-    return {"allreduce_call_us": r.x[0], "allreduce_bus_eff": r.x[1], "n": len(y)}
+        def resid(x: np.ndarray, ring: np.ndarray = ring, y: np.ndarray = y, w: np.ndarray = w) -> np.ndarray:
+            return w * np.log((x[0] * 1e-6 + ring / x[1]) / y)
+
+        r = least_squares(resid, [30.0, 0.6], bounds=([0.0, 0.05], [500.0, 1.5]), loss="soft_l1")
+        out[str(N)] = {"allreduce_call_us": r.x[0], "allreduce_bus_eff": r.x[1], "n": len(y)}
+    return out
 
 
 def fit_cpu(dev: str) -> dict[str, float]:

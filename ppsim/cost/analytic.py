@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ppsim.config import CostConfig, CpuOverheads
 from ppsim.cost.base import StageSpec
-from ppsim.cost.kernels import FIT, KernelFit, device_fit, smooth_roof
+from ppsim.cost.kernels import FIT, KernelFit, device_fit, gemm_rows, smooth_roof
 from ppsim.cost.layers import (
     attention_gemms,
     expert_gemm,
@@ -63,6 +63,7 @@ class AnalyticCost:
     ) -> None:
         self.shape, self.tp, self.cpu, self.fit = shape, tp, cpu, fit
         self.dev = dev = device_fit(device.name)
+        self.ar_fit = dev.allreduce_fit(tp)
         ce = cost.compute_efficiency if cost.compute_efficiency is not None else dev.compute_eff
         me = cost.memory_efficiency if cost.memory_efficiency is not None else dev.memory_eff
         self.peak_bw = device.hbm_bandwidth_gbps * 1e9
@@ -166,9 +167,9 @@ class AnalyticCost:
         """Seconds of one layer on one GPU by component: gemm, elementwise, attention, allreduce, overhead."""
         T = plan.num_tokens
         b = self.shape.dtype_bytes
-        gemm = 0.0
+        gemm, rows = 0.0, gemm_rows(T, self.fit)
         for w_bytes, flops_per_tok, act_per_tok in self.moe_gemms if moe else self.gemms:
-            gemm += self._groof(flops_per_tok * T, w_bytes + act_per_tok * T * b)
+            gemm += self._groof(flops_per_tok * rows, w_bytes + act_per_tok * T * b)
         if moe:
             w_exp, fl_exp, act_exp = self.expert
             routed = T * self.shape.num_experts_per_tok
@@ -199,11 +200,9 @@ class AnalyticCost:
         )
 
     def collective_time(self, nbytes: float) -> float:
-        """One TP all-reduce as NCCL runs it: a fixed call cost plus the ring's bytes at the fitted bus efficiency."""
-        n, f = self.tp, self.dev
-        return f.allreduce_call_us * 1e-6 + 2 * (n - 1) / n * nbytes / (
-            self.tp_link.bandwidth_gbps * 1e9 * f.allreduce_bus_eff
-        )
+        """One TP all-reduce as NCCL runs it: call cost plus the ring's bytes at a bus efficiency, per group size."""
+        n, (call_us, bus_eff) = self.tp, self.ar_fit
+        return call_us * 1e-6 + 2 * (n - 1) / n * nbytes / (self.tp_link.bandwidth_gbps * 1e9 * bus_eff)
 
     def step_time(self, plan: StepPlan) -> float:
         """Per stage per step: input preparation (host), fixed plus per request."""
@@ -220,7 +219,8 @@ class AnalyticCost:
         return {
             "final_norm": self._elem(2 * plan.num_tokens * s.hidden_size * b, self.fit.norm_eff),
             "lm_head": self._groof(
-                2 * R * s.hidden_size * v_gpu, (s.hidden_size * v_gpu + R * (s.hidden_size + v_gpu)) * b
+                2 * gemm_rows(R, self.fit) * s.hidden_size * v_gpu,
+                (s.hidden_size * v_gpu + R * (s.hidden_size + v_gpu)) * b,
             ),
             "sampler": (f.sampler_us + f.sampler_per_req_us * R) * 1e-6,
         }

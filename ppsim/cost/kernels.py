@@ -40,8 +40,10 @@ from dataclasses import dataclass
 class KernelFit:
     """Fitted shares and fixed costs common to every device (see the module docstring)."""
 
-    gemm_sharpness: float = 1.40
-    gemm_launch_us: float = 5.49
+    gemm_sharpness: float = 1.64
+    gemm_launch_us: float = 5.69
+    gemm_tile_rows: int = 64
+    gemm_one_tile_rows: int = 128
     floor_us: float = 4.06
     norm_eff: float = 0.422
     rope_eff: float = 0.540
@@ -60,26 +62,48 @@ class DeviceFit:
 
     compute_eff: float
     memory_eff: float
-    allreduce_call_us: float
-    allreduce_bus_eff: float
+    allreduce: tuple[tuple[int, float, float], ...]  # (GPUs, call us, bus efficiency), GPUs ascending
     prepare_us: float
     prepare_per_req_us: float
     sampler_us: float
     sampler_per_req_us: float
 
+    def allreduce_fit(self, gpus: int) -> tuple[float, float]:
+        """(call us, bus efficiency) of the largest fitted group size at most ``gpus`` (else the smallest)."""
+        best = self.allreduce[0]
+        for entry in self.allreduce:
+            if entry[0] <= gpus:
+                best = entry
+        return best[1], best[2]
+
 
 FIT = KernelFit()
 # experiments/analytic_vs_vidur/fit.json, rounded. H100: A100's host costs (Vidur has no H100 host
 # data); A40: no all-reduce data, A100's. A device without Vidur data uses A100's numbers.
+A100_ALLREDUCE = ((2, 41.4, 0.554), (4, 31.1, 0.504), (8, 38.9, 0.502))
+H100_ALLREDUCE = ((2, 19.4, 0.606), (4, 36.7, 0.898), (8, 29.1, 0.786))
 DEVICE_FITS = {
-    "a100-80gb": DeviceFit(0.740, 0.832, 42.5, 0.534, 148.0, 0.97, 599.0, 3.27),
-    "h100-sxm": DeviceFit(0.741, 0.929, 29.9, 0.786, 148.0, 0.97, 599.0, 3.27),
-    "a40": DeviceFit(0.799, 0.857, 42.5, 0.534, 949.0, 24.1, 5124.0, 1.36),
+    "a100-80gb": DeviceFit(0.738, 0.819, A100_ALLREDUCE, 148.0, 0.97, 599.0, 3.27),
+    "h100-sxm": DeviceFit(0.725, 0.919, H100_ALLREDUCE, 148.0, 0.97, 599.0, 3.27),
+    "a40": DeviceFit(0.787, 0.835, A100_ALLREDUCE, 949.0, 24.1, 5124.0, 1.36),
 }
 
 
 def device_fit(name: str) -> DeviceFit:
     return DEVICE_FITS.get(name, DEVICE_FITS["a100-80gb"])
+
+
+def gemm_rows(tokens: float, fit: KernelFit = FIT) -> float:
+    """Rows (tokens) a GEMM computes: up to one tile as they are, beyond it rounded up to whole tiles.
+
+    cuBLAS splits the token dimension M into tiles; a tile is computed whole, so 136 tokens cost
+    about what 192 do (Vidur's tables step up right after 128 and 256 tokens). At most
+    ``gemm_one_tile_rows`` tokens the GEMM is memory-bound or runs one tile, and is not padded.
+    """
+    if tokens <= fit.gemm_one_tile_rows:
+        return tokens
+    t = fit.gemm_tile_rows
+    return -(-tokens // t) * t
 
 
 def smooth_roof(compute_s: float, memory_s: float, p: float) -> float:
