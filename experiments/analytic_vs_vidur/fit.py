@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -47,9 +48,16 @@ ELEM_OPS = {
 }
 
 
+def tile_rows(T: np.ndarray, small_eff: float) -> np.ndarray:
+    """:func:`ppsim.cost.kernels.gemm_rows` over an array, with the small tile's efficiency as a parameter."""
+    big, small = FIT.gemm_tile_rows, FIT.gemm_small_tile_rows
+    padded = np.minimum(np.ceil(T / big) * big, np.ceil(T / small) * small / small_eff)
+    return np.where(T <= big, T, padded)
+
+
 def _gemm_samples() -> list[tuple[float, ...]]:
-    """(device index, FLOPs per row, rows computed, bytes, peak flop/s, peak bytes/s, measured s) per GEMM
-    measurement of a training model; rows: the tokens rounded up to whole tiles (:func:`gemm_rows`)."""
+    """(device index, FLOPs per token, tokens, bytes, peak flop/s, peak bytes/s, measured s) per GEMM
+    measurement of a training model."""
     out = []
     for dev, preset_dev, vidur_model, preset in cases():
         if preset not in TRAIN_MODELS:
@@ -62,7 +70,7 @@ def _gemm_samples() -> list[tuple[float, ...]]:
                     (
                         DEVS.index(dev),
                         fl,
-                        gemm_rows(T),
+                        T,
                         w + act * T * shape.dtype_bytes,
                         d.peak_tflops * 1e12,
                         d.hbm_bandwidth_gbps * 1e9,
@@ -73,35 +81,39 @@ def _gemm_samples() -> list[tuple[float, ...]]:
 
 
 def fit_gemm() -> dict[str, object]:
-    """Shared sharpness and launch cost; compute and memory efficiency per device (tile rows: KernelFit's)."""
+    """Shared sharpness, launch cost and small-tile efficiency; compute and memory efficiency per device."""
     s = np.array(_gemm_samples())
-    k, fl, rows_, by, pf, pb, y = s.T
+    k, fl, T, by, pf, pb, y = s.T
     k = k.astype(int)
     n = len(DEVS)
 
     def pred(x: np.ndarray) -> np.ndarray:
-        p, a0, ce, me = x[0], x[1], x[2 : 2 + n][k], x[2 + n :][k]
-        c, m = fl * rows_ / (pf * ce), by / (pb * me)
+        p, a0, small_eff, ce, me = x[0], x[1], x[2], x[3 : 3 + n][k], x[3 + n :][k]
+        c, m = fl * tile_rows(T, small_eff) / (pf * ce), by / (pb * me)
         hi, lo = np.maximum(c, m), np.minimum(c, m)
         return a0 * 1e-6 + hi * (1 + (lo / hi) ** p) ** (1 / p)
 
     r = least_squares(
         lambda x: np.log(pred(x) / y),
-        [2.0, 5.0] + [0.7] * n + [0.8] * n,
-        bounds=([1.0, 0.0] + [0.2] * 2 * n, [20.0, 50.0] + [1.0] * 2 * n),
+        [2.0, 5.0, 0.85] + [0.7] * n + [0.8] * n,
+        bounds=([1.0, 0.0, 0.3] + [0.2] * 2 * n, [20.0, 50.0, 1.0] + [1.2] * 2 * n),
         loss="soft_l1",
     )
+    grid = np.arange(1, 4097, dtype=float)
+    mirror = [gemm_rows(t, replace(FIT, gemm_small_tile_eff=r.x[2])) for t in grid]
+    assert np.allclose(tile_rows(grid, r.x[2]), mirror), "tile_rows and ppsim.cost.kernels.gemm_rows disagree"
     err = np.abs(pred(r.x) / y - 1)
     return {
         "gemm_sharpness": r.x[0],
         "gemm_launch_us": r.x[1],
-        "gemm_tile_rows": FIT.gemm_tile_rows,
-        "gemm_one_tile_rows": FIT.gemm_one_tile_rows,
+        "gemm_small_tile_eff": r.x[2],
+        "tile_rows": [FIT.gemm_tile_rows, FIT.gemm_small_tile_rows],
         "per_device": {
-            DEVICE_PRESET[d]: {"compute_eff": r.x[2 + i], "memory_eff": r.x[2 + n + i]} for i, d in enumerate(DEVS)
+            DEVICE_PRESET[d]: {"compute_eff": r.x[3 + i], "memory_eff": r.x[3 + n + i]} for i, d in enumerate(DEVS)
         },
         "n": len(y),
         "median_abs_err": float(np.median(err)),
+        "p90_abs_err": float(np.percentile(err, 90)),
     }
 
 

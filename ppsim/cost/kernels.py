@@ -40,10 +40,11 @@ from dataclasses import dataclass
 class KernelFit:
     """Fitted shares and fixed costs common to every device (see the module docstring)."""
 
-    gemm_sharpness: float = 1.64
-    gemm_launch_us: float = 5.69
-    gemm_tile_rows: int = 64
-    gemm_one_tile_rows: int = 128
+    gemm_sharpness: float = 1.82
+    gemm_launch_us: float = 5.79
+    gemm_tile_rows: int = 128
+    gemm_small_tile_rows: int = 64
+    gemm_small_tile_eff: float = 0.909
     floor_us: float = 4.06
     norm_eff: float = 0.422
     rope_eff: float = 0.540
@@ -83,9 +84,9 @@ FIT = KernelFit()
 A100_ALLREDUCE = ((2, 41.4, 0.554), (4, 31.1, 0.504), (8, 38.9, 0.502))
 H100_ALLREDUCE = ((2, 19.4, 0.606), (4, 36.7, 0.898), (8, 29.1, 0.786))
 DEVICE_FITS = {
-    "a100-80gb": DeviceFit(0.738, 0.819, A100_ALLREDUCE, 148.0, 0.97, 599.0, 3.27),
-    "h100-sxm": DeviceFit(0.725, 0.919, H100_ALLREDUCE, 148.0, 0.97, 599.0, 3.27),
-    "a40": DeviceFit(0.787, 0.835, A100_ALLREDUCE, 949.0, 24.1, 5124.0, 1.36),
+    "a100-80gb": DeviceFit(0.747, 0.804, A100_ALLREDUCE, 148.0, 0.97, 599.0, 3.27),
+    "h100-sxm": DeviceFit(0.727, 0.912, H100_ALLREDUCE, 148.0, 0.97, 599.0, 3.27),
+    "a40": DeviceFit(0.791, 0.818, A100_ALLREDUCE, 949.0, 24.1, 5124.0, 1.36),
 }
 
 
@@ -94,16 +95,19 @@ def device_fit(name: str) -> DeviceFit:
 
 
 def gemm_rows(tokens: float, fit: KernelFit = FIT) -> float:
-    """Rows (tokens) a GEMM computes: up to one tile as they are, beyond it rounded up to whole tiles.
+    """Rows (tokens) a GEMM's compute costs: beyond one tile, the token dimension in whole tiles.
 
-    cuBLAS splits the token dimension M into tiles; a tile is computed whole, so 136 tokens cost
-    about what 192 do (Vidur's tables step up right after 128 and 256 tokens). At most
-    ``gemm_one_tile_rows`` tokens the GEMM is memory-bound or runs one tile, and is not padded.
+    cuBLAS splits the token dimension M into tiles and computes each tile whole; its heuristic picks
+    among tile shapes, 128 rows (``gemm_tile_rows``) or 64 (``gemm_small_tile_rows``, which waste less
+    padding but run at ``gemm_small_tile_eff`` of the large tile's rate). So 136 tokens cost what
+    about 192 / 0.91 = 211 do, 256 cost 256 (Vidur's tables step up right after 128, 256, ...). Up to
+    one large tile the GEMM is memory-bound or a single tile and is not padded.
     """
-    if tokens <= fit.gemm_one_tile_rows:
+    big = fit.gemm_tile_rows
+    if tokens <= big:
         return tokens
-    t = fit.gemm_tile_rows
-    return -(-tokens // t) * t
+    small = fit.gemm_small_tile_rows
+    return min(-(-tokens // big) * big, -(-tokens // small) * small / fit.gemm_small_tile_eff)
 
 
 def smooth_roof(compute_s: float, memory_s: float, p: float) -> float:
