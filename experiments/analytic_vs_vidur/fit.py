@@ -118,9 +118,10 @@ def fit_gemm() -> dict[str, object]:
 
 
 def fit_elementwise() -> dict[str, float]:
-    """Launch floor and achieved bandwidth share of each elementwise kernel kind (bytes as the model counts them)."""
+    """Launch floor; per kernel kind, the achieved share of the HBM peak and the time one thread block takes
+    to stream one row (token), ns per KB (bytes as the model counts them)."""
     kinds = sorted(set(ELEM_OPS.values()))
-    pts: list[tuple[int, float, float]] = []
+    pts: list[tuple[int, float, float, float]] = []
     for dev, preset_dev, vidur_model, preset in cases():
         if preset not in TRAIN_MODELS:
             continue
@@ -137,19 +138,22 @@ def fit_elementwise() -> dict[str, float]:
                 "emb": 2 * h * b,
             }
             for op, kind in ELEM_OPS.items():
-                pts.append((kinds.index(kind), per_tok[kind] * T / (d.hbm_bandwidth_gbps * 1e9), r[op]))
-    k, t_peak, y = np.array(pts).T
+                pts.append((kinds.index(kind), per_tok[kind], per_tok[kind] * T / (d.hbm_bandwidth_gbps * 1e9), r[op]))
+    k, row, t_peak, y = np.array(pts).T
     k = k.astype(int)
+    n = len(kinds)
 
     def resid(x: np.ndarray) -> np.ndarray:
-        return np.log(np.maximum(x[0] * 1e-6, t_peak / x[1:][k]) / y)
+        one_row = x[0] * 1e-6 + row / 1024 * x[1 + n :][k] * 1e-9
+        return np.log(np.maximum(one_row, t_peak / x[1 : 1 + n][k]) / y)
 
-    lo, hi = [0.0] + [0.05] * len(kinds), [50.0] + [1.0] * len(kinds)
-    r = least_squares(resid, [4.0] + [0.5] * len(kinds), bounds=(lo, hi), loss="soft_l1")
+    lo, hi = [0.0] + [0.05] * n + [0.0] * n, [50.0] + [1.0] * n + [1e4] * n
+    r = least_squares(resid, [2.0] + [0.5] * n + [100.0] * n, bounds=(lo, hi), loss="soft_l1")
     err = np.abs(np.expm1(resid(r.x)))
     return {
         "floor_us": r.x[0],
         **{f"{kind}_eff": r.x[1 + i] for i, kind in enumerate(kinds)},
+        **{f"{kind}_row_ns_per_kb": r.x[1 + n + i] for i, kind in enumerate(kinds)},
         "n": len(y),
         "median_abs_err": float(np.median(err)),
     }

@@ -45,16 +45,26 @@ class KernelFit:
     gemm_tile_rows: int = 128
     gemm_small_tile_rows: int = 64
     gemm_small_tile_eff: float = 0.909
-    floor_us: float = 4.06
-    norm_eff: float = 0.422
-    rope_eff: float = 0.540
-    act_eff: float = 0.567
-    add_eff: float = 0.941
-    emb_eff: float = 0.227
+    floor_us: float = 2.34
+    norm_eff: float = 0.426
+    rope_eff: float = 0.532
+    act_eff: float = 0.569
+    add_eff: float = 0.935
+    emb_eff: float = 0.229
+    # one row (token) streamed by one thread block, ns per KB of the row: 1 / the block's bandwidth
+    norm_row_ns_per_kb: float = 138.0
+    rope_row_ns_per_kb: float = 120.0
+    act_row_ns_per_kb: float = 73.2
+    add_row_ns_per_kb: float = 0.0
+    emb_row_ns_per_kb: float = 133.0
     attn_compute_eff: float = 0.217
     attn_memory_eff: float = 0.767
     attn_call_us: float = 15.9
     reshape_eff: float = 0.245
+
+    def elementwise(self, kind: str) -> tuple[float, float]:
+        """(share of the HBM peak, row ns per KB) of an elementwise kernel kind: norm, rope, act, add, emb."""
+        return getattr(self, f"{kind}_eff"), getattr(self, f"{kind}_row_ns_per_kb")
 
 
 @dataclass(frozen=True, slots=True)
