@@ -32,7 +32,7 @@ def test_analytic_layer_time_within_measured_band():
 def test_stage_step_times_match_the_imported_profile():
     """Whole-model stage step times, decode and prefill over the grid, every device / model / TP in the data.
 
-    Measured (run_steps.py, steps.md): 3.2% (train) / 3.1% (held-out) median over all points, 10.4% /
+    Measured (run_steps.py, steps.md): 3.2% (train) / 3.1% (held-out) median over all points, 10.1% /
     10.4% p90, worst 22.1%; 132 of 136 (device, model, TP, kind) medians within 10%, 128 of 136 cases
     with every point within 20%; 18 points beyond 20%, 12 of them inside the all-reduce table's own
     scatter. Before this model: 16.2% / 14.7% median, 51% worst.
