@@ -4,15 +4,18 @@ Each operator of a step is one GPU kernel (or a host call). The curves below wer
 public measured GPU data, Vidur's profiles (``experiments/analytic_vs_vidur/fit.py``; the numbers
 are in ``fit.json`` beside it). GEMM and elementwise curves are fitted on the training models
 (Llama-2-7B, Llama-2-70B, CodeLlama-34B) and checked on the held-out ones (Llama-3-8B/70B,
-InternLM-20B); the rest has a single source each and is in-sample:
+InternLM-20B, Qwen-72B); the rest has a single source each and is in-sample:
 
 - GEMM (``mlp.csv`` ``attn_pre_proj``, ``attn_post_proj``, ``mlp_up_proj``, ``mlp_down_proj``):
   ``gemm_launch_us`` plus a smooth roofline ``(c^p + m^p)^(1/p)`` of the compute time ``c`` (FLOPs
   / (peak x compute_eff)) and the memory time ``m`` (bytes / (bandwidth x memory_eff)), the two
   efficiencies per device. A plain ``max(c, m)`` (p = inf) is 25-40% fast where both are close
   (64-256 tokens on a 70B layer): kernels neither reach both roofs at once nor overlap them fully.
+  ``c`` counts the token dimension in whole tiles (:func:`gemm_rows`): Vidur's tables step up
+  right after 128, 256, ... tokens.
 - Elementwise kernels (``input_layernorm``, ``attn_rope``, ``mlp_act``, ``add``, ``emb``): bytes
-  moved over an achieved share of the HBM peak per kernel kind, at least ``floor_us``.
+  moved over an achieved share of the HBM peak per kernel kind, at least ``floor_us`` plus one row
+  (token) streamed by one thread block (vLLM's norm, RoPE and SiLU kernels run a block per token).
 - Attention (``attention.csv``, FlashInfer, Llama-2-70B TP2 on A100, the only attention file Vidur
   ships: in-sample, no held-out check): prefill at ``attn_compute_eff`` of the peak over the causal
   query-key pairs, fitted to the chunk's own c^2 term (Vidur's FlashInfer takes no time off for the
@@ -21,9 +24,10 @@ InternLM-20B); the rest has a single source each and is in-sample:
   decode reads the context's KV at ``attn_memory_eff`` of the bandwidth; each call costs
   ``attn_call_us``.
 - All-reduce (``network/<dev>_dgx/all_reduce.csv``, NCCL inside one NVSwitch node, 2-8 GPUs):
-  ``allreduce_call_us`` plus the ring's 2 (N - 1) / N x bytes over the TP link at
-  ``allreduce_bus_eff`` of its bandwidth. The fixed part is an eagerly launched NCCL call (no CUDA
-  graphs, no custom all-reduce in Vidur's runs), and it dominates decode at TP > 1.
+  a call cost plus the ring's 2 (N - 1) / N x bytes over the TP link at a bus efficiency, both
+  fitted per group size N (each octave of message size weighted alike). The fixed part is an
+  eagerly launched NCCL call (no CUDA graphs, no custom all-reduce in Vidur's runs), and it
+  dominates decode at TP > 1.
 - Host work per step (``cpu_overheads/<dev>.csv``): input preparation and the sampler, each
   ``c0 + c1 x requests``.
 
