@@ -87,10 +87,37 @@ def summarize(rows: list[dict]) -> list[dict]:
                 "median_before": float(np.median(before)) if before else None,
                 "median": float(np.median(np.abs(e))),
                 "worst": float(np.max(np.abs(e))),
+                "median_beyond": float(np.median(np.abs([r["error_beyond_ar_scatter"] for r in rs]))),
+                "worst_beyond": float(np.max(np.abs([r["error_beyond_ar_scatter"] for r in rs]))),
                 "largest_part": f"{big} {shift[big]:+.1%}",
             }
         )
     return out
+
+
+def target_lines(summary: list[dict], rows: list[dict]) -> list[str]:
+    """The issue's target (every case: median within 10%, worst within 20%) and how the misses split."""
+    n = len(summary)
+    med = [s for s in summary if s["median"] > 0.10]
+    worst = [s for s in summary if s["worst"] > 0.20]
+    far = [r for r in rows if abs(r["error"]) > 0.20]
+    noise = [r for r in far if abs(r["error_beyond_ar_scatter"]) <= 0.20]
+    misses = ", ".join(f"{case(s)} {s['median']:.1%} ({s['median_beyond']:.1%} beyond the scatter)" for s in med)
+    out = [
+        f"Target: {n - len(med)} of {n} cases have a median within 10%"
+        + (f" (misses: {misses})" if med else "")
+        + f"; {n - len(worst)} of {n} have every point within 20%.",
+        f"- {len(far)} of {len(rows)} points are beyond 20%; {len(noise)} of them are within 20% of a reference "
+        "whose all-reduce takes another value the table measured nearby (the all-reduce scatter), "
+        f"{len(far) - len(noise)} are not.",
+    ]
+    for s in worst:
+        out.append(f"- beyond 20%: {case(s)}, worst {s['worst']:.1%}, {s['worst_beyond']:.1%} beyond the scatter")
+    return out
+
+
+def case(s: dict) -> str:
+    return f"{s['device']} {s['model']} TP{s['tp']} {s['kind']}"
 
 
 def markdown(summary: list[dict], rows: list[dict], notes: dict[str, list[str]]) -> str:
@@ -107,15 +134,20 @@ def markdown(summary: list[dict], rows: list[dict], notes: dict[str, list[str]])
         "checked on Llama-3-8B, Llama-3-70B, InternLM-20B, Qwen-72B (held-out); attention, all-reduce and host "
         "costs are in-sample everywhere (one source each).",
         "",
+        "Beyond scatter: the error once the reference's all-reduce may be any value Vidur's "
+        "all-reduce table measured at sizes near the step's message (within a factor 2, and the two "
+        "measured sizes either side); the reference itself is unchanged in every other column.",
+        "",
         "| split | device | model | TP | kind | points | median \\|err\\| before | median \\|err\\| "
-        "| worst \\|err\\| | largest component shift (median) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| worst \\|err\\| | median / worst beyond all-reduce scatter | largest component shift (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summary:
         before = f"{s['median_before']:.1%}" if s["median_before"] is not None else "n/a"
         md.append(
             f"| {s['split']} | {s['device']} | {s['model']} | {s['tp']} | {s['kind']} | {s['n']} | {before} | "
-            f"{s['median']:.1%} | {s['worst']:.1%} | {s['largest_part']} |"
+            f"{s['median']:.1%} | {s['worst']:.1%} | {s['median_beyond']:.1%} / {s['worst_beyond']:.1%} | "
+            f"{s['largest_part']} |"
         )
     md.append("")
     for split in ("train", "held-out"):
@@ -126,6 +158,7 @@ def markdown(summary: list[dict], rows: list[dict], notes: dict[str, list[str]])
             f"- {split}: {len(e)} points, {before}{np.median(e):.1%} median, {np.percentile(e, 90):.1%} p90, "
             f"{np.max(e):.1%} worst after."
         )
+    md += ["", *target_lines(summary, rows)]
     md += ["", "Left out:"] + [f"- {folder}: {why}" for folder, why in skipped()]
     md += ["", "What the imported profiles do not measure (both sides then use the analytic model's own curve):"]
     for what, word in (

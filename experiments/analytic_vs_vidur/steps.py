@@ -54,6 +54,32 @@ def tp_sizes(dev: str, vidur_model: str) -> list[int]:
     )
 
 
+def allreduce_table(dev: str, tp: int) -> list[tuple[float, float]] | None:
+    """(bytes, median seconds) of Vidur's all-reduce at ``tp`` GPUs inside one node, as the import keeps them."""
+    path = VIDUR_ROOT / "network" / f"{dev}_{NETWORK[dev]}" / "all_reduce.csv"
+    if tp < 2 or not path.is_file():
+        return None
+    pts = sorted(
+        (float(r["size"]), float(r["time_stats.all_reduce.median"]) * 1e-3)
+        for r in rows(path)
+        if int(r["num_workers"]) == tp and r["devices_per_node"] == r["num_workers"]
+    )
+    return pts or None
+
+
+def local_scatter(table: list[tuple[float, float]], nbytes: float) -> tuple[float, float]:
+    """(min, max) seconds the table measured at sizes near ``nbytes``: within a factor 2, and the two
+    measured sizes on either side. Where this range is wide, neighbouring sizes disagree (the table
+    is bimodal at small messages, 20 or 60 us on A100), and the profile's value at ``nbytes`` is
+    one draw of that noise, not a curve a model can follow."""
+    sizes = [x for x, _ in table]
+    i = next((k for k, x in enumerate(sizes) if x >= nbytes), len(sizes))
+    near = {k for k in range(max(0, i - 2), min(len(sizes), i + 2))}
+    near |= {k for k, x in enumerate(sizes) if nbytes / 2 <= x <= 2 * nbytes}
+    ys = [table[k][1] for k in near]
+    return min(ys), max(ys)
+
+
 def profile_parts(pc: ProfiledCost, st: StageSpec, plan: StepPlan) -> dict[str, float]:
     """The profiled stage time by component (seconds); the values sum to ``pc.stage_time``."""
     f, L, T, R = pc.f, st.num_layers, plan.num_tokens, plan.num_reqs
@@ -104,10 +130,17 @@ def compare_case(
         pc.allreduce_time = ac.collective_time  # not measured: both sides use the analytic all-reduce
         notes.append("all-reduce: not measured; the analytic model's on both sides")
     st = StageSpec(0, 0, shape.num_layers, True, True, tp)
+    table = allreduce_table(dev, tp) if "all_reduce" in prof.fits else None
     out = []
     for kind, a, b, plan in grid():
         pp, ap = profile_parts(pc, st, plan), analytic_parts(ac, st, plan)
         prof_ms, ana_ms = pc.stage_time(st, plan) * 1e3, ac.stage_time(st, plan) * 1e3
+        lo_ms = hi_ms = prof_ms  # the reference with its all-reduce at the lowest / highest nearby measurement
+        if table is not None:
+            lo, hi = local_scatter(table, plan.num_tokens * shape.hidden_size * shape.dtype_bytes)
+            calls = 2 * shape.num_layers * 1e3
+            lo_ms, hi_ms = prof_ms + lo * calls - pp["allreduce"] * 1e3, prof_ms + hi * calls - pp["allreduce"] * 1e3
+        beyond = max(0.0, ana_ms - hi_ms) + min(0.0, ana_ms - lo_ms)
         split = "train" if preset in TRAIN_MODELS else "held-out"
         row = {
             "device": preset_dev,
@@ -121,6 +154,9 @@ def compare_case(
             "profile_ms": round(prof_ms, 4),
             "analytic_ms": round(ana_ms, 4),
             "error": round((ana_ms - prof_ms) / prof_ms, 4),
+            "profile_ar_scatter_lo_ms": round(lo_ms, 4),
+            "profile_ar_scatter_hi_ms": round(hi_ms, 4),
+            "error_beyond_ar_scatter": round(beyond / prof_ms, 4),
         }
         for k in PARTS:
             row[f"profile_{k}_ms"] = round(pp[k] * 1e3, 4)

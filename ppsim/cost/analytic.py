@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ppsim.config import CostConfig, CpuOverheads
 from ppsim.cost.base import StageSpec
-from ppsim.cost.kernels import FIT, KernelFit, device_fit, smooth_roof
+from ppsim.cost.kernels import FIT, KernelFit, device_fit, gemm_rows, smooth_roof
 from ppsim.cost.layers import (
     attention_gemms,
     expert_gemm,
@@ -63,6 +63,7 @@ class AnalyticCost:
     ) -> None:
         self.shape, self.tp, self.cpu, self.fit = shape, tp, cpu, fit
         self.dev = dev = device_fit(device.name)
+        self.ar_fit = dev.allreduce_fit(tp)
         ce = cost.compute_efficiency if cost.compute_efficiency is not None else dev.compute_eff
         me = cost.memory_efficiency if cost.memory_efficiency is not None else dev.memory_eff
         self.peak_bw = device.hbm_bandwidth_gbps * 1e9
@@ -73,6 +74,10 @@ class AnalyticCost:
         self.attn_bw = self.peak_bw * fit.attn_memory_eff
         self.p = fit.gemm_sharpness
         self.floor, self.gemm_launch = fit.floor_us * 1e-6, fit.gemm_launch_us * 1e-6
+        self.elem_fit = {}  # kind -> (share of the HBM peak, seconds per byte of one row)
+        for kind in ("norm", "rope", "act", "add", "emb"):
+            eff, row_ns_per_kb = fit.elementwise(kind)
+            self.elem_fit[kind] = (eff, row_ns_per_kb * 1e-9 / 1024)
         self.link = link
         self.tp_link = tp_link
         self.layer_overhead = cost.layer_overhead_us * 1e-6
@@ -92,13 +97,9 @@ class AnalyticCost:
             self.hg = heads_per_gpu(shape, tp)
             rope = (self.hg + 1) * shape.qk_rope_head_dim
             norms += [shape.kv_lora_rank] + ([shape.q_lora_rank] if shape.q_lora_rank else [])
-        # Elementwise kernels of a layer: (bytes per token, achieved fraction of the HBM peak).
-        common = [(2 * n * b, fit.norm_eff) for n in norms] + [
-            (2 * rope * b, fit.rope_eff),
-            (3 * h * b, fit.add_eff),
-            (3 * h * b, fit.add_eff),
-        ]
-        self.elementwise = common + [(3 * self.i_gpu * b, fit.act_eff)]
+        # Elementwise kernels of a layer: (bytes per token, kernel kind).
+        common = [(2 * n * b, "norm") for n in norms] + [(2 * rope * b, "rope"), (3 * h * b, "add"), (3 * h * b, "add")]
+        self.elementwise = common + [(3 * self.i_gpu * b, "act")]
         # KV reshapes around attention (Vidur's attn_input_reshape / attn_output_reshape), bytes per token
         self.reshape_bytes = 2 * b * (2 * self.q_gpu + 2 * self.kv_gpu)
         if shape.is_moe:
@@ -108,10 +109,7 @@ class AnalyticCost:
                 self.moe_gemms += mlp_gemms(shape, shape.shared_expert_intermediate_size, tp)
             self.expert = expert_gemm(shape, tp)
             moe_i = (k * shape.moe_intermediate_size + shape.shared_expert_intermediate_size) / tp
-            self.moe_elementwise = common + [
-                (3 * moe_i * b, fit.act_eff),
-                (2 * E * 4, fit.act_eff),
-            ]  # SiLU; router softmax/top-k in fp32
+            self.moe_elementwise = common + [(3 * moe_i * b, "act"), (2 * E * 4, "act")]  # SiLU; router top-k, fp32
         self.has_dense = shape.num_moe_layers() < shape.num_layers
         self._touched: dict[int, float] = {}
         self._split: dict[tuple[int, int], tuple[int, int]] = {}
@@ -121,9 +119,12 @@ class AnalyticCost:
         """One GEMM kernel: a launch cost plus the smooth roofline of its compute and memory times."""
         return self.gemm_launch + smooth_roof(flops / self.gemm_flops, nbytes / self.bw, self.p)
 
-    def _elem(self, nbytes: float, eff: float) -> float:
-        """One elementwise kernel moving ``nbytes`` at ``eff`` of the HBM peak, at least a launch floor."""
-        return max(self.floor, nbytes / (self.peak_bw * eff))
+    def _elem(self, per_tok: float, tokens: int, kind: str) -> float:
+        """One elementwise kernel of ``kind`` over ``tokens`` rows of ``per_tok`` bytes: the HBM time at the
+        kind's achieved share of the peak, at least a launch floor plus one row streamed by one thread block
+        (vLLM's norm, RoPE and SiLU kernels run a block per token, so a few tokens take one row's time)."""
+        eff, row_s_per_byte = self.elem_fit[kind]
+        return max(self.floor + per_tok * row_s_per_byte, per_tok * tokens / (self.peak_bw * eff))
 
     def experts_touched(self, num_tokens: int) -> float:
         """Expected distinct routed experts a step of ``num_tokens`` tokens reads, per MoE layer."""
@@ -166,14 +167,15 @@ class AnalyticCost:
         """Seconds of one layer on one GPU by component: gemm, elementwise, attention, allreduce, overhead."""
         T = plan.num_tokens
         b = self.shape.dtype_bytes
-        gemm = 0.0
+        gemm, rows = 0.0, gemm_rows(T, self.fit)
         for w_bytes, flops_per_tok, act_per_tok in self.moe_gemms if moe else self.gemms:
-            gemm += self._groof(flops_per_tok * T, w_bytes + act_per_tok * T * b)
+            gemm += self._groof(flops_per_tok * rows, w_bytes + act_per_tok * T * b)
         if moe:
             w_exp, fl_exp, act_exp = self.expert
             routed = T * self.shape.num_experts_per_tok
             gemm += self._groof(fl_exp * routed, self.experts_touched(T) * w_exp + act_exp * routed * b)
-        elem = sum(self._elem(per_tok * T, eff) for per_tok, eff in (self.moe_elementwise if moe else self.elementwise))
+        kernels = self.moe_elementwise if moe else self.elementwise
+        elem = sum(self._elem(per_tok, T, kind) for per_tok, kind in kernels)
         ar = 2 * self.collective_time(T * self.shape.hidden_size * b) if self.tp > 1 else 0.0
         return {
             "gemm": gemm,
@@ -199,11 +201,9 @@ class AnalyticCost:
         )
 
     def collective_time(self, nbytes: float) -> float:
-        """One TP all-reduce as NCCL runs it: a fixed call cost plus the ring's bytes at the fitted bus efficiency."""
-        n, f = self.tp, self.dev
-        return f.allreduce_call_us * 1e-6 + 2 * (n - 1) / n * nbytes / (
-            self.tp_link.bandwidth_gbps * 1e9 * f.allreduce_bus_eff
-        )
+        """One TP all-reduce as NCCL runs it: call cost plus the ring's bytes at a bus efficiency, per group size."""
+        n, (call_us, bus_eff) = self.tp, self.ar_fit
+        return call_us * 1e-6 + 2 * (n - 1) / n * nbytes / (self.tp_link.bandwidth_gbps * 1e9 * bus_eff)
 
     def step_time(self, plan: StepPlan) -> float:
         """Per stage per step: input preparation (host), fixed plus per request."""
@@ -211,16 +211,17 @@ class AnalyticCost:
 
     def first_extra(self, plan: StepPlan) -> float:
         """The embedding gather."""
-        return self._elem(2 * plan.num_tokens * self.shape.hidden_size * self.shape.dtype_bytes, self.fit.emb_eff)
+        return self._elem(2 * self.shape.hidden_size * self.shape.dtype_bytes, plan.num_tokens, "emb")
 
     def last_parts(self, plan: StepPlan) -> dict[str, float]:
         """Final norm over the step's tokens, lm_head over one row per request, and the sampler."""
         s, R, b, f = self.shape, plan.num_reqs, self.shape.dtype_bytes, self.dev
         v_gpu = s.vocab_size / self.tp
         return {
-            "final_norm": self._elem(2 * plan.num_tokens * s.hidden_size * b, self.fit.norm_eff),
+            "final_norm": self._elem(2 * s.hidden_size * b, plan.num_tokens, "norm"),
             "lm_head": self._groof(
-                2 * R * s.hidden_size * v_gpu, (s.hidden_size * v_gpu + R * (s.hidden_size + v_gpu)) * b
+                2 * gemm_rows(R, self.fit) * s.hidden_size * v_gpu,
+                (s.hidden_size * v_gpu + R * (s.hidden_size + v_gpu)) * b,
             ),
             "sampler": (f.sampler_us + f.sampler_per_req_us * R) * 1e-6,
         }

@@ -4,15 +4,18 @@ Each operator of a step is one GPU kernel (or a host call). The curves below wer
 public measured GPU data, Vidur's profiles (``experiments/analytic_vs_vidur/fit.py``; the numbers
 are in ``fit.json`` beside it). GEMM and elementwise curves are fitted on the training models
 (Llama-2-7B, Llama-2-70B, CodeLlama-34B) and checked on the held-out ones (Llama-3-8B/70B,
-InternLM-20B); the rest has a single source each and is in-sample:
+InternLM-20B, Qwen-72B); the rest has a single source each and is in-sample:
 
 - GEMM (``mlp.csv`` ``attn_pre_proj``, ``attn_post_proj``, ``mlp_up_proj``, ``mlp_down_proj``):
   ``gemm_launch_us`` plus a smooth roofline ``(c^p + m^p)^(1/p)`` of the compute time ``c`` (FLOPs
   / (peak x compute_eff)) and the memory time ``m`` (bytes / (bandwidth x memory_eff)), the two
   efficiencies per device. A plain ``max(c, m)`` (p = inf) is 25-40% fast where both are close
   (64-256 tokens on a 70B layer): kernels neither reach both roofs at once nor overlap them fully.
+  ``c`` counts the token dimension in whole tiles (:func:`gemm_rows`): Vidur's tables step up
+  right after 128, 256, ... tokens.
 - Elementwise kernels (``input_layernorm``, ``attn_rope``, ``mlp_act``, ``add``, ``emb``): bytes
-  moved over an achieved share of the HBM peak per kernel kind, at least ``floor_us``.
+  moved over an achieved share of the HBM peak per kernel kind, at least ``floor_us`` plus one row
+  (token) streamed by one thread block (vLLM's norm, RoPE and SiLU kernels run a block per token).
 - Attention (``attention.csv``, FlashInfer, Llama-2-70B TP2 on A100, the only attention file Vidur
   ships: in-sample, no held-out check): prefill at ``attn_compute_eff`` of the peak over the causal
   query-key pairs, fitted to the chunk's own c^2 term (Vidur's FlashInfer takes no time off for the
@@ -21,9 +24,10 @@ InternLM-20B); the rest has a single source each and is in-sample:
   decode reads the context's KV at ``attn_memory_eff`` of the bandwidth; each call costs
   ``attn_call_us``.
 - All-reduce (``network/<dev>_dgx/all_reduce.csv``, NCCL inside one NVSwitch node, 2-8 GPUs):
-  ``allreduce_call_us`` plus the ring's 2 (N - 1) / N x bytes over the TP link at
-  ``allreduce_bus_eff`` of its bandwidth. The fixed part is an eagerly launched NCCL call (no CUDA
-  graphs, no custom all-reduce in Vidur's runs), and it dominates decode at TP > 1.
+  a call cost plus the ring's 2 (N - 1) / N x bytes over the TP link at a bus efficiency, both
+  fitted per group size N (each octave of message size weighted alike). The fixed part is an
+  eagerly launched NCCL call (no CUDA graphs, no custom all-reduce in Vidur's runs), and it
+  dominates decode at TP > 1.
 - Host work per step (``cpu_overheads/<dev>.csv``): input preparation and the sampler, each
   ``c0 + c1 x requests``.
 
@@ -40,18 +44,31 @@ from dataclasses import dataclass
 class KernelFit:
     """Fitted shares and fixed costs common to every device (see the module docstring)."""
 
-    gemm_sharpness: float = 1.40
-    gemm_launch_us: float = 5.49
-    floor_us: float = 4.06
-    norm_eff: float = 0.422
-    rope_eff: float = 0.540
-    act_eff: float = 0.567
-    add_eff: float = 0.941
-    emb_eff: float = 0.227
+    gemm_sharpness: float = 1.82
+    gemm_launch_us: float = 5.79
+    gemm_tile_rows: int = 128
+    gemm_small_tile_rows: int = 64
+    gemm_small_tile_eff: float = 0.909
+    floor_us: float = 2.34
+    norm_eff: float = 0.426
+    rope_eff: float = 0.532
+    act_eff: float = 0.569
+    add_eff: float = 0.935
+    emb_eff: float = 0.229
+    # one row (token) streamed by one thread block, ns per KB of the row: 1 / the block's bandwidth
+    norm_row_ns_per_kb: float = 138.0
+    rope_row_ns_per_kb: float = 120.0
+    act_row_ns_per_kb: float = 73.2
+    add_row_ns_per_kb: float = 0.0
+    emb_row_ns_per_kb: float = 133.0
     attn_compute_eff: float = 0.217
     attn_memory_eff: float = 0.767
     attn_call_us: float = 15.9
     reshape_eff: float = 0.245
+
+    def elementwise(self, kind: str) -> tuple[float, float]:
+        """(share of the HBM peak, row ns per KB) of an elementwise kernel kind: norm, rope, act, add, emb."""
+        return getattr(self, f"{kind}_eff"), getattr(self, f"{kind}_row_ns_per_kb")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,26 +77,51 @@ class DeviceFit:
 
     compute_eff: float
     memory_eff: float
-    allreduce_call_us: float
-    allreduce_bus_eff: float
+    allreduce: tuple[tuple[int, float, float], ...]  # (GPUs, call us, bus efficiency), GPUs ascending
     prepare_us: float
     prepare_per_req_us: float
     sampler_us: float
     sampler_per_req_us: float
 
+    def allreduce_fit(self, gpus: int) -> tuple[float, float]:
+        """(call us, bus efficiency) of the largest fitted group size at most ``gpus`` (else the smallest)."""
+        best = self.allreduce[0]
+        for entry in self.allreduce:
+            if entry[0] <= gpus:
+                best = entry
+        return best[1], best[2]
+
 
 FIT = KernelFit()
 # experiments/analytic_vs_vidur/fit.json, rounded. H100: A100's host costs (Vidur has no H100 host
 # data); A40: no all-reduce data, A100's. A device without Vidur data uses A100's numbers.
+A100_ALLREDUCE = ((2, 41.4, 0.554), (4, 31.1, 0.504), (8, 38.9, 0.502))
+H100_ALLREDUCE = ((2, 19.4, 0.606), (4, 36.7, 0.898), (8, 29.1, 0.786))
 DEVICE_FITS = {
-    "a100-80gb": DeviceFit(0.740, 0.832, 42.5, 0.534, 148.0, 0.97, 599.0, 3.27),
-    "h100-sxm": DeviceFit(0.741, 0.929, 29.9, 0.786, 148.0, 0.97, 599.0, 3.27),
-    "a40": DeviceFit(0.799, 0.857, 42.5, 0.534, 949.0, 24.1, 5124.0, 1.36),
+    "a100-80gb": DeviceFit(0.747, 0.804, A100_ALLREDUCE, 148.0, 0.97, 599.0, 3.27),
+    "h100-sxm": DeviceFit(0.727, 0.912, H100_ALLREDUCE, 148.0, 0.97, 599.0, 3.27),
+    "a40": DeviceFit(0.791, 0.818, A100_ALLREDUCE, 949.0, 24.1, 5124.0, 1.36),
 }
 
 
 def device_fit(name: str) -> DeviceFit:
     return DEVICE_FITS.get(name, DEVICE_FITS["a100-80gb"])
+
+
+def gemm_rows(tokens: float, fit: KernelFit = FIT) -> float:
+    """Rows (tokens) a GEMM's compute costs: beyond one tile, the token dimension in whole tiles.
+
+    cuBLAS splits the token dimension M into tiles and computes each tile whole; its heuristic picks
+    among tile shapes, 128 rows (``gemm_tile_rows``) or 64 (``gemm_small_tile_rows``, which waste less
+    padding but run at ``gemm_small_tile_eff`` of the large tile's rate). So 136 tokens cost what
+    about 192 / 0.91 = 211 do, 256 cost 256 (Vidur's tables step up right after 128, 256, ...). Up to
+    one large tile the GEMM is memory-bound or a single tile and is not padded.
+    """
+    big = fit.gemm_tile_rows
+    if tokens <= big:
+        return tokens
+    small = fit.gemm_small_tile_rows
+    return min(-(-tokens // big) * big, -(-tokens // small) * small / fit.gemm_small_tile_eff)
 
 
 def smooth_roof(compute_s: float, memory_s: float, p: float) -> float:
