@@ -36,6 +36,7 @@ SAMPLE_FIELDS = [
     "experts",
     "layers",
     "start_layer",
+    "gap_s",
     "median_s",
     "mean_s",
     "p10_s",

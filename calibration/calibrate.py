@@ -173,6 +173,23 @@ def fit_glue(
     return _ols_tok_req("layer_glue", T, R, res), gaps
 
 
+def fit_idle(rows: list[dict[str, Any]], stat: str) -> OpFit | None:
+    """``stage_idle``: seconds per layer that a middle-stage step costs more after an idle gap than back
+    to back, per gap (the mean over the timed plans of (t(gap) - t(0)) / layers), as a table over the
+    gap (``interp``; the cost model holds its last value beyond the longest gap)."""
+    by: dict[str, dict[float, float]] = {}
+    for r in rows:
+        by.setdefault(r["plan"], {})[float(r["gap_s"])] = value(r, stat) / int(r["layers"])
+    plans = [p for p in by.values() if 0.0 in p]
+    if not plans:
+        return None
+    gaps = sorted(set.intersection(*(set(p) for p in plans)))
+    ys = [max(0.0, float(np.mean([p[g] - p[0.0] for p in plans]))) for g in gaps]
+    for i in range(1, len(ys)):  # a longer idle never warms the caches: keep the table non-decreasing
+        ys[i] = max(ys[i], ys[i - 1])
+    return OpFit("stage_idle", "interp", "gap_s", {"xs": gaps, "ys": ys})
+
+
 def heldout_errors(cost: ProfiledCost, rows: list[dict[str, Any]], stat: str = "median") -> list[dict[str, Any]]:
     out = []
     for r in rows:
@@ -331,6 +348,9 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
         g, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"], stat)
         glue, note = {"layer_glue": g}, "OLS of whole layer minus sum of operators"
     fits.update(glue)
+    idle = fit_idle([r for r in rows if r["split"] == "idle"], stat)
+    if idle is not None:
+        fits["stage_idle"] = idle
     cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
     held = heldout_errors(cost, [r for r in rows if r["split"] == "heldout"], stat)
     whole = ("layer", *KINDS)
@@ -345,6 +365,8 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
         },
     }
     fj = {op: fit_to_json(f, stats.get(op, {})) for op, f in fits.items()}
+    if idle is not None:
+        fj["stage_idle"].update({"note": "extra seconds per layer of a middle-stage step after an idle gap"})
     for name in glue:
         fj[name].update({"n_samples": sum(1 for g in gaps if g["stage"] in ("layer", GLUE_KIND[name])), "note": note})
     write_artifact(out, meta, fj, rows)

@@ -85,6 +85,11 @@ QUICK = Grid(
 )
 
 
+# Middle-stage steps timed after an idle gap (seconds): the ``stage_idle`` fit of calibration.calibrate.
+IDLE_PLANS = ("D4x128", "P64@0")
+IDLE_GAPS_S = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1)
+
+
 def parse_plan(spec: str, rng: np.random.Generator) -> list[Seq]:
     """A plan spec -> requests (see the grid comment); ragged decode contexts from ``rng``."""
     seqs: list[Seq] = []
@@ -214,7 +219,15 @@ class OpProfiler:
                 out.append(Task(op, "fit", {"reqs": R}, lambda op=op, R=R: self.req_fn(op, R)))
         for spec in g.layer_plans:
             out.extend(self._stage_task(kind, spec, "stage") for kind in ("stage_first", "stage_mid", "stage_last"))
+        if self.timer.clock == "thread":  # idle gaps cost nothing on this clock; the step after them does
+            out.extend(self._idle_task(spec, gap) for spec in IDLE_PLANS for gap in IDLE_GAPS_S)
         return out
+
+    def _idle_task(self, spec: str, gap_s: float) -> Task:
+        seqs = parse_plan(spec, self.rng)
+        st = self.stages
+        feats = {**plan_features(seqs), "layers": st.layers("stage_mid"), "start_layer": st.start, "gap_s": gap_s}
+        return Task("stage_idle", "idle", feats, lambda: st.idle_step_fn(seqs, gap_s), plan=spec, seqs=seqs)
 
     def moe_tasks(self, split: str, tokens: tuple[int, ...]) -> list[Task]:
         """The MoE operators over ``tokens`` (none for a dense model), each run on every layer of the

@@ -113,3 +113,31 @@ def test_analyse_and_write_fits_the_glue_from_stage_rows(tmp_path):
     assert prof.meta["layer_gap"]["plans"][0]["stage"] == "stage_mid"
     for name, coef in TRUE.items():  # refitted operators reproduce the synthetic ones: so does the glue
         assert prof.fits[name].coef["c0"] == pytest.approx(coef["c0"], rel=0.05, abs=2e-6), name
+
+
+def test_idle_fit_is_per_layer_extra_time_over_back_to_back_and_never_decreases():
+    from calibration.calibrate import fit_idle
+    from ppsim.cost.base import StageSpec
+
+    def row(plan: str, gap: float, t: float) -> dict:
+        return {
+            "op": "stage_idle",
+            "split": "idle",
+            "plan": plan,
+            "gap_s": gap,
+            "layers": 4,
+            "mean_s": t,
+            "median_s": 0.0,
+        }
+
+    rows = [row("A", 0.0, 4.0e-3), row("A", 0.005, 4.4e-3), row("A", 0.02, 4.8e-3), row("A", 0.1, 4.7e-3)]
+    rows += [row("B", 0.0, 8.0e-3), row("B", 0.005, 8.2e-3), row("B", 0.02, 8.8e-3), row("B", 0.1, 8.9e-3)]
+    f = fit_idle(rows, "mean")
+    assert f.coef["xs"] == [0.0, 0.005, 0.02, 0.1]
+    assert f.coef["ys"] == pytest.approx([0.0, 0.075e-3, 0.2e-3, 0.2e-3])  # (0.1 + 0.05) / 2, (0.2 + 0.2) / 2, held
+    cost = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": f}), SHAPE, None, 1)
+    two = StageSpec(0, 0, 2, True, False)
+    assert cost.has_idle and cost.idle_time(two, 0.0) == 0.0
+    assert cost.idle_time(two, 0.0125) == pytest.approx(2 * (0.075e-3 + 0.5 * 0.125e-3))
+    assert cost.idle_time(two, 5.0) == pytest.approx(2 * 0.2e-3)  # held beyond the longest gap
+    assert fit_idle([], "mean") is None and not ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1).has_idle

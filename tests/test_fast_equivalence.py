@@ -77,7 +77,9 @@ SCENARIOS: dict[str, tuple[dict, dict, dict, Any, int | None]] = {
 PP1_ONLY = ("vllm-async",)  # vLLM's V1 runner runs async scheduling only at PP=1
 
 
-def _run(policy: str, name: str, reference: bool, engine_extra: dict | None = None) -> tuple[SimResult, dict]:
+def _run(
+    policy: str, name: str, reference: bool, engine_extra: dict | None = None, wrap: Any = None
+) -> tuple[SimResult, dict]:
     engine, cluster, workload, reqs, blocks = SCENARIOS[name]
     engine = dict(engine)
     engine.update(step_budget_fields(policy, engine.pop("budget")))
@@ -93,6 +95,8 @@ def _run(policy: str, name: str, reference: bool, engine_extra: dict | None = No
     prep = prepare(build_scenario(None, over), reqs())
     if blocks is not None:
         prep = replace(prep, num_blocks=blocks)
+    if wrap is not None:
+        prep = replace(prep, cost=wrap(prep.cost))
     res = simulate(prep, reference=reference)
     summ = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
     return res, summ
@@ -226,3 +230,30 @@ def test_lean_records_give_the_same_summary_and_requests(policy: str) -> None:
     assert summarize(lean.ledger, lean.ops, pp) == full
     assert requests_csv(lean.ledger) == requests_csv(kept.requests)
     assert sum(full[k] for k in ("completed", "aborted", "failed")) == len(prep.requests)
+
+
+class IdleCost:
+    """A cost model whose stage steps cost more after the stage idled (a profile's ``stage_idle``)."""
+
+    has_idle = True
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def idle_time(self, stage: Any, gap_s: float) -> float:
+        return stage.num_layers * 4e-5 * min(max(gap_s, 0.0), 0.02) / 0.02
+
+
+@pytest.mark.parametrize("name", ["mixed-aborts", "pp2-offline"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_idle_gaps_cost_the_same_on_both_paths(policy: str, name: str) -> None:
+    """A profile's idle penalty (the gap since the stage's previous compute) is charged alike."""
+    ref, rs = _run(policy, name, True, wrap=IdleCost)
+    fast, fs = _run(policy, name, False, wrap=IdleCost)
+    assert_same(ref, fast, rs, fs)
+    plain, _ = _run(policy, name, reference=False)
+    if policy != "no-pp":
+        assert [o.end_s for o in fast.ops] != [o.end_s for o in plain.ops]  # the penalty was charged

@@ -408,6 +408,21 @@ class ProfiledCost:
                 last += f["last_glue"].tok_req(T, R)
         return nl, dense, moe, prep, emb, last
 
+    @property
+    def has_idle(self) -> bool:
+        """Whether the profile measured ``stage_idle`` (the pipelines then charge :meth:`idle_time`)."""
+        return "stage_idle" in self.f
+
+    def idle_time(self, stage: StageSpec, gap_s: float) -> float:
+        """Extra seconds of a ``stage`` step that starts ``gap_s`` after the stage's previous one ended:
+        caches lost while it waited (``calibration/stage_step.py``), per layer, held beyond the
+        longest measured gap."""
+        f = self.f.get("stage_idle")
+        if f is None or gap_s <= 0.0:
+            return 0.0
+        xs = f.coef["xs"]  # not memoised (OpFit.at): gaps are continuous, the memo would only grow
+        return stage.num_layers * _interp(xs, f.coef["ys"], gap_s if gap_s < xs[-1] else xs[-1])
+
     def link_time(self, nbytes: float) -> float:
         if "send_recv" in self.f:
             return max(self.f["send_recv"].at(nbytes), 0.0)

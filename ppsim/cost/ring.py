@@ -51,6 +51,13 @@ class RingReturnCost:
     def link_time(self, nbytes: float) -> float:
         return self.inner.link_time(nbytes)
 
+    @property
+    def has_idle(self) -> bool:
+        return bool(getattr(self.inner, "has_idle", False))
+
+    def idle_time(self, stage: StageSpec, gap_s: float) -> float:
+        return self.inner.idle_time(stage, gap_s)
+
     def cpu_time(self, kind: str, n: int) -> float:
         return self.inner.cpu_time(kind, n)
 

@@ -7,7 +7,7 @@ known and, stage by stage::
 
     start[m][s] = max(arrival[m][s], end[m-1][s], token_ready(deps) if s == 0,
                       send_free[s] unless sends overlap compute)
-    end[m][s]   = start[m][s] + stage_time(s, m)
+    end[m][s]   = start[m][s] + stage_time(s, m) [+ idle_time(s, start[m][s] - end[m-1][s])]
     send[m][s]  = [max(end[m][s], send_free[s]), + link_time)   -> arrival[m][s+1] = its end
     return      = end[m][last] + return_time            (the one SimPy event: ``done``)
 
@@ -103,6 +103,8 @@ class FastPipeline:
         self.launches = 0
         # every stage's time of a plan in one call, where the cost model has it (the same values)
         self.stage_times = getattr(cost, "stage_times", None)
+        # a step after the stage idled costs more (a profile's stage_idle): gap = start - previous end
+        self.idle = cost.idle_time if getattr(cost, "has_idle", False) else None
         self.messages: dict[int, tuple[float, float]] = {}  # requests -> (launch_time, return_time)
         self.ret0: float | None = None  # an empty plan's return message (a pure function of the count)
         self.defer_outputs = defer_outputs
@@ -222,7 +224,10 @@ class FastPipeline:
                 self.arrive_last = t
             if not self.overlap_sends and start < send_free[i]:
                 start = send_free[i]
-            end = start + (times[i] if times is not None else cost.stage_time(st, plan))
+            dur = times[i] if times is not None else cost.stage_time(st, plan)
+            if self.idle is not None:
+                dur += self.idle(st, start - stage_free[i])
+            end = start + dur
             stage_free[i] = end
             track, link_track = self.tracks[i]
             ops.add_compute(track, step, start, end, n_tok, n_req, n_pre, n_dec)

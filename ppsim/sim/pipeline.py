@@ -65,6 +65,8 @@ class PipelineSim:
         self.token_ready: dict[int, simpy.Event] = {}  # step -> its sampled tokens are at the first stage
         self.track_tokens = False  # set by the executor when the policy schedules ahead of its tokens
         self.send_free = [0.0] * len(stages)  # when each stage's previous send (or broadcast) completes
+        self.stage_end = [0.0] * len(stages)  # when each stage's previous compute ended (idle gaps)
+        self.idle = cost.idle_time if getattr(cost, "has_idle", False) else None
         self.defer_outputs = defer_outputs
         self.held: dict[int, StepPlan] = {}  # finished on the last stage, outputs not yet sent (deferral)
         self.last_arrived = -1  # newest step id that reached the last stage
@@ -152,7 +154,11 @@ class PipelineSim:
             if env.now < free[i] and not self.overlap_sends:
                 yield env.timeout(free[i] - env.now)
             start = env.now
-            yield env.timeout(cost.stage_time(st, plan))
+            dur = cost.stage_time(st, plan)
+            if self.idle is not None:  # a step after the stage idled costs more (a profile's stage_idle)
+                dur += self.idle(st, start - self.stage_end[i])
+            yield env.timeout(dur)
+            self.stage_end[i] = env.now
             ops.append(
                 OpRecord(
                     track,

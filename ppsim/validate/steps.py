@@ -59,22 +59,30 @@ def step_costs(
     run: int = 0,
     cpu_s: dict[tuple[int, int], float] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per engine stage compute whose plan is known: measured vs predicted seconds.
+    """One row per engine stage compute whose plan is known: measured vs predicted seconds (the plan's
+    ``stage_time``, plus for a profile with ``stage_idle`` the cost of the idle gap since that stage's
+    previous compute, as the simulator charges it).
 
     ``cpu_s`` ((stage, step id) -> the stage thread's CPU seconds in that compute; the engine's
     ``EngineRun.stage_cpu_s``) adds the prediction's error against CPU time: wall above CPU is time
     the stage was runnable but had no core; CPU above the prediction is slower execution."""
     cpu_s = cpu_s or {}
+    idle = cost.idle_time if getattr(cost, "has_idle", False) else None
+    last_end: dict[str, float] = {}  # each stage's previous compute end: the idle gap before this one
     rows = []
-    for op in ops:
+    for op in sorted(ops, key=lambda o: o.start_s):
         if op.kind != "compute" or not op.track.startswith("stage"):
             continue
+        gap = op.start_s - last_end.get(op.track, 0.0)
+        last_end[op.track] = op.end_s
         plan = plans.get(op.step_id)
         if plan is None or plan.is_empty:
             continue
         i = int(op.track[len("stage") :])
         measured = op.end_s - op.start_s
         pred = cost.stage_time(stages[i], plan)
+        if idle is not None:  # the step after the stage idled, as the simulator charges it
+            pred += idle(stages[i], gap)
         cpu = cpu_s.get((i, op.step_id), -1.0)
         rows.append(
             {
