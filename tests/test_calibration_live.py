@@ -48,7 +48,8 @@ def test_quick_calibrate_cli(quick_profile):
     assert meta["model"]["hidden_size"] == 256 and meta["torch_version"] == torch.__version__
     fits = json.loads((out / "fits.json").read_text())
     glue = ("layer_glue", "first_glue", "last_glue")
-    assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in glue)
+    assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in (*glue, "stage_idle"))
+    assert fits["stage_idle"]["form"] == "interp" and fits["stage_idle"]["coef"]["xs"][0] == 0.0
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
     assert meta["host_probe_s"] > 0 and len(meta["host_probes_s"]) == 3  # 2 rounds and the end
     rows = (out / "samples.csv").read_text().splitlines()
