@@ -86,3 +86,14 @@ def test_results_tables_keep_sets_apart():
     assert "0.010 (±0.020) / 0.200 (±0.020)" in line  # bubble in points, never in the percent medians
     assert "## Held-out draws" in md and json.dumps({"policy": "vllm-sync", "pp": 2, "seed": 5}, sort_keys=True) in md
     assert "Host guard: 2 of 2 scenarios flagged" in md
+
+
+def test_development_matrix_knobs_are_plain_values():
+    """Every scenario's knobs go into results.csv as JSON: the development matrix's too."""
+    from experiments.validation.run import parse_args, plan_scenarios
+
+    todo = plan_scenarios(parse_args(["--set", "development", "--profile", PROFILE]), PROFILE)
+    assert len(todo) == 9
+    for set_name, _name, knobs, s in todo:
+        assert set_name == "development" and knobs["policy"] == s.engine.policy.kind
+        json.dumps(knobs)
