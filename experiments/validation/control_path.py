@@ -56,7 +56,8 @@ def report(d: Path) -> str:
     for k in ("schedule", "launch gap", "return gap", "update"):
         e, s = eng.get(k), sim.get(k)
         if e and s:
-            lines.append(f"  {k:<11} engine {statistics.median(e) * 1e3:7.3f}  sim {statistics.median(s) * 1e3:7.3f}  (n {len(e)}, {len(s)})")
+            me, ms = statistics.median(e) * 1e3, statistics.median(s) * 1e3
+            lines.append(f"  {k:<11} engine {me:7.3f}  sim {ms:7.3f}  (n {len(e)}, {len(s)})")
     return "\n".join(lines)
 
 

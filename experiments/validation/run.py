@@ -93,7 +93,8 @@ def plan_scenarios(args: argparse.Namespace, profile: str) -> list[tuple[str, st
     todo = []
     if args.set in ("development", "both"):
         for name, s in development(model, profile).items():
-            todo.append(("development", name, {"policy": s.engine.policy.kind, "pp": s.cluster.pipeline_parallel_size}, s))
+            knobs = {"policy": s.engine.policy.kind, "pp": s.cluster.pipeline_parallel_size}
+            todo.append(("development", name, knobs, s))
     if args.set in ("held-out", "both"):
         for name, (knobs, s) in held_out(args.heldout_seed, args.heldout_per_policy, model, profile).items():
             todo.append(("held-out", name, knobs, s))
