@@ -58,10 +58,16 @@ def calibration_scenario(model: str, device: str, threads: int):  # noqa: ANN201
 
 
 def step_paths(ops: list[Any]) -> dict[str, list[tuple[int, float]]]:
-    """``op -> [(n, seconds)]`` from a one-stage engine run's records (see the module doc)."""
+    """``op -> [(n, seconds)]`` from an engine (or simulator) run's records (see the module doc): the
+    launch to the first stage, the return from the last. Meant for one step in flight (``vllm-sync``):
+    with more, a launch gap also holds the wait for the stage to finish the step before."""
     core = sorted((o for o in ops if o.track == "core"), key=lambda o: o.start_s)
-    comp = sorted((o for o in ops if o.track == "stage0" and o.kind == "compute"), key=lambda o: o.start_s)
-    starts = [o.start_s for o in comp]
+    stages = sorted({o.track for o in ops if o.track.startswith("stage")}, key=lambda t: int(t[5:]))
+    if not stages:
+        return {}
+    first = sorted((o for o in ops if o.track == stages[0] and o.kind == "compute"), key=lambda o: o.start_s)
+    comp = sorted((o for o in ops if o.track == stages[-1] and o.kind == "compute"), key=lambda o: o.end_s)
+    starts = [o.start_s for o in first]
     ends = [o.end_s for o in comp]
     out: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for i, o in enumerate(core):
@@ -69,8 +75,8 @@ def step_paths(ops: list[Any]) -> dict[str, list[tuple[int, float]]]:
         if o.kind == "schedule":
             out["schedule"].append((o.num_reqs, o.end_s - o.start_s))
             j = bisect.bisect_left(starts, o.end_s)
-            if j < len(comp) and (nxt is None or comp[j].start_s <= nxt.start_s):
-                out["launch"].append((comp[j].num_reqs, comp[j].start_s - o.end_s))
+            if j < len(first) and (nxt is None or first[j].start_s <= nxt.start_s):
+                out["launch"].append((first[j].num_reqs, first[j].start_s - o.end_s))
         elif o.kind == "update" and nxt is not None and nxt.kind == "schedule":
             out["update"].append((o.num_reqs, nxt.start_s - o.start_s))
             j = bisect.bisect_right(ends, o.start_s) - 1

@@ -57,3 +57,15 @@ def test_the_calibration_workload_shrinks_the_running_set():
 
     outs = prepare(s).requests.output_len
     assert outs.min() <= 8 and outs.max() >= 56 and len(outs) == 32
+
+
+def test_control_path_report_reads_a_validation_dir(tmp_path):
+    """``experiments/validation/control_path.py`` on an engine and a simulator run of the same timeline."""
+    from experiments.validation.control_path import report
+    from ppsim.metrics.io import ops_csv
+
+    for d in ("engine-0", "sim"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "stage_ops.csv").write_text(ops_csv(TIMELINE))
+    text = report(tmp_path)
+    assert "engine (1 runs)" in text and "launch    engine   0.375  sim   0.375" in text
