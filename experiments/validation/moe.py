@@ -1,7 +1,7 @@
 """Mixture-of-experts validation: the live CPU engine vs the simulator on tiny-moe at PP=2.
 
 tiny-moe (8 routed experts, top-2, one shared expert, 8 layers, hidden 256) on decode-heavy workloads
-whose decode micro-batches hold 1, 8 and 32 requests (vllm-batch-queue, max_num_seqs = 2 x B, all
+whose decode micro-batches hold 1, 8 and 32 requests (vllm-batch-queue with --pp-throttle, max_num_seqs = 2 x B, all
 requests at t=0, 16-token prompts, 48 output tokens). For each size the script reports
 
 - the distinct experts a decode micro-batch of B requests touches: the engine's router on the
@@ -47,7 +47,13 @@ def scenario(batch: int, profile: str, zipf: float):
             "seed": 0,
             "moe_router_zipf": zipf,
             "cluster": {"pipeline_parallel_size": 2},
-            "engine": {"policy": "vllm-batch-queue", "max_num_seqs": 2 * batch, "max_num_batched_tokens": 512},
+            # 2 x B requests over two micro-batches of B: the throttle (opt-in, vLLM PR #50410) splits them;
+            # without it vLLM's batch queue puts every running request into one micro-batch
+            "engine": {
+                "policy": {"kind": "vllm-batch-queue", "pp_throttle": True},
+                "max_num_seqs": 2 * batch,
+                "max_num_batched_tokens": 512,
+            },
             "workload": {
                 "num_prompts": max(2 * batch, 4),
                 "request_rate": "inf",
@@ -212,7 +218,7 @@ def write(rows: list[dict], args: argparse.Namespace, profile: str) -> None:
     w.writerows(rows)
     atomic_write(HERE / "moe_results.csv", buf.getvalue())
     md = [
-        "# MoE validation: CPU engine vs simulator (tiny-moe, PP=2, vllm-batch-queue)",
+        "# MoE validation: CPU engine vs simulator (tiny-moe, PP=2, vllm-batch-queue, --pp-throttle)",
         "",
         f"Profile: {'calibrated just before the runs' if args.profile is None else profile}"
         f"{' (quick grid)' if args.quick and args.profile is None else ''}; router zipf "
