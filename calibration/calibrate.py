@@ -45,6 +45,7 @@ FORMS: dict[str, tuple[str, str]] = {
     "update": ("linear", "n"),
     "send_recv": ("linear", "bytes"),
     "launch": ("linear", "n"),
+    "launch_multi": ("linear", "n"),
     "return": ("linear", "n"),
 }
 LINK_SIZES = {"quick": (1024, 65536, 1 << 20), "full": (256, 4096, 65536, 262144, 1 << 20, 1 << 22)}

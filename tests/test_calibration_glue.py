@@ -141,3 +141,13 @@ def test_idle_fit_is_per_layer_extra_time_over_back_to_back_and_never_decreases(
     assert cost.idle_time(two, 0.0125) == pytest.approx(2 * (0.075e-3 + 0.5 * 0.125e-3))
     assert cost.idle_time(two, 5.0) == pytest.approx(2 * 0.2e-3)  # held beyond the longest gap
     assert fit_idle([], "mean") is None and not ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1).has_idle
+
+
+def test_launch_at_more_than_one_stage_uses_its_own_fit():
+    launch = OpFit("launch", "linear", "n", {"c0": 3e-4, "c1": 1e-5})
+    multi = OpFit("launch_multi", "linear", "n", {"c0": 5e-4, "c1": 1e-5})
+    fits = {**base_fits(), "launch": launch, "launch_multi": multi}
+    assert ProfiledCost(Profile({}, fits), SHAPE, None, 1).launch_time(2) == pytest.approx(3.2e-4)
+    assert ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=2).launch_time(2) == pytest.approx(5.2e-4)
+    older = {**base_fits(), "launch": launch}  # a profile without the two-stage run
+    assert ProfiledCost(Profile({}, older), SHAPE, None, 1, pp=2).launch_time(2) == pytest.approx(3.2e-4)

@@ -245,8 +245,12 @@ class ProfiledCost:
         launch_latency_s: float = 0.0,
         tp_link: LinkSpec | None = None,
         moe_skew: float = 1.0,
+        pp: int = 1,
     ) -> None:
         self.p, self.shape, self.link, self.tp, self.tp_link = profile, shape, link, tp, tp_link
+        # at PP > 1 the engine core puts a step message on every stage's queue (``launch_multi``)
+        self._launch = self.p.fits.get("launch_multi") if pp > 1 else None
+        self._launch = self._launch or self.p.fits.get("launch")
         if tp > 1 and "all_reduce" not in profile.fits and tp_link is None:
             raise PPSimError("profile: no all_reduce operator and no tp_link preset; set cluster.tp_link")
         self.launch_latency_s = launch_latency_s  # when the profile has no measured control path
@@ -437,8 +441,8 @@ class ProfiledCost:
 
     def launch_time(self, n: int) -> float:
         """The engine's control message for a step of ``n`` requests reaching the first stage."""
-        if "launch" in self.f:
-            return max(self.f["launch"].at(n), 0.0)
+        if self._launch is not None:
+            return max(self._launch.at(n), 0.0)
         return self.launch_latency_s
 
     def return_time(self, n: int) -> float:
@@ -481,6 +485,7 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
         cpu.launch_latency_us * 1e-6,
         tp_link,
         moe_skew=scenario.cost.moe_routing_skew,
+        pp=scenario.cluster.pipeline_parallel_size,
     )
 
 
