@@ -115,7 +115,7 @@ class OpLog:
     ) -> None:
         """``add`` for a ``kind`` other than compute (a send, a core step): the same, without the dispatch."""
         if self.series is not None:
-            self.series.add_op(track, kind, start_s, end_s)
+            self.series.add_other(track, kind, start_s, end_s)
         if self.keep:
             self.records.append(OpRecord(track, kind, step_id, start_s, end_s, num_tokens, num_reqs, 0, 0, nbytes))
 

@@ -138,8 +138,11 @@ class SeriesRecorder:
         if a < 0:
             a = 0
         if b > a:
-            if b > self.end_ns:
-                self._cover(b)
+            if b > self.end_ns:  # _cover, inlined where no bin merges
+                if b > self._limit_ns:
+                    self._cover(b)
+                else:
+                    self.end_ns = b
             w = self.width_ns
             if a // w == (b - 1) // w:
                 self.busy_ns[stage][a // w] += b - a
@@ -147,6 +150,18 @@ class SeriesRecorder:
                 self._spread(self.busy_ns[stage], a, b)
         if end_s > self._wa_s and start_s < self._wb_s:
             self._window(track, "compute", start_s, end_s)
+
+    def add_other(self, track: str, kind: str, start_s: float, end_s: float) -> None:
+        """``add_op`` for a kind other than compute (a send, an engine-core step), ``_cover`` and ``_ns``
+        inlined where no bin merges (once per send and per core step)."""
+        if end_s * 1e9 > self.end_ns:
+            t = int(end_s * 1e9 + 0.5)  # _ns (not negative: above end_ns >= 0)
+            if t > self._limit_ns:
+                self._cover(t)
+            elif t > self.end_ns:
+                self.end_ns = t
+        if end_s > self._wa_s and start_s < self._wb_s:
+            self._window(track, kind, start_s, end_s)
 
     def add_ops(self, ops: Iterable[Any]) -> None:
         """Every record with ``track, kind, start_s, end_s`` fields (e.g. ``OpRecord``), in start order."""
