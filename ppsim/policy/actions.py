@@ -4,7 +4,7 @@ The SimPy executor turns ``Cpu`` into a timeout and ``Await`` into waiting on th
 completion event; the live engine ignores ``Cpu`` (real CPU time passes by itself) and turns
 ``Await`` into a blocking receive of the sampled tokens.
 
-``Launch``, ``Await``, ``Poll`` and ``Emit`` are made once or more per engine-core step: they are
+``Cpu``, ``Launch``, ``Await``, ``Poll`` and ``Emit`` are made once or more per engine-core step: they are
 named tuples (immutable; a hot loop builds them with ``tuple.__new__``, without a Python-level
 constructor). Dispatch on them by ``type``: tuples of equal fields compare equal across types.
 """
@@ -18,8 +18,7 @@ from ppsim.policy.plan import StepPlan
 from ppsim.policy.requests import TokenOutput
 
 
-@dataclass(frozen=True, slots=True)
-class Cpu:
+class Cpu(NamedTuple):
     """Engine-core CPU work: ``kind`` in {schedule, update}, over ``n`` requests.
 
     ``relay`` token ids are relayed to the first stage in the same stretch of CPU time (the

@@ -37,10 +37,9 @@ class BatchQueueCore:
         self.depth = depth
         self.relay = relay
         self.queue: deque[StepPlan] = deque()
-        self._cpu: dict[tuple[str, int, int], Cpu] = {}  # actions are immutable values: one of each, reused
 
     def run(self) -> Generator[Action, Any, None]:
-        sched, queue, cpu_actions, depth, relay = self.scheduler, self.queue, self._cpu, self.depth, self.relay
+        sched, queue, depth, relay = self.scheduler, self.queue, self.depth, self.relay
         while True:
             if sched.waiting or sched.running:  # sched.has_requests(), inlined
                 plan = sched.schedule()
@@ -51,8 +50,7 @@ class BatchQueueCore:
                     n_relay = relay_tokens(plan)
                 else:  # decode-only: every token relayed (relay_tokens' own shortcut)
                     n_relay = plan.num_tokens
-                key = ("schedule", len(items), n_relay)
-                yield cpu_actions.get(key) or self._cpu_action(*key)
+                yield _tuple_new(Cpu, ("schedule", len(items), n_relay))
                 yield _tuple_new(Launch, (plan,))
                 queue.appendleft(plan)
                 if items and len(queue) < depth:
@@ -65,14 +63,6 @@ class BatchQueueCore:
             plan = queue.pop()
             yield _tuple_new(Await, (plan,))
             outs = sched.update_from_output(plan)
-            key = ("update", len(plan.items), 0)
-            yield cpu_actions.get(key) or self._cpu_action(*key)
+            yield _tuple_new(Cpu, ("update", len(plan.items), 0))
             if outs:
                 yield _tuple_new(Emit, (tuple(outs),))
-
-    def _cpu_action(self, kind: str, n: int, relay: int) -> Cpu:
-        key = (kind, n, relay)
-        act = self._cpu.get(key)
-        if act is None:
-            act = self._cpu[key] = Cpu(kind, n, relay)
-        return act

@@ -104,6 +104,7 @@ class FastPipeline:
         # every stage's time of a plan in one call, where the cost model has it (the same values)
         self.stage_times = getattr(cost, "stage_times", None)
         self.messages: dict[int, tuple[float, float]] = {}  # requests -> (launch_time, return_time)
+        self.seams: dict[int, tuple[float, float]] = {}  # tokens -> (seam bytes, link time)
         self.ret0: float | None = None  # an empty plan's return message (a pure function of the count)
         self.defer_outputs = defer_outputs
         self.arrive_last = 0.0  # when the latest micro-batch reaches the last stage
@@ -205,8 +206,11 @@ class FastPipeline:
         end = t
         nbytes = link = 0.0
         if len(self.stages) > 1:  # every seam carries the same bytes (pure functions of the token count)
-            nbytes = self.seam_bytes(n_tok)
-            link = cost.link_time(nbytes)
+            seam = self.seams.get(n_tok)
+            if seam is None:
+                nbytes = self.seam_bytes(n_tok)
+                seam = self.seams[n_tok] = (nbytes, cost.link_time(nbytes))
+            nbytes, link = seam
         batched = self.stage_times
         times = batched(self.stages, plan) if batched is not None else None
         for st in self.stages:
