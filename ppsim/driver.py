@@ -205,7 +205,8 @@ class Driver:
                         )
                 else:
                     spins = 0
-                    self._launched(plan)
+                    if plan.num_prefill_tokens:  # a first micro-batch holds a prefill
+                        self._launched(plan)
                     if self.launched is not None and plan.items:
                         self.launched.append((self.stage, plan))
                 be.launch(plan)

@@ -46,6 +46,7 @@ class ReqState:
         "placeholders",
         "last_sample_step",
         "run_seq",
+        "kv_cap",
     )
 
     def __init__(self, req: Request) -> None:
@@ -59,6 +60,7 @@ class ReqState:
         self.placeholders = 0  # async scheduling: sampled tokens scheduled but not yet returned
         self.last_sample_step = -1  # the step that will sample this request's newest token
         self.run_seq = -1  # order of entering the running list (the scheduler's ready index)
+        self.kv_cap = 0  # tokens its KV blocks hold, as last seen by the scheduler (0: look them up)
 
     @property
     def req_id(self) -> int:

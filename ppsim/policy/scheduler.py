@@ -78,6 +78,7 @@ class Scheduler:
             self.running.remove(st)
             self._ready.pop(st.run_seq, None)
         self.kv.free(req_id)
+        st.kv_cap = 0
         st.status = Status.ABORTED
         return True
 
@@ -108,6 +109,7 @@ class Scheduler:
     def _preempt(self, st: ReqState) -> None:
         self._ready.pop(st.run_seq, None)
         self.kv.free(st.req.req_id)
+        st.kv_cap = 0
         st.status = Status.WAITING
         st.num_computed = 0
         st.epoch += 1
@@ -207,15 +209,17 @@ class Scheduler:
                 n = budget
             req_id = req.req_id
             end = start + n
-            table = tables.get(req_id)
-            if table is None or -(-end // bs) > len(table):
-                while not allocate(req_id, end):
-                    victim = running.pop()
-                    self._preempt(victim)
-                    if victim is st:
-                        self._partial = None
-                        return budget, True
-                    preempted = True
+            if end > st.kv_cap:  # its blocks may not hold the new tokens: allocate's no-op case, inlined
+                table = tables.get(req_id)
+                if table is None or -(-end // bs) > len(table):
+                    while not allocate(req_id, end):
+                        victim = running.pop()
+                        self._preempt(victim)
+                        if victim is st:
+                            self._partial = None
+                            return budget, True
+                        preempted = True
+                st.kv_cap = len(tables[req_id]) * bs
             samples = end == total
             is_prefill = n > 1 or start < prompt
             append(_tuple_new(PlanItem, (req_id, start, n, is_prefill, samples, st.epoch)))
@@ -298,6 +302,7 @@ class Scheduler:
             if done:
                 st.status = Status.FINISHED
                 self.kv.free(req_id)
+                st.kv_cap = 0
                 ready.pop(st.run_seq, None)
                 finished = True
             elif req.prompt_len + num_out + ph > st.num_computed:
@@ -325,6 +330,7 @@ class Scheduler:
             if num_out >= req.output_len:
                 st.status = Status.FINISHED
                 self.kv.free(req_id)
+                st.kv_cap = 0
                 ready.pop(st.run_seq, None)
                 finished = True
                 append(_tuple_new(TokenOutput, (req_id, num_out, True)))

@@ -74,6 +74,7 @@ class SimBackend:
             opts.defer_outputs,
         )
         self.pipe.track_tokens = async_tokens
+        self.launch = self.pipe.launch  # type: ignore[method-assign]  # the pipeline's own, without a hop
         self.defer = opts.defer_outputs > 0
         self.fast_pipe = pipeline is FastPipeline and not self.defer
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
