@@ -149,14 +149,15 @@ class Driver:
         for o in outputs:
             if hook is not None:
                 hook(o)
-            entry = live.get(o.req_id)
+            req_id, index, finished = o
+            entry = live.get(req_id)
             if entry is None:  # cancelled while this output was on its way (during the update's CPU time):
                 # the client still receives it; the request stays cancelled
-                ledger.on_token(ledger.wl.row_of(o.req_id), o.req_id, o.index, o.finished, now, None, abort)
+                ledger.on_token(ledger.wl.row_of(req_id), req_id, index, finished, now, None, abort)
                 continue
             row, req = entry
-            if ledger.on_token(row, o.req_id, o.index, o.finished, now, req.abort_after_tokens, abort):
-                self._ended(o.req_id)
+            if ledger.on_token(row, req_id, index, finished, now, req.abort_after_tokens, abort):
+                self._ended(req_id)
 
     def _launched(self, plan: StepPlan) -> None:
         """Requests in their first micro-batch are scheduled now (one cancelled after the schedule,
@@ -174,6 +175,7 @@ class Driver:
         be, client, observer = self.backend, self.client, self.observer
         before, after = self.before_action, self.after_action
         pool, series = self.kv_watch or (None, None)
+        free, num_blocks, last_free = (pool._free, pool.num_blocks, -1) if pool is not None else ((), 0, -1)
         gen = self.core.run()
         reply: Any = None
         spins = 0
@@ -185,8 +187,9 @@ class Driver:
             self.actions += 1
             if after is not None:
                 after()
-            if pool is not None:
-                used = pool.num_blocks - len(pool._free)  # pool.num_used
+            if pool is not None and len(free) != last_free:  # the blocks in use changed since the last look
+                last_free = len(free)
+                used = num_blocks - last_free  # pool.num_used
                 if used != series.kv_used:
                     series.sample_kv(be.now(), used)
             if observer is not None:

@@ -37,9 +37,10 @@ class BatchQueueCore:
         self.depth = depth
         self.relay = relay
         self.queue: deque[StepPlan] = deque()
+        self._cpu: dict[tuple[str, int, int], Cpu] = {}  # actions are immutable values: one of each, reused
 
     def run(self) -> Generator[Action, Any, None]:
-        sched, queue, depth, relay = self.scheduler, self.queue, self.depth, self.relay
+        sched, queue, depth, relay, cpu_actions = self.scheduler, self.queue, self.depth, self.relay, self._cpu
         while True:
             if sched.waiting or sched.running:  # sched.has_requests(), inlined
                 plan = sched.schedule()
@@ -50,7 +51,8 @@ class BatchQueueCore:
                     n_relay = relay_tokens(plan)
                 else:  # decode-only: every token relayed (relay_tokens' own shortcut)
                     n_relay = plan.num_tokens
-                yield _tuple_new(Cpu, ("schedule", len(items), n_relay))
+                key = ("schedule", len(items), n_relay)
+                yield cpu_actions.get(key) or self._cpu_action(key)
                 yield _tuple_new(Launch, (plan,))
                 queue.appendleft(plan)
                 if items and len(queue) < depth:
@@ -63,6 +65,11 @@ class BatchQueueCore:
             plan = queue.pop()
             yield _tuple_new(Await, (plan,))
             outs = sched.update_from_output(plan)
-            yield _tuple_new(Cpu, ("update", len(plan.items), 0))
+            key = ("update", len(plan.items), 0)
+            yield cpu_actions.get(key) or self._cpu_action(key)
             if outs:
                 yield _tuple_new(Emit, (tuple(outs),))
+
+    def _cpu_action(self, key: tuple[str, int, int]) -> Cpu:
+        act = self._cpu[key] = _tuple_new(Cpu, key)
+        return act

@@ -18,7 +18,7 @@ from ppsim.policy.kv import BlockPool
 from ppsim.policy.plan import PlanItem, StepPlan, make_plan
 from ppsim.policy.requests import ReqState, Request, Status, TokenOutput
 
-_tuple_new = tuple.__new__  # PlanItem / TokenOutput built without their Python-level __new__ (hot loops)
+_tuple_new = tuple.__new__  # PlanItem built without its Python-level __new__ (hot loop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +307,7 @@ class Scheduler:
                 finished = True
             elif req.prompt_len + num_out + ph > st.num_computed:
                 ready[st.run_seq] = st  # its token is back: schedulable again
-            outs.append(_tuple_new(TokenOutput, (req_id, num_out, done)))
+            outs.append((req_id, num_out, done))
         if finished:
             self.running = [s for s in self.running if s.status is running_status]
         return outs
@@ -333,11 +333,11 @@ class Scheduler:
                 st.kv_cap = 0
                 ready.pop(st.run_seq, None)
                 finished = True
-                append(_tuple_new(TokenOutput, (req_id, num_out, True)))
+                append((req_id, num_out, True))
                 continue
             if req.prompt_len + num_out > st.num_computed:
                 ready[st.run_seq] = st  # its token is back: schedulable again
-            append(_tuple_new(TokenOutput, (req_id, num_out, False)))
+            append((req_id, num_out, False))
         if finished:
             self.running = [s for s in self.running if s.status is running_status]
         return outs

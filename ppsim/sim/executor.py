@@ -89,7 +89,7 @@ class SimBackend:
         return self.pipe.in_flight
 
     def now(self) -> float:
-        return self.env.now
+        return self.env._now  # env.now, without its property
 
     def launch(self, plan: StepPlan) -> None:
         self.pipe.launch(plan)

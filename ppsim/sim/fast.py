@@ -134,7 +134,7 @@ class FastPipeline:
 
     def launch(self, plan: StepPlan) -> simpy.Event:
         env, cost = self.env, self.cost
-        if plan.is_empty:
+        if not plan.items:  # empty
             if self.ret0 is None:
                 self.ret0 = cost.return_time(0)
             to = env.timeout(self.ret0)
@@ -148,7 +148,7 @@ class FastPipeline:
         ev = env.event()
         self.done[plan.step_id] = ev
         self.in_flight += 1
-        now = env.now
+        now = env._now  # env.now
         n_req = len(plan.items)
         msg = self.messages.get(n_req)
         if msg is None:  # pure functions of the request count
