@@ -87,7 +87,8 @@ class Driver:
         self.core, self.scheduler = core, core.scheduler
         self.ledger, self.client, self.backend = ledger, client, backend
         self.observer = observer  # sees every action the core yields (tests check invariants on it)
-        self.live: dict[int, tuple[int, Request]] = {}  # req_id -> (ledger row, request), until it ends
+        # req_id -> (ledger row, request, its token-time buffer in the ledger), until it ends
+        self.live: dict[int, tuple[int, Request, list[float]]] = {}
         self.routed = 0  # requests sent to this driver and not ended (the no-pp router reads it)
         self.actions = 0
         self.on_ended: list[Callable[[int], None]] = []  # executor hooks: a request ended
@@ -105,8 +106,7 @@ class Driver:
     # --- client side -----------------------------------------------------------------------------
     def submit(self, row: int, req: Request, now: float) -> bool:
         """Send ``req`` to the engine core; False if it was rejected (it can never fit)."""
-        self.ledger.on_sent(row, now)
-        self.live[req.req_id] = (row, req)
+        self.live[req.req_id] = (row, req, self.ledger.on_sent(row, now))
         self.routed += 1
         if not self.scheduler.add_request(req):
             self.ledger.on_rejected(row)
@@ -123,7 +123,7 @@ class Driver:
             self._ended(req_id)
 
     def _ended(self, req_id: int) -> None:
-        row, _ = self.live.pop(req_id)
+        row = self.live.pop(req_id)[0]
         st = self.scheduler.requests.pop(req_id, None)
         if st is not None:
             self.ledger.preemptions[row] = st.preemptions
@@ -155,7 +155,7 @@ class Driver:
                 # the client still receives it; the request stays cancelled
                 ledger.on_token(ledger.wl.row_of(req_id), req_id, index, finished, now, None, abort)
                 continue
-            row, req = entry
+            row, req, _buf = entry
             if ledger.on_token(row, req_id, index, finished, now, req.abort_after_tokens, abort):
                 self._ended(req_id)
 
