@@ -43,25 +43,22 @@ PRUNE_EVERY = 256  # launches between drops of token-ready times already in the 
 
 class EmptyDone:
     """An empty plan's completion without outputs deferred: the timeout of its return message, and the
-    event a waiter yields, made only when it can be observed (:meth:`FastPipeline._empty_fired`).
+    event a waiter yields, made only when it can be observed (:meth:`FastPipeline._empty_fire`; the
+    timeout carries this object as its value, so no closure is made per plan).
 
     The completion event of the per-event model is succeeded when the timeout fires and processed at
     its next turn; when nothing else is due at that time, nothing can run in between, so a later
     waiter always finds it processed (and goes on at once): then no event is made at all."""
 
-    __slots__ = ("timeout", "ev")
+    __slots__ = ("triggered", "ev")
 
-    def __init__(self, timeout: simpy.Timeout) -> None:
-        self.timeout = timeout
+    def __init__(self) -> None:
+        self.triggered = False  # the timeout fired (its event, if any, succeeded then)
         self.ev: simpy.Event | None = None
-
-    @property
-    def triggered(self) -> bool:
-        return self.timeout.callbacks is None  # fired (its event, if any, succeeded then)
 
     def wait(self, env: simpy.Environment) -> tuple[simpy.Event, ...]:
         """What a waiter yields: the event (made now if the timeout has not fired), or nothing."""
-        if self.timeout.callbacks is not None and self.ev is None:
+        if not self.triggered and self.ev is None:
             self.ev = env.event()
         return () if self.ev is None else (self.ev,)
 
@@ -110,38 +107,39 @@ class FastPipeline:
         self.arrive_last = 0.0  # when the latest micro-batch reaches the last stage
         self.held: dict[int, tuple[StepPlan, float]] = {}  # deferred, not yet released: (plan, end on last)
         self.sends: dict[int, tuple[StepPlan, float, float]] = {}  # released: (plan, end on last, send time)
+        self.on_return, self.on_empty_return = self._finish, self._empty_fire  # bound once
 
-    def _finish_cb(self, ev: simpy.Event) -> Callable[[Any], None]:
-        def finish(_e: Any) -> None:
-            if ev.triggered:  # a deferred plan whose earlier release has already fired
-                return
-            self.in_flight -= 1
-            ev.succeed()
+    def _finish(self, to: simpy.Timeout) -> None:
+        """A return message's timeout fired: its plan's completion event (the timeout's value) succeeds."""
+        ev = to._value
+        if ev.triggered:  # a deferred plan whose earlier release has already fired
+            return
+        self.in_flight -= 1
+        ev.succeed()
 
-        return finish
-
-    def _empty_fired(self, done: EmptyDone) -> Callable[[Any], None]:
-        def fired(_e: Any) -> None:
-            ev = done.ev
-            if ev is None:
-                q = self.env._queue
-                if not q or q[0][0] > self.env._now:
-                    return  # nothing else is due now: its event would be processed next, unobserved
-                ev = done.ev = self.env.event()  # something due now may observe it before its turn
-            ev.succeed()
-
-        return fired
+    def _empty_fire(self, to: simpy.Timeout) -> None:
+        """An empty plan's return message arrived (its :class:`EmptyDone` is the timeout's value)."""
+        done = to._value
+        done.triggered = True
+        ev = done.ev
+        if ev is None:
+            q = self.env._queue
+            if not q or q[0][0] > self.env._now:
+                return  # nothing else is due now: its event would be processed next, unobserved
+            ev = done.ev = self.env.event()  # something due now may observe it before its turn
+        ev.succeed()
 
     def launch(self, plan: StepPlan) -> simpy.Event:
         env, cost = self.env, self.cost
         if not plan.items:  # empty
             if self.ret0 is None:
                 self.ret0 = cost.return_time(0)
-            to = env.timeout(self.ret0)
             if not self.defer_outputs:
-                done = self.done[plan.step_id] = EmptyDone(to)
-                to.callbacks.append(self._empty_fired(done))
+                done = self.done[plan.step_id] = EmptyDone()
+                to = env.timeout(self.ret0, done)
+                to.callbacks.append(self.on_empty_return)
                 return to
+            to = env.timeout(self.ret0)
             ev = self.done[plan.step_id] = env.event()
             to.callbacks.append(lambda _e: ev.succeed())
             return ev
@@ -160,7 +158,7 @@ class FastPipeline:
             self._defer(plan, end)
         else:
             ret = end + msg[1]
-            env.timeout(ret - now).callbacks.append(self._finish_cb(ev))
+            env.timeout(ret - now, ev).callbacks.append(self.on_return)
         self.launches += 1
         if self.launches % PRUNE_EVERY == 0 and self.token_ready:
             # a ready time at or before now can never delay a later start (every start is >= now)
@@ -182,7 +180,7 @@ class FastPipeline:
         send = end if end > release else release
         self.sends[plan.step_id] = (plan, end, send)
         ret = send + self.cost.return_time(plan.num_reqs)
-        self.env.timeout(ret - self.env.now).callbacks.append(self._finish_cb(self.done[plan.step_id]))
+        self.env.timeout(ret - self.env.now, self.done[plan.step_id]).callbacks.append(self.on_return)
 
     def awaiting(self, step_id: int) -> None:
         """The core waits for ``step_id``'s outputs: a deferred send leaves now (or when the plan ends)."""
