@@ -110,12 +110,23 @@ class FastPipeline:
         self.on_return, self.on_empty_return = self._finish, self._empty_fire  # bound once
 
     def _finish(self, to: simpy.Timeout) -> None:
-        """A return message's timeout fired: its plan's completion event (the timeout's value) succeeds."""
+        """A return message's timeout fired: its plan's completion event (the timeout's value) succeeds.
+
+        Succeeded, it would be processed at its turn; when nothing else is due now, its turn is the
+        very next, and nothing can run in between: then it is processed here, as
+        ``Environment.step`` would (its waiters resume), without a trip through the event queue."""
         ev = to._value
         if ev.triggered:  # a deferred plan whose earlier release has already fired
             return
         self.in_flight -= 1
-        ev.succeed()
+        q = self.env._queue
+        if q and q[0][0] <= self.env._now:  # something else is due now: the event takes its turn
+            ev.succeed()
+            return
+        ev._ok, ev._value = True, None  # ev.succeed() and its processing by Environment.step
+        callbacks, ev.callbacks = ev.callbacks, None
+        for callback in callbacks:
+            callback(ev)
 
     def _empty_fire(self, to: simpy.Timeout) -> None:
         """An empty plan's return message arrived (its :class:`EmptyDone` is the timeout's value)."""
