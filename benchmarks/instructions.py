@@ -1,8 +1,8 @@
 """Instructions executed by `ppsim simulate` of scenario (a) (bench_scale.py), counted by valgrind.
 
 On a shared machine wall and even CPU time move by tens of per cent from one run to the next; the
-number of instructions a run executes does not (two runs of one checkout agree to ~0.05%), so it is
-what ranks changes of a few per cent. The whole process is counted (start-up and output writing
+number of instructions a run executes barely does (runs of one checkout differ by at most ~0.5%),
+so it is what ranks changes of a per cent or more. The whole process is counted (start-up and output writing
 included), with a fixed hash seed and an output directory whose name has the same length for every
 checkout (the length alone moves the count by ~1%).
 
