@@ -240,12 +240,13 @@ class EngineExecutor:
 
     def _on_output(self, o: TokenOutput) -> None:
         """A sampled token reached the core: keep its id (the driver then timestamps it)."""
-        self.tokens[o.req_id].append(self.ready_tokens.pop(o.req_id))
+        req_id, index, _finished = o
+        self.tokens[req_id].append(self.ready_tokens.pop(req_id))
         if self.async_tokens:  # known now: later launches read it from self.tokens
-            st = self.scheduler.requests.get(o.req_id)
+            st = self.scheduler.requests.get(req_id)
             if st is not None:
                 n_in = st.req.prompt_len
-                self.sampled_by.pop((o.req_id, st.epoch, n_in + o.index - 1), None)
+                self.sampled_by.pop((req_id, st.epoch, n_in + index - 1), None)
 
     def run(self) -> None:
         """Drive the core until every request has ended (raises StageFault on a fault)."""

@@ -87,7 +87,8 @@ class Driver:
         self.core, self.scheduler = core, core.scheduler
         self.ledger, self.client, self.backend = ledger, client, backend
         self.observer = observer  # sees every action the core yields (tests check invariants on it)
-        self.live: dict[int, tuple[int, Request]] = {}  # req_id -> (ledger row, request), until it ends
+        # req_id -> (ledger row, request, its token-time buffer in the ledger), until it ends
+        self.live: dict[int, tuple[int, Request, list[float]]] = {}
         self.routed = 0  # requests sent to this driver and not ended (the no-pp router reads it)
         self.actions = 0
         self.on_ended: list[Callable[[int], None]] = []  # executor hooks: a request ended
@@ -105,8 +106,7 @@ class Driver:
     # --- client side -----------------------------------------------------------------------------
     def submit(self, row: int, req: Request, now: float) -> bool:
         """Send ``req`` to the engine core; False if it was rejected (it can never fit)."""
-        self.ledger.on_sent(row, now)
-        self.live[req.req_id] = (row, req)
+        self.live[req.req_id] = (row, req, self.ledger.on_sent(row, now))
         self.routed += 1
         if not self.scheduler.add_request(req):
             self.ledger.on_rejected(row)
@@ -123,7 +123,7 @@ class Driver:
             self._ended(req_id)
 
     def _ended(self, req_id: int) -> None:
-        row, _ = self.live.pop(req_id)
+        row = self.live.pop(req_id)[0]
         st = self.scheduler.requests.pop(req_id, None)
         if st is not None:
             self.ledger.preemptions[row] = st.preemptions
@@ -149,14 +149,15 @@ class Driver:
         for o in outputs:
             if hook is not None:
                 hook(o)
-            entry = live.get(o.req_id)
+            req_id, index, finished = o
+            entry = live.get(req_id)
             if entry is None:  # cancelled while this output was on its way (during the update's CPU time):
                 # the client still receives it; the request stays cancelled
-                ledger.on_token(ledger.wl.row_of(o.req_id), o.req_id, o.index, o.finished, now, None, abort)
+                ledger.on_token(ledger.wl.row_of(req_id), req_id, index, finished, now, None, abort)
                 continue
-            row, req = entry
-            if ledger.on_token(row, o.req_id, o.index, o.finished, now, req.abort_after_tokens, abort):
-                self._ended(o.req_id)
+            row, req, _buf = entry
+            if ledger.on_token(row, req_id, index, finished, now, req.abort_after_tokens, abort):
+                self._ended(req_id)
 
     def _launched(self, plan: StepPlan) -> None:
         """Requests in their first micro-batch are scheduled now (one cancelled after the schedule,
@@ -174,6 +175,7 @@ class Driver:
         be, client, observer = self.backend, self.client, self.observer
         before, after = self.before_action, self.after_action
         pool, series = self.kv_watch or (None, None)
+        free, num_blocks, last_free = (pool._free, pool.num_blocks, -1) if pool is not None else ((), 0, -1)
         gen = self.core.run()
         reply: Any = None
         spins = 0
@@ -185,8 +187,9 @@ class Driver:
             self.actions += 1
             if after is not None:
                 after()
-            if pool is not None:
-                used = pool.num_blocks - len(pool._free)  # pool.num_used
+            if pool is not None and len(free) != last_free:  # the blocks in use changed since the last look
+                last_free = len(free)
+                used = num_blocks - last_free  # pool.num_used
                 if used != series.kv_used:
                     series.sample_kv(be.now(), used)
             if observer is not None:
@@ -205,7 +208,8 @@ class Driver:
                         )
                 else:
                     spins = 0
-                    self._launched(plan)
+                    if plan.num_prefill_tokens:  # a first micro-batch holds a prefill
+                        self._launched(plan)
                     if self.launched is not None and plan.items:
                         self.launched.append((self.stage, plan))
                 be.launch(plan)

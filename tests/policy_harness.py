@@ -25,8 +25,8 @@ class Trace:
         if type(act) is Launch:
             self.launches.append(act.plan)
         elif type(act) is Emit:
-            for o in act.outputs:
-                self.emitted[o.req_id].append(o.index)
+            for req_id, index, _finished in act.outputs:
+                self.emitted[req_id].append(index)
 
 
 def own_knobs(policy: str, engine: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from ppsim.cli import main
 from ppsim.config import build_scenario
+from ppsim.metrics.oplog import OpLog
 from ppsim.metrics.series import NS_PER_S, SeriesRecorder
 from ppsim.run import run_scenario
 
@@ -84,6 +85,39 @@ def test_bin_merging_preserves_busy_time_exactly_and_memory_is_bounded(ops, max_
         assert sum(rec.busy_ns[s]) == exact  # no time lost or gained by merging
         assert rec.busy_ns[s] == reference_bins(intervals[s], rec.width_ns, max_bins)
         assert all(0 <= x <= rec.width_ns for x in rec.busy_ns[s])  # one stage: never busier than the bin
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["stage0", "stage1", "link0->1", "core", "broadcast"]),
+            st.sampled_from(["compute", "send", "schedule"]),
+            st.integers(-2_000, 60_000),  # start ns (a little before 0 too)
+            st.integers(0, 30_000),  # length ns
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    max_bins=st.sampled_from([2, 4, 8]),
+    window_start=st.integers(0, 40_000),
+)
+def test_oplog_feeds_the_series_as_add_op_does(ops, max_bins, window_start):
+    """OpLog.add_compute / add_other inline SeriesRecorder's recording (the hot path): the series they
+    build is the one add_op builds, bins, end, window and all."""
+    kw = {"max_bins": max_bins, "first_width_ns": 100, "window_start_s": window_start / 1e9, "window_steps": 3}
+    via_log, direct = SeriesRecorder(2, **kw), SeriesRecorder(2, **kw)
+    log = OpLog(keep=False, series=via_log)
+    for track, kind, a, length in ops:
+        kind = "compute" if track.startswith("stage") else kind
+        start, end = a / 1e9 + 1e-4, (a + length) / 1e9 + 1e-4
+        if kind == "compute":
+            log.add_compute(track, 0, start, end, 1, 1, 0, 1)
+        else:
+            log.add_other(track, kind, 0, start, end, 1, 1)
+        direct.add_op(track, kind, start, end)
+    for attr in ("busy_ns", "end_ns", "width_ns", "window_ops", "window_end_ns", "_wb_s"):
+        assert getattr(via_log, attr) == getattr(direct, attr), attr
 
 
 @settings(max_examples=100, deadline=None)

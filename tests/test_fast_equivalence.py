@@ -225,7 +225,7 @@ def test_lean_records_give_the_same_summary_and_requests(policy: str) -> None:
     prep = replace(prep, num_blocks=blocks)
     kept, lean = simulate(prep), simulate(prep, keep_ops=False, keep_tokens=False)
     assert len(lean.ops) == 0 and len(kept.ops) > 0 and lean.ledger.times is None
-    assert lean.ledger.gaps == {}  # nothing per token left once the run is over
+    assert lean.ledger.gaps == {} and lean.ledger.live_times == {}  # nothing per token left once the run is over
     full = summarize(kept.requests, list(kept.ops), pp)
     assert summarize(lean.ledger, lean.ops, pp) == full
     assert requests_csv(lean.ledger) == requests_csv(kept.requests)

@@ -39,14 +39,19 @@ class Ledger:
         self.status = bytearray(n)
         self.times: list[list[float]] | None = [[] for _ in range(n)] if keep_tokens else None
         self.gaps: dict[int, list[float]] = {}  # running requests' inter-token gaps (without keep_tokens)
+        self.live_times: dict[int, list[float]] = {}  # token times of requests in the engine (on_sent)
         self.itl = array("d")  # the gaps of every finished request
 
     def __len__(self) -> int:
         return len(self.status)
 
     # --- events ----------------------------------------------------------------------------------
-    def on_sent(self, row: int, now: float) -> None:
+    def on_sent(self, row: int, now: float) -> list[float]:
+        """The request was sent: returns the list its token times are buffered in while it is in the
+        engine (:meth:`on_tokens` without ``keep_tokens``; the caller keeps it with the request)."""
         self.sent[row] = now
+        buf = self.live_times[row] = []
+        return buf
 
     def on_launch(self, row: int, now: float) -> None:
         """A micro-batch including the request was launched; the first one sets ``scheduled_s``."""
@@ -92,7 +97,7 @@ class Ledger:
     ) -> None:
         """:meth:`on_token` for every output of one engine-core step (``(req_id, index, finished)``
         tuples) reaching the client at ``now``, the same rule in one loop. ``live`` maps a request id
-        to its ``(row, Request)`` while it is in the engine; ``ended(req_id)`` is called at once for
+        to its ``(row, Request, token-time buffer)`` while it is in the engine; ``ended(req_id)`` is called at once for
         each that ended. An output of a request no longer live (cancelled while the output was on its
         way) is still recorded, and ends nothing."""
         ntok, first, last, times = self.ntok, self.first, self.last, self.times
@@ -104,7 +109,7 @@ class Ledger:
             if entry is None:
                 row, abort_after = self.wl.row_of(req_id), None
             else:
-                row, req = entry
+                row, req, _buf = entry
                 abort_after = req.abort_after_tokens
             n = ntok[row]
             if not n:
@@ -124,36 +129,47 @@ class Ledger:
     def _on_tokens_gaps(
         self, outputs: Sequence, now: float, live: dict, abort: Callable[[int], bool], ended: Callable[[int], None]
     ) -> None:
-        """:meth:`on_tokens` without ``keep_tokens`` (the default): the gaps only. A request's gap list
-        is made at its first token (an empty one ends nothing), so the loop appends without a look-up
-        miss; a list popped by an end is made again by the next output's ``KeyError``."""
-        ntok, first, last, gaps = self.ntok, self.first, self.last, self.gaps
+        """:meth:`on_tokens` without ``keep_tokens`` (the default). A request in the engine (``live``)
+        buffers its token times in the list :meth:`on_sent` gave it (one append per token); its count, first and last
+        token times and, if it finished, its gaps go into the columns when it ends (:meth:`_flush`),
+        the values :meth:`on_token` would have written one token at a time. An output of a request no
+        longer live takes :meth:`on_token` (its buffer was flushed when it ended)."""
         for req_id, index, finished in outputs:
             entry = live.get(req_id)
             if entry is None:
-                row, abort_after = self.wl.row_of(req_id), None
-            else:
-                row, req = entry
-                abort_after = req.abort_after_tokens
-            n = ntok[row]
-            if n:
-                try:
-                    gaps[row].append(now - last[row])
-                except KeyError:
-                    gaps[row] = [now - last[row]]
-            else:
-                first[row] = now
-                gaps[row] = []
-            last[row] = now
-            ntok[row] = n + 1
+                self.on_token(self.wl.row_of(req_id), req_id, index, finished, now, None, abort)
+                continue
+            row, req, buf = entry
+            buf.append(now)
             if finished:
                 self._end(row, now, FINISHED)
-            elif abort_after is not None and index >= abort_after and abort(req_id):
-                self._end(row, now, ABORTED)
             else:
-                continue
-            if entry is not None:
-                ended(req_id)
+                abort_after = req.abort_after_tokens
+                if abort_after is not None and index >= abort_after and abort(req_id):
+                    self._end(row, now, ABORTED)
+                else:
+                    continue
+            ended(req_id)
+
+    def _flush(self, row: int, status: int) -> None:
+        """A request with buffered token times ended (``status``) or the run is over (PENDING): its
+        count, first and last token times into the columns, its gaps into ``itl`` if it finished."""
+        t = self.live_times.pop(row)
+        if not t:  # no token (or recorded one at a time, by on_token)
+            return
+        n = self.ntok[row]
+        if not n:
+            self.first[row] = t[0]
+        elif status == FINISHED:  # tokens recorded before the buffer (not while a request is live)
+            self.gaps.setdefault(row, []).append(t[0] - self.last[row])
+        self.last[row] = t[-1]
+        self.ntok[row] = n + len(t)
+        if status == FINISHED:
+            earlier = self.gaps.pop(row, None)
+            if earlier:
+                self.itl.extend(earlier)
+            if len(t) > 1:  # the gaps t[i+1] - t[i] (the same subtractions), in token order, as bytes
+                self.itl.frombytes(np.diff(np.array(t)).tobytes())
 
     def on_aborted(self, row: int, now: float) -> None:
         """The client cancelled the request (after a time) and the engine core dropped it."""
@@ -161,10 +177,13 @@ class Ledger:
 
     def on_rejected(self, row: int) -> None:
         self.status[row] = REJECTED
+        self.live_times.pop(row, None)
 
     def _end(self, row: int, now: float, status: int) -> None:
         self.finish[row] = now
         self.status[row] = status
+        if row in self.live_times:
+            self._flush(row, status)
         if self.times is None:
             buf = self.gaps.pop(row, None)
             if status == FINISHED and buf:
@@ -175,6 +194,8 @@ class Ledger:
 
     def close(self) -> None:
         """The run is over: requests still pending are ``unfinished``."""
+        for row in list(self.live_times):  # requests still in the engine
+            self._flush(row, PENDING)
         st = self.status
         for row in range(len(st)):
             if st[row] == PENDING:

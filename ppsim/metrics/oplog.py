@@ -84,8 +84,28 @@ class OpLog:
             self.t0 = start_s
         if end_s > self.t1:
             self.t1 = end_s
-        if self.series is not None:
-            self.series.add_compute(track, start_s, end_s)
+        sr = self.series
+        if sr is not None:
+            stage = sr._stage.get(track)
+            if stage is None:
+                sr.add_op(track, "compute", start_s, end_s)
+            else:  # SeriesRecorder.add_compute, inlined (once per stage per micro-batch)
+                a, b = int(start_s * 1e9 + 0.5), int(end_s * 1e9 + 0.5)
+                if a < 0:
+                    a = 0
+                if b > a:
+                    if b > sr.end_ns:
+                        if b > sr._limit_ns:
+                            sr._cover(b)
+                        else:
+                            sr.end_ns = b
+                    w = sr.width_ns
+                    if a // w == (b - 1) // w:
+                        sr.busy_ns[stage][a // w] += b - a
+                    else:
+                        sr._spread(sr.busy_ns[stage], a, b)
+                if end_s > sr._wa_s and start_s < sr._wb_s:
+                    sr._window(track, "compute", start_s, end_s)
         if self.keep:
             self.records.append(
                 OpRecord(
@@ -114,8 +134,16 @@ class OpLog:
         nbytes: float = 0.0,
     ) -> None:
         """``add`` for a ``kind`` other than compute (a send, a core step): the same, without the dispatch."""
-        if self.series is not None:
-            self.series.add_op(track, kind, start_s, end_s)
+        sr = self.series
+        if sr is not None:  # SeriesRecorder.add_other, inlined (every send and engine-core step)
+            if end_s * 1e9 > sr.end_ns:
+                t = int(end_s * 1e9 + 0.5)  # _ns (not negative: above end_ns >= 0)
+                if t > sr._limit_ns:
+                    sr._cover(t)
+                elif t > sr.end_ns:
+                    sr.end_ns = t
+            if end_s > sr._wa_s and start_s < sr._wb_s:
+                sr._window(track, kind, start_s, end_s)
         if self.keep:
             self.records.append(OpRecord(track, kind, step_id, start_s, end_s, num_tokens, num_reqs, 0, 0, nbytes))
 

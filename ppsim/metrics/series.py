@@ -129,7 +129,9 @@ class SeriesRecorder:
             self._window(track, kind, start_s, end_s)
 
     def add_compute(self, track: str, start_s: float, end_s: float) -> None:
-        """``add_op(track, "compute", ...)`` with ``add_busy`` inlined (once per stage per micro-batch)."""
+        """``add_op(track, "compute", ...)`` with ``add_busy`` inlined (once per stage per micro-batch).
+        :meth:`ppsim.metrics.oplog.OpLog.add_compute` inlines this in turn: change both
+        (``tests/test_dashboard.py`` checks they agree)."""
         stage = self._stage.get(track)
         if stage is None:
             self.add_op(track, "compute", start_s, end_s)
@@ -138,8 +140,11 @@ class SeriesRecorder:
         if a < 0:
             a = 0
         if b > a:
-            if b > self.end_ns:
-                self._cover(b)
+            if b > self.end_ns:  # _cover, inlined where no bin merges
+                if b > self._limit_ns:
+                    self._cover(b)
+                else:
+                    self.end_ns = b
             w = self.width_ns
             if a // w == (b - 1) // w:
                 self.busy_ns[stage][a // w] += b - a
@@ -147,6 +152,19 @@ class SeriesRecorder:
                 self._spread(self.busy_ns[stage], a, b)
         if end_s > self._wa_s and start_s < self._wb_s:
             self._window(track, "compute", start_s, end_s)
+
+    def add_other(self, track: str, kind: str, start_s: float, end_s: float) -> None:
+        """``add_op`` for a kind other than compute (a send, an engine-core step), ``_cover`` and ``_ns``
+        inlined where no bin merges (once per send and per core step). :meth:`ppsim.metrics.oplog.OpLog.add_other`
+        inlines this in turn: change both (``tests/test_dashboard.py`` checks they agree)."""
+        if end_s * 1e9 > self.end_ns:
+            t = int(end_s * 1e9 + 0.5)  # _ns (not negative: above end_ns >= 0)
+            if t > self._limit_ns:
+                self._cover(t)
+            elif t > self.end_ns:
+                self.end_ns = t
+        if end_s > self._wa_s and start_s < self._wb_s:
+            self._window(track, kind, start_s, end_s)
 
     def add_ops(self, ops: Iterable[Any]) -> None:
         """Every record with ``track, kind, start_s, end_s`` fields (e.g. ``OpRecord``), in start order."""

@@ -24,6 +24,8 @@ from ppsim.policy.plan import StepPlan
 from ppsim.policy.returnpath import relay_tokens
 from ppsim.policy.scheduler import Scheduler
 
+_tuple_new = tuple.__new__  # the per-step actions (named tuples) built without a Python-level __new__
+
 
 class BatchQueueCore:
     """One engine core over one scheduler with a batch queue of ``depth`` micro-batches."""
@@ -38,32 +40,36 @@ class BatchQueueCore:
         self._cpu: dict[tuple[str, int, int], Cpu] = {}  # actions are immutable values: one of each, reused
 
     def run(self) -> Generator[Action, Any, None]:
-        sched, queue, cpu_actions = self.scheduler, self.queue, self._cpu
+        sched, queue, depth, relay, cpu_actions = self.scheduler, self.queue, self.depth, self.relay, self._cpu
         while True:
-            if sched.has_requests():
+            if sched.waiting or sched.running:  # sched.has_requests(), inlined
                 plan = sched.schedule()
-                key = ("schedule", len(plan.items), relay_tokens(plan) if self.relay else 0)
-                yield cpu_actions.get(key) or self._cpu_action(*key)
-                yield Launch(plan)
+                items = plan.items
+                if not relay:
+                    n_relay = 0
+                elif plan.num_prefill_tokens:
+                    n_relay = relay_tokens(plan)
+                else:  # decode-only: every token relayed (relay_tokens' own shortcut)
+                    n_relay = plan.num_tokens
+                key = ("schedule", len(items), n_relay)
+                yield cpu_actions.get(key) or self._cpu_action(key)
+                yield _tuple_new(Launch, (plan,))
                 queue.appendleft(plan)
-                if plan.items and len(queue) < self.depth:
-                    oldest_done = yield Poll(queue[-1])
+                if items and len(queue) < depth:
+                    oldest_done = yield _tuple_new(Poll, (queue[-1],))
                     if not oldest_done:
                         continue
             elif not queue:
                 yield Idle()
                 continue
             plan = queue.pop()
-            yield Await(plan)
+            yield _tuple_new(Await, (plan,))
             outs = sched.update_from_output(plan)
             key = ("update", len(plan.items), 0)
-            yield cpu_actions.get(key) or self._cpu_action(*key)
+            yield cpu_actions.get(key) or self._cpu_action(key)
             if outs:
-                yield Emit(tuple(outs))
+                yield _tuple_new(Emit, (tuple(outs),))
 
-    def _cpu_action(self, kind: str, n: int, relay: int) -> Cpu:
-        key = (kind, n, relay)
-        act = self._cpu.get(key)
-        if act is None:
-            act = self._cpu[key] = Cpu(kind, n, relay)
+    def _cpu_action(self, key: tuple[str, int, int]) -> Cpu:
+        act = self._cpu[key] = _tuple_new(Cpu, key)
         return act

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
+
+_tuple_new = tuple.__new__  # StepPlan built without its Python-level __new__ (once per step)
 
 
 class PlanItem(NamedTuple):
@@ -23,9 +24,9 @@ class PlanItem(NamedTuple):
     epoch: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class StepPlan:
-    """One micro-batch. Aggregates are precomputed once for the cost models."""
+class StepPlan(NamedTuple):
+    """One micro-batch. Aggregates are precomputed once for the cost models. (A named tuple:
+    immutable, and built once per step without a Python-level constructor.)"""
 
     step_id: int
     items: tuple[PlanItem, ...]
@@ -76,4 +77,4 @@ def make_plan(
         else:
             n_dec += c
             dec_ctx += start + c
-    return StepPlan(step_id, tuple(items), n_tok, n_pre, n_dec, n_samp, pairs, pre_kv, dec_ctx, deps)
+    return _tuple_new(StepPlan, (step_id, tuple(items), n_tok, n_pre, n_dec, n_samp, pairs, pre_kv, dec_ctx, deps))

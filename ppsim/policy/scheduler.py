@@ -18,7 +18,7 @@ from ppsim.policy.kv import BlockPool
 from ppsim.policy.plan import PlanItem, StepPlan, make_plan
 from ppsim.policy.requests import ReqState, Request, Status, TokenOutput
 
-_tuple_new = tuple.__new__  # PlanItem / TokenOutput built without their Python-level __new__ (hot loops)
+_tuple_new = tuple.__new__  # PlanItem built without its Python-level __new__ (hot loop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +78,7 @@ class Scheduler:
             self.running.remove(st)
             self._ready.pop(st.run_seq, None)
         self.kv.free(req_id)
+        st.kv_cap = 0
         st.status = Status.ABORTED
         return True
 
@@ -108,6 +109,7 @@ class Scheduler:
     def _preempt(self, st: ReqState) -> None:
         self._ready.pop(st.run_seq, None)
         self.kv.free(st.req.req_id)
+        st.kv_cap = 0
         st.status = Status.WAITING
         st.num_computed = 0
         st.epoch += 1
@@ -207,15 +209,17 @@ class Scheduler:
                 n = budget
             req_id = req.req_id
             end = start + n
-            table = tables.get(req_id)
-            if table is None or -(-end // bs) > len(table):
-                while not allocate(req_id, end):
-                    victim = running.pop()
-                    self._preempt(victim)
-                    if victim is st:
-                        self._partial = None
-                        return budget, True
-                    preempted = True
+            if end > st.kv_cap:  # its blocks may not hold the new tokens: allocate's no-op case, inlined
+                table = tables.get(req_id)
+                if table is None or -(-end // bs) > len(table):
+                    while not allocate(req_id, end):
+                        victim = running.pop()
+                        self._preempt(victim)
+                        if victim is st:
+                            self._partial = None
+                            return budget, True
+                        preempted = True
+                st.kv_cap = len(tables[req_id]) * bs
             samples = end == total
             is_prefill = n > 1 or start < prompt
             append(_tuple_new(PlanItem, (req_id, start, n, is_prefill, samples, st.epoch)))
@@ -298,11 +302,12 @@ class Scheduler:
             if done:
                 st.status = Status.FINISHED
                 self.kv.free(req_id)
+                st.kv_cap = 0
                 ready.pop(st.run_seq, None)
                 finished = True
             elif req.prompt_len + num_out + ph > st.num_computed:
                 ready[st.run_seq] = st  # its token is back: schedulable again
-            outs.append(_tuple_new(TokenOutput, (req_id, num_out, done)))
+            outs.append((req_id, num_out, done))
         if finished:
             self.running = [s for s in self.running if s.status is running_status]
         return outs
@@ -325,13 +330,14 @@ class Scheduler:
             if num_out >= req.output_len:
                 st.status = Status.FINISHED
                 self.kv.free(req_id)
+                st.kv_cap = 0
                 ready.pop(st.run_seq, None)
                 finished = True
-                append(_tuple_new(TokenOutput, (req_id, num_out, True)))
+                append((req_id, num_out, True))
                 continue
             if req.prompt_len + num_out > st.num_computed:
                 ready[st.run_seq] = st  # its token is back: schedulable again
-            append(_tuple_new(TokenOutput, (req_id, num_out, False)))
+            append((req_id, num_out, False))
         if finished:
             self.running = [s for s in self.running if s.status is running_status]
         return outs

@@ -102,7 +102,7 @@ class RingScheduler(Scheduler):
 
     def update_from_output(self, plan: StepPlan) -> list[TokenOutput]:
         outs = super().update_from_output(plan)
-        if any(o.finished for o in outs):
+        if any(finished for _req_id, _index, finished in outs):
             self.slots = [[s for s in m if s.status is Status.RUNNING] for m in self.slots]
         return outs
 

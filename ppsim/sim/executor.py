@@ -74,10 +74,11 @@ class SimBackend:
             opts.defer_outputs,
         )
         self.pipe.track_tokens = async_tokens
+        self.launch = self.pipe.launch  # type: ignore[method-assign]  # the pipeline's own, without a hop
         self.defer = opts.defer_outputs > 0
         self.fast_pipe = pipeline is FastPipeline and not self.defer
         self.relay_time = getattr(prep.cost, "relay_time", None)  # scheduler relay CPU, if the cost has it
-        self._cpu_dt: dict[tuple[str, int, int], float] = {}  # (kind, n, relay) -> CPU seconds
+        self._cpu_dt: dict[Cpu, float] = {}  # (kind, n, relay) -> CPU seconds
         self.wakeup: simpy.Event | None = None
         self.series: SeriesRecorder | None = None  # set with the pool by the simulation
         self.pool: Any = None
@@ -88,7 +89,7 @@ class SimBackend:
         return self.pipe.in_flight
 
     def now(self) -> float:
-        return self.env.now
+        return self.env._now  # env.now, without its property
 
     def launch(self, plan: StepPlan) -> None:
         self.pipe.launch(plan)
@@ -116,13 +117,12 @@ class SimBackend:
         """The CPU stretch: nothing to wait for (``()``) when nothing else is due before it ends, as
         then nothing can change meanwhile and the clock moves as the timeout would (to now + dt);
         else a generator that waits for its timeout."""
-        key = (act.kind, act.n, act.relay)
-        dt = self._cpu_dt.get(key)
-        if dt is None:  # a pure function of the action: memoised
+        dt = self._cpu_dt.get(act)
+        if dt is None:  # a pure function of the action (a named tuple, its own key): memoised
             dt = self.cost.cpu_time(act.kind, act.n)
             if act.relay and self.relay_time is not None:
                 dt += self.relay_time(act.relay)
-            self._cpu_dt[key] = dt
+            self._cpu_dt[act] = dt
         if dt > 0:
             env = self.env
             start = env._now

@@ -43,25 +43,22 @@ PRUNE_EVERY = 256  # launches between drops of token-ready times already in the 
 
 class EmptyDone:
     """An empty plan's completion without outputs deferred: the timeout of its return message, and the
-    event a waiter yields, made only when it can be observed (:meth:`FastPipeline._empty_fired`).
+    event a waiter yields, made only when it can be observed (:meth:`FastPipeline._empty_fire`; the
+    timeout carries this object as its value, so no closure is made per plan).
 
     The completion event of the per-event model is succeeded when the timeout fires and processed at
     its next turn; when nothing else is due at that time, nothing can run in between, so a later
     waiter always finds it processed (and goes on at once): then no event is made at all."""
 
-    __slots__ = ("timeout", "ev")
+    __slots__ = ("triggered", "ev")
 
-    def __init__(self, timeout: simpy.Timeout) -> None:
-        self.timeout = timeout
+    def __init__(self) -> None:
+        self.triggered = False  # the timeout fired (its event, if any, succeeded then)
         self.ev: simpy.Event | None = None
-
-    @property
-    def triggered(self) -> bool:
-        return self.timeout.callbacks is None  # fired (its event, if any, succeeded then)
 
     def wait(self, env: simpy.Environment) -> tuple[simpy.Event, ...]:
         """What a waiter yields: the event (made now if the timeout has not fired), or nothing."""
-        if self.timeout.callbacks is not None and self.ev is None:
+        if not self.triggered and self.ev is None:
             self.ev = env.event()
         return () if self.ev is None else (self.ev,)
 
@@ -106,50 +103,63 @@ class FastPipeline:
         # a step after the stage idled costs more (a profile's stage_idle): gap = start - previous end
         self.idle = cost.idle_time if getattr(cost, "has_idle", False) else None
         self.messages: dict[int, tuple[float, float]] = {}  # requests -> (launch_time, return_time)
+        self.seams: dict[int, tuple[float, float]] = {}  # tokens -> (seam bytes, link time)
         self.ret0: float | None = None  # an empty plan's return message (a pure function of the count)
         self.defer_outputs = defer_outputs
         self.arrive_last = 0.0  # when the latest micro-batch reaches the last stage
         self.held: dict[int, tuple[StepPlan, float]] = {}  # deferred, not yet released: (plan, end on last)
         self.sends: dict[int, tuple[StepPlan, float, float]] = {}  # released: (plan, end on last, send time)
+        self.on_return, self.on_empty_return = self._finish, self._empty_fire  # bound once
 
-    def _finish_cb(self, ev: simpy.Event) -> Callable[[Any], None]:
-        def finish(_e: Any) -> None:
-            if ev.triggered:  # a deferred plan whose earlier release has already fired
-                return
-            self.in_flight -= 1
+    def _finish(self, to: simpy.Timeout) -> None:
+        """A return message's timeout fired: its plan's completion event (the timeout's value) succeeds.
+
+        Succeeded, it would be processed at its turn; when nothing else is due now, its turn is the
+        very next, and nothing can run in between: then it is processed here, as
+        ``Environment.step`` would (its waiters resume), without a trip through the event queue."""
+        ev = to._value
+        if ev.triggered:  # a deferred plan whose earlier release has already fired
+            return
+        self.in_flight -= 1
+        q = self.env._queue
+        if q and q[0][0] <= self.env._now:  # something else is due now: the event takes its turn
             ev.succeed()
+            return
+        ev._ok, ev._value = True, None  # ev.succeed() and its processing by Environment.step
+        callbacks, ev.callbacks = ev.callbacks, None
+        for callback in callbacks:
+            callback(ev)
 
-        return finish
-
-    def _empty_fired(self, done: EmptyDone) -> Callable[[Any], None]:
-        def fired(_e: Any) -> None:
-            ev = done.ev
-            if ev is None:
-                q = self.env._queue
-                if not q or q[0][0] > self.env._now:
-                    return  # nothing else is due now: its event would be processed next, unobserved
-                ev = done.ev = self.env.event()  # something due now may observe it before its turn
-            ev.succeed()
-
-        return fired
+    def _empty_fire(self, to: simpy.Timeout) -> None:
+        """An empty plan's return message arrived (its :class:`EmptyDone` is the timeout's value)."""
+        done = to._value
+        done.triggered = True
+        ev = done.ev
+        if ev is None:
+            q = self.env._queue
+            if not q or q[0][0] > self.env._now:
+                return  # nothing else is due now: its event would be processed next, unobserved
+            ev = done.ev = self.env.event()  # something due now may observe it before its turn
+        ev.succeed()
 
     def launch(self, plan: StepPlan) -> simpy.Event:
         env, cost = self.env, self.cost
-        if plan.is_empty:
+        if not plan.items:  # empty
             if self.ret0 is None:
                 self.ret0 = cost.return_time(0)
-            to = env.timeout(self.ret0)
             if not self.defer_outputs:
-                done = self.done[plan.step_id] = EmptyDone(to)
-                to.callbacks.append(self._empty_fired(done))
+                done = self.done[plan.step_id] = EmptyDone()
+                to = env.timeout(self.ret0, done)
+                to.callbacks.append(self.on_empty_return)
                 return to
+            to = env.timeout(self.ret0)
             ev = self.done[plan.step_id] = env.event()
             to.callbacks.append(lambda _e: ev.succeed())
             return ev
         ev = env.event()
         self.done[plan.step_id] = ev
         self.in_flight += 1
-        now = env.now
+        now = env._now  # env.now
         n_req = len(plan.items)
         msg = self.messages.get(n_req)
         if msg is None:  # pure functions of the request count
@@ -161,7 +171,7 @@ class FastPipeline:
             self._defer(plan, end)
         else:
             ret = end + msg[1]
-            env.timeout(ret - now).callbacks.append(self._finish_cb(ev))
+            env.timeout(ret - now, ev).callbacks.append(self.on_return)
         self.launches += 1
         if self.launches % PRUNE_EVERY == 0 and self.token_ready:
             # a ready time at or before now can never delay a later start (every start is >= now)
@@ -183,7 +193,7 @@ class FastPipeline:
         send = end if end > release else release
         self.sends[plan.step_id] = (plan, end, send)
         ret = send + self.cost.return_time(plan.num_reqs)
-        self.env.timeout(ret - self.env.now).callbacks.append(self._finish_cb(self.done[plan.step_id]))
+        self.env.timeout(ret - self.env.now, self.done[plan.step_id]).callbacks.append(self.on_return)
 
     def awaiting(self, step_id: int) -> None:
         """The core waits for ``step_id``'s outputs: a deferred send leaves now (or when the plan ends)."""
@@ -207,8 +217,11 @@ class FastPipeline:
         end = t
         nbytes = link = 0.0
         if len(self.stages) > 1:  # every seam carries the same bytes (pure functions of the token count)
-            nbytes = self.seam_bytes(n_tok)
-            link = cost.link_time(nbytes)
+            seam = self.seams.get(n_tok)
+            if seam is None:
+                nbytes = self.seam_bytes(n_tok)
+                seam = self.seams[n_tok] = (nbytes, cost.link_time(nbytes))
+            nbytes, link = seam
         batched = self.stage_times
         times = batched(self.stages, plan) if batched is not None else None
         for st in self.stages:
