@@ -16,8 +16,7 @@ import queue
 import time
 from typing import Any
 
-import numpy as np
-
+from calibration.core_path import rows_of
 from ppsim.errors import PPSimError
 
 WARMUP = 5
@@ -84,19 +83,6 @@ def profile_control(ns: tuple[int, ...], repeats: int = 30, timeout_s: float = 6
         if proc.is_alive():
             proc.terminate()
             proc.join(timeout=5)
-    rows = []
-    for op, data in (("launch", launch), ("return", ret)):
-        for n, xs in data.items():
-            rows.append(
-                {
-                    "op": op,
-                    "split": "fit",
-                    "n": n,
-                    "median_s": float(np.median(xs)),
-                    "p10_s": float(np.percentile(xs, 10)),
-                    "p90_s": float(np.percentile(xs, 90)),
-                    "repeats": len(xs),
-                    "inner": 1,
-                }
-            )
-    return rows
+    return rows_of(
+        {op: [(n, x) for n, xs in data.items() for x in xs] for op, data in (("launch", launch), ("return", ret))}
+    )
