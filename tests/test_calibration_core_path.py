@@ -69,3 +69,20 @@ def test_control_path_report_reads_a_validation_dir(tmp_path):
         (tmp_path / d / "stage_ops.csv").write_text(ops_csv(TIMELINE))
     text = report(tmp_path)
     assert "engine (1 runs)" in text and "launch    engine   0.375  sim   0.375" in text
+
+
+def test_overlap_report_bins_step_errors_by_concurrent_compute(tmp_path):
+    from experiments.validation.control_path import overlap_report
+    from ppsim.metrics.io import ops_csv
+
+    ops = [
+        compute(0, 0.0, 1.0, 2),  # stage 0 alone
+        OpRecord("stage1", "compute", 0, 1.0, 2.0, 2, 2),  # stage 1, half beside stage 0's next step
+        compute(1, 1.5, 2.5, 2),
+    ]
+    (tmp_path / "engine-0").mkdir()
+    (tmp_path / "engine-0" / "stage_ops.csv").write_text(ops_csv(ops))
+    (tmp_path / "step_costs.csv").write_text("run,stage,step_id,cpu_error\n0,0,0,-0.01\n0,1,0,-0.3\n0,0,1,-0.2\n")
+    text = overlap_report(tmp_path)
+    assert "overlap 0.0-0.2:    1 steps, median -1.0%" in text
+    assert "overlap 0.2-0.6:    2 steps, median -25.0%" in text

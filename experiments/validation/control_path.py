@@ -9,6 +9,10 @@ beside simulator. The step-level cost error of ``validate`` covers the stage com
 the rest of a step, which at PP=1 decode of a few requests is a large share of it. With more than one
 step in flight the launch gap also holds the wait for the stage to finish the step before.
 
+It also splits ``validate``'s step-level error against CPU time (``step_costs.csv``, run 0) by how
+much of each stage step overlapped other stages' computes in the engine: where the PP=2 steps that
+the cost model misses are.
+
 Run: python experiments/validation/control_path.py VALIDATION_DIR [VALIDATION_DIR ...]
 """
 
@@ -58,6 +62,38 @@ def report(d: Path) -> str:
     return "\n".join(lines)
 
 
+OVERLAP_BINS = ((0.0, 0.2), (0.2, 0.6), (0.6, 0.9), (0.9, 1.01))
+
+
+def overlap_report(d: Path) -> str:
+    """Median step error vs CPU by the fraction of the step other stages were computing (run 0)."""
+    ops = [o for o in read_ops(d / "engine-0" / "stage_ops.csv") if o.kind == "compute"]
+    if len({o.track for o in ops}) < 2:
+        return ""
+    err = {
+        (int(r["stage"]), int(r["step_id"])): float(r["cpu_error"])
+        for r in csv.DictReader((d / "step_costs.csv").open())
+        if r["run"] == "0" and r["cpu_error"] not in ("", "None")
+    }
+    rows = []
+    for o in ops:
+        e = err.get((int(o.track[5:]), o.step_id))
+        dur = o.end_s - o.start_s
+        if e is None or dur <= 0:
+            continue
+        busy = sum(max(0.0, min(o.end_s, p.end_s) - max(o.start_s, p.start_s)) for p in ops if p.track != o.track)
+        rows.append((busy / dur, e))
+    lines = [f"{d.name}: step error vs CPU by overlap with other stages' computes (engine run 0)"]
+    for lo, hi in OVERLAP_BINS:
+        sel = [e for f, e in rows if lo <= f < hi]
+        if sel:
+            lines.append(
+                f"  overlap {lo:.1f}-{min(hi, 1.0):.1f}: {len(sel):4d} steps, median {statistics.median(sel):+.1%}"
+            )
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     for arg in sys.argv[1:]:
         print(report(Path(arg)))
+        print(overlap_report(Path(arg)))
