@@ -19,16 +19,9 @@ from pathlib import Path
 
 from _common import ROOT, VIDUR, simulate_argv
 
-POLICIES = [
-    "vllm-sync",
-    "vllm-batch-queue",
-    "vllm-async",
-    "vllm-mrv2",
-    "sglang-ring",
-    "trtllm-slots",
-    "llamacpp",
-    "no-pp",
-]
+from ppsim.policy.pipelines import BUILDERS
+
+POLICIES = list(BUILDERS)  # every registered policy, in registry order
 BASE = [
     "--model",
     "llama-3-8b",

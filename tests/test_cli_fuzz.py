@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ppsim.cli import main
+from ppsim.policy.pipelines import BUILDERS
 
 SMALL_INT = st.integers(-3, 64)
 ANY_VALUE = st.one_of(
@@ -24,17 +25,7 @@ ANY_VALUE = st.one_of(
     st.none(),
     st.lists(st.integers(0, 9), max_size=4),
 )
-POLICIES = [
-    "vllm-sync",
-    "vllm-batch-queue",
-    "vllm-async",
-    "vllm-mrv2",
-    "sglang-ring",
-    "trtllm-slots",
-    "llamacpp",
-    "no-pp",
-    "vllm",
-]
+POLICIES = [*BUILDERS, "vllm"]  # every registered policy and the plain alias
 
 # (section or None, field) pairs of the scenario, plus names that do not exist
 CONFIG_FIELDS = [

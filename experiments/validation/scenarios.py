@@ -24,17 +24,10 @@ import numpy as np
 from ppsim.config import Scenario, build_scenario, step_budget_fields
 from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
+from ppsim.policy.pipelines import BUILDERS, REPLICATED
 
 # the policies the live engine runs (no-pp runs data-parallel replicas, which the engine does not)
-ENGINE_POLICIES = (
-    "vllm-sync",
-    "vllm-batch-queue",
-    "vllm-async",
-    "vllm-mrv2",
-    "sglang-ring",
-    "trtllm-slots",
-    "llamacpp",
-)
+ENGINE_POLICIES = tuple(p for p in BUILDERS if p not in REPLICATED)  # registry order: the draws depend on it
 BASE_WL = {"num_prompts": 24, "random_input_len": 128, "random_output_len": 32, "random_range_ratio": 0.25}
 DEVELOPMENT = {
     "pp1-sync-offline": ({"policy": "vllm-sync"}, 1, {"request_rate": "inf"}),
