@@ -47,6 +47,8 @@ FORMS: dict[str, tuple[str, str]] = {
     "launch": ("linear", "n"),
     "launch_multi": ("linear", "n"),
     "return": ("linear", "n"),
+    "ring_launch": ("linear", "n"),
+    "ring_return": ("linear", "n"),
 }
 LINK_SIZES = {"quick": (1024, 65536, 1 << 20), "full": (256, 4096, 65536, 262144, 1 << 20, 1 << 22)}
 STACK_BYTES = 256 * 1024**2  # whole-layer timings run up to this many bytes of distinct layers in a row
@@ -189,6 +191,16 @@ def fit_idle(rows: list[dict[str, Any]], stat: str) -> OpFit | None:
     for i in range(1, len(ys)):  # a longer idle never warms the caches: keep the table non-decreasing
         ys[i] = max(ys[i], ys[i - 1])
     return OpFit("stage_idle", "interp", "gap_s", {"xs": gaps, "ys": ys})
+
+
+def fit_handoff(fits: dict[str, OpFit], rows: list[dict[str, Any]]) -> OpFit | None:
+    """``handoff``: seconds the live engine's stage-to-stage transfer takes beyond the link ping-pong
+    (``calibration/core_path.py``): the median over its transfers of measured minus ``send_recv`` at
+    the same payload, a constant per transfer. None without both."""
+    if "send_recv" not in fits or not rows:
+        return None
+    excess = [float(r["median_s"]) - fits["send_recv"].at(float(r["bytes"])) for r in rows for _ in range(r["repeats"])]
+    return OpFit("handoff", "linear", "bytes", {"c0": float(np.median(excess)), "c1": 0.0})
 
 
 def heldout_errors(cost: ProfiledCost, rows: list[dict[str, Any]], stat: str = "median") -> list[dict[str, Any]]:
@@ -352,6 +364,9 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
     idle = fit_idle([r for r in rows if r["split"] == "idle"], stat)
     if idle is not None:
         fits["stage_idle"] = idle
+    handoff = fit_handoff(fits, [r for r in rows if r["op"] == "handoff"])
+    if handoff is not None:
+        fits["handoff"] = handoff
     cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
     held = heldout_errors(cost, [r for r in rows if r["split"] == "heldout"], stat)
     whole = ("layer", *KINDS)
@@ -368,6 +383,8 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
     fj = {op: fit_to_json(f, stats.get(op, {})) for op, f in fits.items()}
     if idle is not None:
         fj["stage_idle"].update({"note": "extra seconds per layer of a middle-stage step after an idle gap"})
+    if handoff is not None:
+        fj["handoff"].update({"note": "live engine's stage transfer minus send_recv, seconds per transfer"})
     for name in glue:
         fj[name].update({"n_samples": sum(1 for g in gaps if g["stage"] in ("layer", GLUE_KIND[name])), "note": note})
     write_artifact(out, meta, fj, rows)

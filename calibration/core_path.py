@@ -21,7 +21,19 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
 * ``return``: the stage's compute end -> the core's update start (tokens queued back, the core wakes);
 * ``launch_multi``: the launch again, from a second run at two stages (one message per stage's queue;
   0.58 ms against 0.39 at one stage in a validation trace), which the simulator charges at PP > 1.
+* ``handoff``: from that run, a stage's compute end -> the next stage's compute start, per payload
+  (``bytes`` of hidden states + residual), where the next stage was waiting: the engine's own
+  transfer (two isends, the receiver's thread woken from its wait), which the link ping-pong
+  (``calibration/link.py``: two hot processes bouncing one buffer) under-counts by about 0.25 ms a
+  step on this host (0.32-0.56 ms against 0.08-0.34 ms in validation traces). The profile keeps the
+  median excess over ``send_recv`` (``calibrate.fit_handoff``), which every link transfer is charged.
+* ``ring_launch`` and ``ring_return``: launch and return from a third run at two stages with the
+  sampled-token ring (``trtllm-slots``: ``engine/datapath.py``'s ``RingSender`` -> rank 0's
+  ``RingForwarder`` thread -> the core's queue): 0.64-0.88 ms per return in validation traces against
+  the one 8-byte hop (0.08 ms) charged before, and rank 0 posting the ring's receive for every step.
 
+Only gaps where the far side was waiting are kept (with more than one step in flight a launch can
+also wait for the stage to finish the step before, a return for the core to finish other work).
 These are wall-clock gaps: the median per ``n`` is fitted (linear in ``n``), as for every
 wall-clock sample.
 """
@@ -43,7 +55,7 @@ WORKLOAD = {
 }
 
 
-def calibration_scenario(model: str, device: str, threads: int, pp: int = 1):  # noqa: ANN201
+def calibration_scenario(model: str, device: str, threads: int, pp: int = 1, policy: str = "vllm-sync"):  # noqa: ANN201
     from ppsim.config import build_scenario
 
     return build_scenario(
@@ -52,7 +64,7 @@ def calibration_scenario(model: str, device: str, threads: int, pp: int = 1):  #
             "model": model,
             "seed": 0,
             "cluster": {"pipeline_parallel_size": pp},
-            "engine": {"policy": {"kind": "vllm-sync"}, "max_num_seqs": 16},
+            "engine": {"policy": {"kind": policy}, "max_num_seqs": 16},
             "workload": WORKLOAD,
             "live_engine": {"device": device, "threads_per_stage": threads},
         },
@@ -61,8 +73,9 @@ def calibration_scenario(model: str, device: str, threads: int, pp: int = 1):  #
 
 def step_paths(ops: list[Any]) -> dict[str, list[tuple[int, float]]]:
     """``op -> [(n, seconds)]`` from an engine (or simulator) run's records (see the module doc): the
-    launch to the first stage, the return from the last. Meant for one step in flight (``vllm-sync``):
-    with more, a launch gap also holds the wait for the stage to finish the step before."""
+    launch to the first stage, the return from the last. A launch counts only if the first stage was
+    idle when it began, a return only if the core was: with more than one step in flight the rest
+    hold waits, not the path."""
     core = sorted((o for o in ops if o.track == "core"), key=lambda o: o.start_s)
     stages = sorted({o.track for o in ops if o.track.startswith("stage")}, key=lambda t: int(t[5:]))
     if not stages:
@@ -77,19 +90,44 @@ def step_paths(ops: list[Any]) -> dict[str, list[tuple[int, float]]]:
         if o.kind == "schedule":
             out["schedule"].append((o.num_reqs, o.end_s - o.start_s))
             j = bisect.bisect_left(starts, o.end_s)
-            if j < len(first) and (nxt is None or first[j].start_s <= nxt.start_s):
+            idle = j == 0 or first[j - 1].end_s <= o.end_s
+            if j < len(first) and idle and (nxt is None or first[j].start_s <= nxt.start_s):
                 out["launch"].append((first[j].num_reqs, first[j].start_s - o.end_s))
         elif o.kind == "update" and nxt is not None and nxt.kind == "schedule":
             out["update"].append((o.num_reqs, nxt.start_s - o.start_s))
             j = bisect.bisect_right(ends, o.start_s) - 1
-            if j >= 0:
+            if j >= 0 and (i == 0 or core[i - 1].end_s <= comp[j].end_s):
                 out["return"].append((comp[j].num_reqs, o.start_s - comp[j].end_s))
     return out
 
 
-def rows_of(paths: dict[str, list[tuple[int, float]]]) -> list[dict[str, Any]]:
-    """Sample rows (median, p10, p90 per ``n``) for the fits: wall-clock gaps, so the median, as for
-    every wall-clock sample (``calibration.calibrate.statistic``): a busy host's one-sided delays
+def handoffs(ops: list[Any]) -> list[tuple[int, float]]:
+    """``[(bytes, seconds)]``: each stage-to-stage send's sender compute end -> receiver compute start,
+    where the receiver had finished its previous step before the sender finished (it was waiting)."""
+    comp: dict[str, dict[int, Any]] = defaultdict(dict)
+    for o in ops:
+        if o.kind == "compute":
+            comp[o.track][o.step_id] = o
+    prev_end: dict[tuple[str, int], float] = {}
+    for track, steps in comp.items():
+        order = sorted(steps.values(), key=lambda o: o.start_s)
+        for a, b in zip(order, order[1:], strict=False):
+            prev_end[(track, b.step_id)] = a.end_s
+    out = []
+    for o in ops:
+        if o.kind != "send" or not o.track.startswith("link") or "->" not in o.track:
+            continue
+        src, dst = (f"stage{k}" for k in o.track[4:].split("->"))
+        a, b = comp[src].get(o.step_id), comp[dst].get(o.step_id)
+        if a is None or b is None or prev_end.get((dst, o.step_id), -1.0) > a.end_s:
+            continue
+        out.append((int(o.nbytes), b.start_s - a.end_s))
+    return out
+
+
+def rows_of(paths: dict[str, list[tuple[int, float]]], x: str = "n") -> list[dict[str, Any]]:
+    """Sample rows (median, p10, p90 per value of the feature ``x``) for the fits: wall-clock gaps, so
+    the median, as for every wall-clock sample (``calibration.calibrate.statistic``): a busy host's one-sided delays
     would otherwise enter the fit."""
     rows = []
     for op, pairs in paths.items():
@@ -103,7 +141,7 @@ def rows_of(paths: dict[str, list[tuple[int, float]]]) -> list[dict[str, Any]]:
                 {
                     "op": op,
                     "split": "fit",
-                    "n": n,
+                    x: n,
                     "median_s": float(np.median(a)),
                     "p10_s": float(np.percentile(a, 10)),
                     "p90_s": float(np.percentile(a, 90)),
@@ -115,15 +153,19 @@ def rows_of(paths: dict[str, list[tuple[int, float]]]) -> list[dict[str, Any]]:
 
 
 def profile_core_path(model: str, device: str, threads: int) -> list[dict[str, Any]]:
-    """Run the live engine on the calibration workload; rows ``schedule``/``update``/``launch``/``return``,
-    and ``launch_multi`` from a second run at two stages (where the model has two layers): there the
-    core puts a step message on every stage's queue, and their feeder threads share its GIL."""
+    """Run the live engine on the calibration workload; rows ``schedule``/``update``/``launch``/``return``
+    at one stage, and where the model has two layers: ``launch_multi`` and ``handoff`` at two stages
+    (the core puts a step message on every stage's queue, and their feeder threads share its GIL; the
+    stages hand hidden states over), ``ring_launch``/``ring_return`` at two stages with the ring."""
     from engine.run import run_engine
     from ppsim.models.shape import load_model
 
     run = run_engine(calibration_scenario(model, device, threads), None)
     rows = rows_of(step_paths(list(run.ops)))
     if load_model(model).num_layers >= 2:
-        two = run_engine(calibration_scenario(model, device, threads, pp=2), None)
-        rows += rows_of({"launch_multi": step_paths(list(two.ops)).get("launch", [])})
+        two = list(run_engine(calibration_scenario(model, device, threads, pp=2), None).ops)
+        rows += rows_of({"launch_multi": step_paths(two).get("launch", [])})
+        rows += [{**r, "split": "live"} for r in rows_of({"handoff": handoffs(two)}, x="bytes")]
+        ring = step_paths(list(run_engine(calibration_scenario(model, device, threads, 2, "trtllm-slots"), None).ops))
+        rows += rows_of({"ring_launch": ring.get("launch", []), "ring_return": ring.get("return", [])})
     return rows

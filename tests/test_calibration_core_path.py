@@ -86,3 +86,55 @@ def test_overlap_report_bins_step_errors_by_concurrent_compute(tmp_path):
     text = overlap_report(tmp_path)
     assert "overlap 0.0-0.2:    1 steps, median -1.0%" in text
     assert "overlap 0.2-0.6:    2 steps, median -25.0%" in text
+
+
+def stage(k: int, step: int, a: float, b: float) -> OpRecord:
+    return OpRecord(f"stage{k}", "compute", step, a, b, 1, 1)
+
+
+def send(step: int, a: float, b: float, nbytes: float) -> OpRecord:
+    return OpRecord("link0->1", "send", step, a, b, 1, 1, nbytes=nbytes)
+
+
+def test_handoffs_keep_transfers_to_a_waiting_stage():
+    from calibration.core_path import handoffs
+
+    ops = [
+        stage(0, 0, 0.0, 4e-3),
+        send(0, 4.01e-3, 4.2e-3, 2048),
+        stage(1, 0, 4.3e-3, 8e-3),  # waited: 0.3 ms from stage 0's end
+        stage(0, 1, 5e-3, 6e-3),
+        send(1, 6.01e-3, 6.2e-3, 4096),
+        stage(1, 1, 8.1e-3, 9e-3),  # busy with step 0 until 8 ms: a queue, not a transfer
+    ]
+    assert handoffs(ops) == [(2048, pytest.approx(0.3e-3))]
+
+
+def test_launches_and_returns_that_waited_are_not_the_path():
+    ops = [
+        core("schedule", 0.0, 0.1e-3, 2),
+        compute(0, 0.5e-3, 5.0e-3, 2),
+        core("schedule", 1.0e-3, 1.1e-3, 1),  # the stage is busy with step 0: this launch waits
+        compute(1, 5.0e-3, 6.0e-3, 1),
+        core("update", 5.4e-3, 5.5e-3, 2),
+        core("schedule", 5.5e-3, 7.0e-3, 2),  # the core is busy when step 1 ends at 6 ms
+        core("update", 7.2e-3, 7.3e-3, 1),
+        core("schedule", 7.3e-3, 7.4e-3, 1),
+    ]
+    p = step_paths(ops)
+    assert p["launch"] == [(2, pytest.approx(0.4e-3))]
+    assert p["return"] == [(2, pytest.approx(0.4e-3))]
+
+
+def test_handoff_fit_is_the_median_excess_over_the_ping_pong():
+    from calibration.calibrate import fit_handoff
+    from ppsim.cost.profiled import OpFit
+
+    wire = OpFit("send_recv", "linear", "bytes", {"c0": 50e-6, "c1": 1e-9})
+    rows = [
+        {"op": "handoff", "bytes": 1000, "median_s": 351e-6, "repeats": 3},  # excess 300 us
+        {"op": "handoff", "bytes": 100000, "median_s": 550e-6, "repeats": 1},  # excess 400 us
+    ]
+    f = fit_handoff({"send_recv": wire}, rows)
+    assert f.coef == {"c0": pytest.approx(300e-6), "c1": 0.0}
+    assert fit_handoff({}, rows) is None and fit_handoff({"send_recv": wire}, []) is None

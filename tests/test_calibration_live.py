@@ -56,6 +56,10 @@ def test_quick_calibrate_cli(quick_profile):
     assert rows[0].startswith("op,split") and any(r.startswith("stage_full,heldout") for r in rows)
     for kind in ("stage_first", "stage_mid", "stage_last"):
         assert any(r.startswith(f"{kind},stage") for r in rows)
+    # the live engine's paths at two stages: the transfer (kept; fitted against the link, here none)
+    # and the sampled-token ring's launch and return
+    assert any(r.startswith("handoff,live") for r in rows) and "handoff" not in fits
+    assert all(fits[op]["form"] == "linear" for op in ("launch_multi", "ring_launch", "ring_return"))
 
 
 def test_link_profiler_two_processes():

@@ -224,3 +224,28 @@ def test_simulate_cli_refuses_quantized_model_on_float32_profile(tmp_path, capsy
     )
     err = capsys.readouterr().err
     assert rc == 2 and "weight_dtype='float32' (model has 'fp8')" in err and len(err.strip().splitlines()) == 1
+
+
+def test_live_engine_handoff_and_ring_paths(tmp_path):
+    """``handoff`` adds to every stage transfer; a ring policy's return and launch are the live ring's
+    (``ring_return``/``ring_launch``), its relay hop the wire alone; without them, the one link hop."""
+    from ppsim.cost.ring import RingReturnCost
+
+    f = _fits()
+    base = _load(_write(tmp_path / "a", fits=f))
+    lin = lambda c0, c1: {"form": "linear", "x": "n", "coef": {"c0": c0, "c1": c1}}  # noqa: E731
+    f.update(
+        handoff={"form": "linear", "x": "bytes", "coef": {"c0": 2.5e-4, "c1": 0.0}},
+        ring_return=lin(7e-4, 1e-5),
+        ring_launch=lin(6e-4, 2e-5),
+        launch=lin(3e-4, 1e-5),
+    )
+    cost = _load(_write(tmp_path / "b", fits=f))
+    wire = 5e-5 + 2048 * 1e-9
+    assert base.link_time(2048) == pytest.approx(wire) and cost.link_time(2048) == pytest.approx(wire + 2.5e-4)
+    assert cost.wire_time(2048) == pytest.approx(wire)
+    ring, plain = RingReturnCost(cost, 0.0, 0.0, 1), RingReturnCost(base, 0.0, 0.0, 1)
+    assert ring.return_time(4) == pytest.approx(7.4e-4) and ring.launch_time(4) == pytest.approx(6.8e-4)
+    assert ring.relay_time(4) == pytest.approx(5e-5 + 32e-9)
+    assert plain.return_time(4) == pytest.approx(5e-5 + 32e-9)
+    assert plain.launch_time(4) == base.launch_time(4)

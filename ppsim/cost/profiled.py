@@ -251,6 +251,8 @@ class ProfiledCost:
         # at PP > 1 the engine core puts a step message on every stage's queue (``launch_multi``)
         self._launch = self.p.fits.get("launch_multi") if pp > 1 else None
         self._launch = self._launch or self.p.fits.get("launch")
+        # the engine's own stage-to-stage transfer beyond the link ping-pong (calibration/core_path.py)
+        self.handoff_s = max(self.p.fits["handoff"].coef["c0"], 0.0) if "handoff" in self.p.fits else 0.0
         if tp > 1 and "all_reduce" not in profile.fits and tp_link is None:
             raise PPSimError("profile: no all_reduce operator and no tp_link preset; set cluster.tp_link")
         self.launch_latency_s = launch_latency_s  # when the profile has no measured control path
@@ -428,11 +430,29 @@ class ProfiledCost:
         return stage.num_layers * _interp(xs, f.coef["ys"], gap_s if gap_s < xs[-1] else xs[-1])
 
     def link_time(self, nbytes: float) -> float:
+        """A stage-to-stage transfer of ``nbytes``: the wire, plus the live engine's handoff (the sender's
+        isends, the waiting receiver woken) where the profile measured it."""
+        return self.wire_time(nbytes) + self.handoff_s
+
+    def wire_time(self, nbytes: float) -> float:
+        """``nbytes`` over the link alone: the ping-pong's ``send_recv``, else the link preset."""
         if "send_recv" in self.f:
             return max(self.f["send_recv"].at(nbytes), 0.0)
         if self.link is None:
             raise PPSimError("profile: no send_recv operator and no link preset; pass --link")
         return self.link.latency_us * 1e-6 + nbytes / (self.link.bandwidth_gbps * 1e9)
+
+    def ring_launch_time(self, n: int) -> float | None:
+        """A step's launch with the sampled-token ring at PP > 1 (rank 0 also posts the ring's receive),
+        measured on the live engine; None where the profile has no ring run."""
+        f = self.f.get("ring_launch")
+        return None if f is None else max(f.at(n), 0.0)
+
+    def ring_return_time(self, n: int) -> float | None:
+        """``n`` requests' sampled tokens from the last rank over the ring to rank 0 and on to the engine
+        core, measured on the live engine; None where the profile has no ring run."""
+        f = self.f.get("ring_return")
+        return None if f is None else max(f.at(n), 0.0)
 
     def cpu_time(self, kind: str, n: int) -> float:
         if kind not in ("schedule", "update"):

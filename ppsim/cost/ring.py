@@ -19,6 +19,10 @@ last rank -> rank 0 (one hop, ``return_time``), then rank 0 forwards it to rank 
 the synchronous relay (``TLLM_PP_ASYNC_BROADCAST_SAMPLE_STATE=0``) that forward is a send on rank 0's
 executor thread, so one more hop sits on its critical path: ``relay_time``. It has no straggler
 (``straggler_us = 0``).
+
+With a profile of ppsim's live engine (``calibration/core_path.py``), the return and the launch are
+those measured there with the ring: the hop, rank 0's receiving thread and the engine core's queue
+(the engine core stands for rank 0's scheduler), and rank 0 posting the ring's receive per step.
 """
 
 from __future__ import annotations
@@ -62,11 +66,21 @@ class RingReturnCost:
         return self.inner.cpu_time(kind, n)
 
     def launch_time(self, n: int) -> float:
-        return self.inner.launch_time(n)
+        """The step's launch; with a profile of the live engine's ring, as measured there."""
+        measured = self._measured("ring_launch_time", n)
+        return self.inner.launch_time(n) if measured is None else measured
 
     def relay_time(self, n: int) -> float:
         """Forwarding ``n`` requests' sample state one hop down the ring from rank 0's executor thread."""
-        return self.inner.link_time(OUTPUT_BYTES_PER_REQ * max(n, 1))
+        wire = getattr(self.inner, "wire_time", self.inner.link_time)
+        return wire(OUTPUT_BYTES_PER_REQ * max(n, 1))
 
     def return_time(self, n: int) -> float:
-        return self.inner.link_time(OUTPUT_BYTES_PER_REQ * max(n, 1))
+        """One hop, last rank -> rank 0; with a profile of the live engine's ring, as measured there (the
+        hop, rank 0's receiving thread, and the engine core's queue that stands for rank 0's scheduler)."""
+        measured = self._measured("ring_return_time", n)
+        return self.inner.link_time(OUTPUT_BYTES_PER_REQ * max(n, 1)) if measured is None else measured
+
+    def _measured(self, name: str, n: int) -> float | None:
+        f = getattr(self.inner, name, None)
+        return None if f is None else f(n)
