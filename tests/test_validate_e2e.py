@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 
 def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     out = tmp_path / "val"
@@ -46,6 +48,15 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     # busy, so simulated/engine throughput says how loaded the machine is, not whether ppsim is right.
     # Accuracy is measured by experiments/validation/run.py (calibrated on the same host, idle).
     assert rows["output_throughput"]["simulated"] > 0 and rows["output_throughput"]["engine"] > 0
+    # the speed-adjusted replay: the engine's stage time over the prediction, and the same metrics
+    adj = v["speed_adjusted"]
+    steps = [line.split(",") for line in (out / "step_costs.csv").read_text().splitlines()]
+    col = {k: i for i, k in enumerate(steps[0])}
+    measured = sum(float(r[col["measured_s"]]) for r in steps[1:])
+    predicted = sum(float(r[col["predicted_s"]]) for r in steps[1:])
+    assert adj["factor"] == pytest.approx(measured / predicted, rel=1e-6)
+    assert [r["metric"] for r in adj["rows"]] == [r["metric"] for r in v["rows"]]
+    assert "speed-adjusted replay (the engine's stages ran x" in r.stdout
     assert (out / "latency_cdf.png").stat().st_size > 1000
     trace = json.loads((out / "trace_combined.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ppsim.config import Scenario, scenario_json
+from ppsim.cost.scaled import ScaledCompute
 from ppsim.deployment import kv_figures, prepare
 from ppsim.errors import PPSimError
 from ppsim.metrics.io import run_files
@@ -31,6 +32,8 @@ from ppsim.validate.compare import compare_summaries, per_request_errors, verdic
 from ppsim.validate.host import HostGuard, host_line
 from ppsim.validate.report import format_table, validation_files
 from ppsim.validate.steps import format_steps, step_costs, summarize_steps
+
+ADJUSTED_SHOWN = ("output_throughput", "median_ttft_ms", "mean_tpot_ms", "median_e2el_ms")
 
 
 def cpu_seconds() -> tuple[float, float]:
@@ -121,6 +124,7 @@ def validate(
         "repeats": repeats,
         "step_cost": summarize_steps(steps),
         "rows": [r.to_dict() for r in rows],
+        "speed_adjusted": speed_adjusted(prep, steps, [r.summary for r in runs]),
         "per_request": per_request_errors([r.requests for r in runs], res.requests),
         "verdict": verdict(rows),
         "host": host.to_dict(),
@@ -132,6 +136,21 @@ def validate(
     dashboards = drawn_dashboards("sim", *(f"engine-{i}" for i in range(len(runs))))
     write_result_set(out, {**files, **profile_files(s, out)}, derived=dashboards)
     return payload
+
+
+def speed_adjusted(prep: Any, steps: list[dict[str, Any]], engine: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The simulator again with the host's compute speed during the engine runs (:mod:`ppsim.cost.scaled`):
+    ``factor`` = the engine's stage time over the prediction, summed over every micro-batch of every
+    run. Its error is the scheduling, pipeline and control path alone; not a prediction (``factor``
+    comes from the runs it is compared with). None without step records."""
+    measured, predicted = sum(r["measured_s"] for r in steps), sum(r["predicted_s"] for r in steps)
+    if not steps or predicted <= 0 or measured <= 0:
+        return None
+    factor = measured / predicted
+    res = simulate(dataclasses.replace(prep, cost=ScaledCompute(prep.cost, factor)))
+    summary = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
+    rows = compare_summaries(engine, summary)
+    return {"factor": factor, "rows": [r.to_dict() for r in rows], "verdict": verdict(rows)}
 
 
 def calibration_probe(profile_dir: str | None) -> float | None:
@@ -174,6 +193,13 @@ def format_report(payload: dict[str, Any]) -> str:
         f"{v.get('max_abs_fraction_points', 0.0):.3f} points; outside target (10%, 5% for "
         f"throughput/TPOT, 0.05 points for fractions): {', '.join(v['misses']) or 'none'}"
     )
+    adj = payload.get("speed_adjusted")
+    if adj:
+        lines.append(
+            f"speed-adjusted replay (the engine's stages ran x{adj['factor']:.3f} the profile's time; not a "
+            f"prediction: the scheduling and path alone): median |error| {adj['verdict']['median_abs_error']:.1%}, "
+            + ", ".join(f"{r['metric']} {r['error']:+.1%}" for r in adj["rows"] if r["metric"] in ADJUSTED_SHOWN)
+        )
     if "host" in payload:
         lines.append(host_line(payload["host"]))
     return "\n".join(lines)
