@@ -259,6 +259,7 @@ def calibrate(
     from calibration.link import profile_link
     from calibration.profile_ops import FULL, QUICK, OpProfiler
     from calibration.timer import Timer
+    from engine.probe import stage_probe
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     if device == "cuda" and not torch.cuda.is_available():
@@ -277,6 +278,7 @@ def calibrate(
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
     probes: list[float] = []  # the host's speed at the start of each round and at the end (CPU only)
+    steps: list[float] = []  # the same for the engine's own step (engine/probe.py)
     grid = QUICK if quick else FULL
     if clock == "auto":
         clock = "thread" if device == "cpu" and torch.get_num_threads() == 1 else "wall"
@@ -290,8 +292,9 @@ def calibrate(
     tasks = prof.tasks(grid)
 
     def progress(i: int, n: int, t: Any) -> None:
-        if device == "cpu" and i % len(tasks) == 0:  # the host guard's probe (ppsim/validate/host.py)
+        if device == "cpu" and i % len(tasks) == 0:  # the host guard's probes (ppsim/validate/host.py)
             probes.append(cpu_probe()[0])
+            steps.append(stage_probe())
         if i % 50 == 0 or i == n - 1:
             log(f"[{i + 1}/{n}] {t.op} {t.plan or t.feats}  ({time.perf_counter() - t0:.0f} s)")
 
@@ -312,6 +315,7 @@ def calibrate(
     rows += profile_core_path(model, device, threads or 1)
     if probes:
         probes.append(cpu_probe()[0])
+        steps.append(stage_probe())
     backend = None
     if link:
         log(f"link ping-pong over {LINK_SIZES[kind]} bytes")
@@ -343,6 +347,7 @@ def calibrate(
             "link_backend": backend,
             "layer_stack": stack,
             **({"host_probe_s": sum(probes) / len(probes), "host_probes_s": probes} if probes else {}),
+            **({"host_stage_probe_s": sum(steps) / len(steps), "host_stage_probes_s": steps} if steps else {}),
             "wall_s": round(time.perf_counter() - t0, 1),
         }
     )

@@ -125,5 +125,34 @@ def test_calibration_probe_is_read_from_the_profile(tmp_path):
 
     (tmp_path / "meta.json").write_text(json.dumps({"host_probe_s": 0.0021}))
     assert calibration_probe(str(tmp_path)) == 0.0021
+    (tmp_path / "meta.json").write_text(json.dumps({"host_probe_s": 0.0021, "host_stage_probe_s": 0.006}))
+    assert calibration_probe(str(tmp_path), "host_stage_probe_s") == 0.006
     (tmp_path / "meta.json").write_text(json.dumps({}))  # a profile from before the probe was recorded
     assert calibration_probe(str(tmp_path)) is None and calibration_probe(None) is None
+
+
+def test_the_engine_step_probe_is_judged_against_calibration():
+    """The engine's own step (engine/probe.py) 30% slower than at calibration is flagged even when the
+    pure-Python probe holds; within the limit it is shown in the ok line."""
+    steps = iter([0.0065, 0.0065])
+    g = guard([(0.002, 0.99), (0.002, 0.99)], stage_probe=lambda: next(steps), stage_reference_s=0.005)
+    g.reference_s = 0.002
+    g.read("before 0")
+    g.read("after 0")
+    d = g.to_dict()
+    assert d["vs_reference"] == 0.0 and d["stage_vs_reference"] == pytest.approx(0.30)
+    assert [r["stage_probe_s"] for r in d["readings"]] == [0.0065, 0.0065]
+    assert not d["ok"] and "engine's own step runs 30% slower than when the profile was calibrated" in d["problem"]
+    ok = guard([(0.002, 0.99)], stage_probe=lambda: 0.0052, stage_reference_s=0.005)
+    ok.read("before 0")
+    assert ok.problem() is None and "engine step +4% vs calibration" in host_line(ok.to_dict())
+    plain = guard([(0.002, 0.99)])  # no engine-step probe: readings without it, nothing judged on it
+    plain.read("before 0")
+    assert plain.to_dict()["readings"][0]["stage_probe_s"] is None and plain.stage_vs_reference() is None
+
+
+def test_the_engine_step_probe_reads_something():
+    pytest.importorskip("torch")
+    from engine.probe import stage_probe
+
+    assert stage_probe(0.05) > 0

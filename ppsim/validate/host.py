@@ -62,6 +62,7 @@ class HostReading:
     load1: float
     probe_s: float  # the slowest core's mean CPU seconds per probe slice (the host's speed)
     core_share: float  # smallest CPU / wall over the probes (1.0: each probe had a core to itself)
+    stage_probe_s: float | None = None  # the engine's own step, CPU s (engine/probe.py); None: not read
 
 
 def cpu_probe(processes: int | None = None) -> tuple[float, float]:
@@ -89,9 +90,11 @@ def read_host(
     when: str,
     probe: Callable[[], tuple[float, float]] = cpu_probe,
     loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
+    stage_probe: Callable[[], float] | None = None,
 ) -> HostReading:
     wall, share = probe()
-    return HostReading(when, float(loadavg()[0]), float(wall), float(share))
+    step = float(stage_probe()) if stage_probe is not None else None
+    return HostReading(when, float(loadavg()[0]), float(wall), float(share), step)
 
 
 @dataclass
@@ -105,6 +108,8 @@ class HostGuard:
     loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg
     readings: list[HostReading] = field(default_factory=list)
     reference_s: float | None = None  # the probe when the profile was calibrated (meta.json host_probe_s)
+    stage_probe: Callable[[], float] | None = None  # the engine-step probe (engine/probe.py), if read
+    stage_reference_s: float | None = None  # it at calibration (meta.json host_stage_probe_s)
 
     def __post_init__(self) -> None:
         if self.mode not in ("flag", "refuse", "off"):
@@ -118,7 +123,7 @@ class HostGuard:
         """Take one reading; in ``refuse`` mode raise at once if the host is already off."""
         if self.mode == "off":
             return
-        self.readings.append(read_host(when, self.probe, self.loadavg))
+        self.readings.append(read_host(when, self.probe, self.loadavg, self.stage_probe))
         problem = self.problem()
         if problem and self.mode == "refuse":
             raise PPSimError(
@@ -136,6 +141,13 @@ class HostGuard:
             return None
         return sum(r.probe_s for r in self.readings) / len(self.readings) / self.reference_s - 1.0
 
+    def stage_vs_reference(self) -> float | None:
+        """Mean engine-step probe over the readings against the calibration's: +0.2 = 20% slower now."""
+        steps = [r.stage_probe_s for r in self.readings if r.stage_probe_s is not None]
+        if not steps or not self.stage_reference_s:
+            return None
+        return sum(steps) / len(steps) / self.stage_reference_s - 1.0
+
     def problem(self) -> str | None:
         """What is wrong with the host, in a phrase; None when the readings are within bounds."""
         if not self.readings:
@@ -145,6 +157,12 @@ class HostGuard:
             return (
                 f"the CPU probe got {worst.core_share:.0%} of a core at '{worst.when}' (load {worst.load1:.1f}; "
                 f"limit {self.min_core_share:.0%}): another process shares the cores"
+            )
+        step = self.stage_vs_reference()
+        if step is not None and abs(step) > self.max_drift:
+            return (
+                f"the engine's own step runs {abs(step):.0%} {'slower' if step > 0 else 'faster'} than when the "
+                f"profile was calibrated (limit {self.max_drift:.0%}): recalibrate, or wait for a steadier host"
             )
         ref = self.vs_reference()
         if ref is not None:  # judged against the host the profile was calibrated on
@@ -168,6 +186,8 @@ class HostGuard:
             "probe_drift": self.drift(),
             "reference_probe_s": self.reference_s,
             "vs_reference": self.vs_reference(),
+            "stage_reference_s": self.stage_reference_s,
+            "stage_vs_reference": self.stage_vs_reference(),
             "cpu_count": os.cpu_count(),
             "readings": [asdict(r) for r in self.readings],
         }
@@ -180,8 +200,9 @@ def host_line(h: dict[str, Any]) -> str:
     loads = [r["load1"] for r in h["readings"]]
     share = min(r["core_share"] for r in h["readings"])
     if h["ok"]:
-        ref = h.get("vs_reference")
+        ref, step = h.get("vs_reference"), h.get("stage_vs_reference")
         vs = "" if ref is None else f", {ref:+.0%} vs calibration"
+        vs += "" if step is None else f", engine step {step:+.0%} vs calibration"
         return (
             f"host guard: ok (CPU probe drift {h['probe_drift']:.0%}{vs}, core share >= {share:.0%}, "
             f"load {min(loads):.1f}-{max(loads):.1f})"

@@ -86,6 +86,11 @@ def validate(
     host = host if host is not None else HostGuard()
     if host.reference_s is None:
         host.reference_s = calibration_probe(s.cost.profile_dir)
+    if host.mode != "off" and opts.device == "cpu" and host.stage_probe is None:
+        from engine.probe import stage_probe
+
+        host.stage_probe = stage_probe
+        host.stage_reference_s = calibration_probe(s.cost.profile_dir, "host_stage_probe_s")
     runs, usage = [], []
     for i in range(repeats):
         host.read(f"before {i}")
@@ -153,10 +158,10 @@ def speed_adjusted(prep: Any, steps: list[dict[str, Any]], engine: list[dict[str
     return {"factor": factor, "rows": [r.to_dict() for r in rows], "verdict": verdict(rows)}
 
 
-def calibration_probe(profile_dir: str | None) -> float | None:
-    """The host probe ``ppsim calibrate`` recorded with the profile (None: a profile without one)."""
+def calibration_probe(profile_dir: str | None, key: str = "host_probe_s") -> float | None:
+    """A host probe ``ppsim calibrate`` recorded with the profile (None: a profile without one)."""
     try:
-        v = json.loads((Path(profile_dir or "") / "meta.json").read_text()).get("host_probe_s")
+        v = json.loads((Path(profile_dir or "") / "meta.json").read_text()).get(key)
     except (OSError, ValueError):
         return None
     return float(v) if isinstance(v, int | float) and v > 0 else None
