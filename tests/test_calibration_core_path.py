@@ -126,6 +126,17 @@ def test_launches_and_returns_that_waited_are_not_the_path():
     assert p["return"] == [(2, pytest.approx(0.4e-3))]
 
 
+def test_control_path_report_adds_the_stage_handoff(tmp_path):
+    from experiments.validation.control_path import report
+    from ppsim.metrics.io import ops_csv
+
+    ops = [stage(0, 0, 0.0, 4e-3), send(0, 4.01e-3, 4.2e-3, 2048), stage(1, 0, 4.3e-3, 8e-3)]
+    for d in ("engine-0", "sim"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "stage_ops.csv").write_text(ops_csv(ops))
+    assert "handoff   engine   0.300  sim   0.300  (n 1, 1)" in report(tmp_path)
+
+
 def test_handoff_fit_is_the_median_excess_over_the_ping_pong():
     from calibration.calibrate import fit_handoff
     from ppsim.cost.profiled import OpFit

@@ -6,8 +6,10 @@ compute start: building and pickling the step messages, the queue, the stage wak
 *return* gap (the last stage's compute end -> the core's update start: tokens back over the queue),
 as calibration reads them (:func:`calibration.core_path.step_paths`), and prints medians, engine
 beside simulator. The step-level cost error of ``validate`` covers the stage computes; this covers
-the rest of a step, which at PP=1 decode of a few requests is a large share of it. With more than one
-step in flight the launch gap also holds the wait for the stage to finish the step before.
+the rest of a step, which at PP=1 decode of a few requests is a large share of it. Launches and
+returns count only where the far side was waiting (see ``step_paths``). At PP > 1 it adds the
+*handoff* (a stage's compute end -> the next stage's compute start, where that stage was waiting:
+:func:`calibration.core_path.handoffs`).
 
 It also splits ``validate``'s step-level error against CPU time (``step_costs.csv``, run 0) by how
 much of each stage step overlapped other stages' computes in the engine: where the PP=2 steps that
@@ -23,10 +25,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from calibration.core_path import step_paths
+from calibration.core_path import handoffs, step_paths
 from ppsim.metrics.records import OpRecord
 
-KINDS = ("schedule", "launch", "return", "update")
+KINDS = ("schedule", "launch", "return", "update", "handoff")
 
 
 def read_ops(path: Path) -> list[OpRecord]:
@@ -41,18 +43,24 @@ def read_ops(path: Path) -> list[OpRecord]:
                 float(r["end_s"]),
                 int(r["num_tokens"]),
                 int(r["num_reqs"]),
+                nbytes=float(r.get("nbytes") or 0.0),
             )
         )
     return out
+
+
+def paths(ops: list[OpRecord]) -> dict[str, list[tuple[int, float]]]:
+    """The core path per step (calibration's ``step_paths``) and the stage hand-overs (``handoffs``)."""
+    return {**step_paths(ops), "handoff": handoffs(ops)}
 
 
 def report(d: Path) -> str:
     runs = sorted(p for p in d.iterdir() if p.is_dir() and p.name.startswith("engine-"))
     eng: dict[str, list[float]] = {k: [] for k in KINDS}
     for r in runs:
-        for k, v in step_paths(read_ops(r / "stage_ops.csv")).items():
+        for k, v in paths(read_ops(r / "stage_ops.csv")).items():
             eng[k] += [t for _, t in v]
-    sim = {k: [t for _, t in v] for k, v in step_paths(read_ops(d / "sim" / "stage_ops.csv")).items()}
+    sim = {k: [t for _, t in v] for k, v in paths(read_ops(d / "sim" / "stage_ops.csv")).items()}
     lines = [f"{d.name}: median ms per step, engine ({len(runs)} runs) vs simulator"]
     for k in KINDS:
         e, s = eng.get(k), sim.get(k)
