@@ -122,6 +122,7 @@ def test_profile_of_this_host_predicts_fresh_engine_stages(quick_profile):
     from calibration.layer import Layer
     from calibration.profile_ops import OpProfiler, parse_plan
     from calibration.timer import Timer, summarize
+    from engine.probe import stage_probe
     from ppsim.cost.base import StageSpec
 
     torch.set_num_threads(1)
@@ -136,19 +137,24 @@ def test_profile_of_this_host_predicts_fresh_engine_stages(quick_profile):
     specs = ["P200@100+D12x300", "D40x200", "P160@0"]  # not in the calibration grid
     seqs = [parse_plan(sp, rng) for sp in specs]
     raw: list[list[float]] = [[] for _ in specs]
+    probes = [stage_probe()]
     with torch.inference_mode():
         for _ in range(3):  # round-robin, as the profiler does
             for i, sq in enumerate(seqs):
                 raw[i] += prof.timer.samples(st.step_fn("stage_full", sq))[0]
+    probes.append(stage_probe())
+    # The host's speed since calibration (this VM's compute swings by 1.5x over minutes): the engine-step
+    # probe now against the one calibration recorded, so the test checks the cost model, not the host.
+    speed = float(np.mean(probes)) / cost.p.meta["host_stage_probe_s"]
     errs = []
     for sq, xs in zip(seqs, raw, strict=True):
         tm = summarize(xs, 1)
         measured = value({"median_s": tm.median_s, "mean_s": tm.mean_s}, cost.p.meta["statistic"])
-        pred = cost.stage_time(
+        pred = speed * cost.stage_time(
             StageSpec(0, st.start, st.end, True, True), plan_of(";".join(f"{q.start}:{q.n}" for q in sq))
         )
         errs.append(abs(pred - measured) / measured)
-    assert float(np.median(errs)) < 0.35, errs
+    assert float(np.median(errs)) < 0.35, (errs, speed)
 
 
 def test_profiled_layer_computes_what_the_engine_layer_computes():

@@ -213,20 +213,25 @@ def test_fit_chunks_cli(ppsim_cli, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("fast", [False, True], ids=["reference", "fast"])
 @pytest.mark.parametrize("depth", [0, 1, 2])
-def test_last_rank_defers_the_output_send_by_depth_iterations(depth):
+def test_last_rank_defers_the_output_send_by_depth_iterations(depth, fast):
     """event_loop_pp: with pp_async_batch_depth = d the last rank sends micro-batch b's outputs at its
-    iteration b + d (after receiving that iteration's hidden states), not when b finishes."""
+    iteration b + d (after receiving that iteration's hidden states), not when b finishes; the
+    per-event reference pipeline and the closed form alike."""
     import simpy
 
     from ppsim.bubble import ConstantCost
     from ppsim.cost.base import StageSpec
+    from ppsim.metrics.oplog import OpLog
     from ppsim.policy.plan import PlanItem, make_plan
+    from ppsim.sim.fast import FastPipeline
     from ppsim.sim.pipeline import PipelineSim
 
     env = simpy.Environment()
     stages = (StageSpec(0, 0, 1, True, False), StageSpec(1, 1, 2, False, True))
-    pipe = PipelineSim(env, stages, ConstantCost(1e-3), lambda n: 0.0, [], overlap_sends=True, defer_outputs=depth)
+    kind = FastPipeline if fast else PipelineSim
+    pipe = kind(env, stages, ConstantCost(1e-3), lambda n: 0.0, OpLog(), overlap_sends=True, defer_outputs=depth)
     plans = [make_plan(i, [PlanItem(i, 0, 4, True, True)]) for i in range(3)]
     done_at = {}
 

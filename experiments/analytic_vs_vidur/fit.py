@@ -24,7 +24,7 @@ from scipy.optimize import least_squares
 from calibration.vidur_import import DEVICE_PRESET, import_vidur
 from experiments.analytic_vs_vidur.data import VIDUR_ROOT, cases, gemm_table, rows
 from experiments.analytic_vs_vidur.steps import TP_LINK, TRAIN_MODELS
-from ppsim.cost.kernels import FIT, gemm_rows
+from ppsim.cost.kernels import FIT, SHARPNESS_REF_S, gemm_rows
 from ppsim.cost.layers import attention_gemms, kv_heads_per_gpu, mlp_gemms
 from ppsim.hardware.presets import DEVICES, LINKS
 from ppsim.metrics.io import atomic_write
@@ -88,15 +88,17 @@ def fit_gemm() -> dict[str, object]:
     n = len(DEVS)
 
     def pred(x: np.ndarray) -> np.ndarray:
-        p, a0, small_eff, ce, me = x[0], x[1], x[2], x[3 : 3 + n][k], x[3 + n :][k]
+        p0, a0, small_eff, growth = x[0], x[1], x[2], x[3]
+        ce, me = x[4 : 4 + n][k], x[4 + n :][k]
         c, m = fl * tile_rows(T, small_eff) / (pf * ce), by / (pb * me)
         hi, lo = np.maximum(c, m), np.minimum(c, m)
+        p = p0 * (hi / SHARPNESS_REF_S) ** growth  # ppsim.cost.kernels.smooth_roof
         return a0 * 1e-6 + hi * (1 + (lo / hi) ** p) ** (1 / p)
 
     r = least_squares(
         lambda x: np.log(pred(x) / y),
-        [2.0, 5.0, 0.85] + [0.7] * n + [0.8] * n,
-        bounds=([1.0, 0.0, 0.3] + [0.2] * 2 * n, [20.0, 50.0, 1.0] + [1.2] * 2 * n),
+        [2.0, 5.0, 0.85, 0.0] + [0.7] * n + [0.8] * n,
+        bounds=([1.0, 0.0, 0.3, -1.0] + [0.2] * 2 * n, [20.0, 50.0, 1.0, 1.0] + [1.2] * 2 * n),
         loss="soft_l1",
     )
     grid = np.arange(1, 4097, dtype=float)
@@ -107,9 +109,10 @@ def fit_gemm() -> dict[str, object]:
         "gemm_sharpness": r.x[0],
         "gemm_launch_us": r.x[1],
         "gemm_small_tile_eff": r.x[2],
+        "gemm_sharpness_growth": r.x[3],
         "tile_rows": [FIT.gemm_tile_rows, FIT.gemm_small_tile_rows],
         "per_device": {
-            DEVICE_PRESET[d]: {"compute_eff": r.x[3 + i], "memory_eff": r.x[3 + n + i]} for i, d in enumerate(DEVS)
+            DEVICE_PRESET[d]: {"compute_eff": r.x[4 + i], "memory_eff": r.x[4 + n + i]} for i, d in enumerate(DEVS)
         },
         "n": len(y),
         "median_abs_err": float(np.median(err)),

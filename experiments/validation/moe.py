@@ -202,9 +202,13 @@ def main() -> None:
             step_ms_predicted=round(1e3 * pred, 3),
             step_error=round((pred - meas) / meas, 4),
         )
+        adj = payload.get("speed_adjusted") or {}
+        replay = {r["metric"]: r for r in adj.get("rows", [])}
+        row["speed_factor"] = round(adj["factor"], 3) if adj else None
         for m in SHOWN:
             row[f"{m}_error"] = round(by[m]["error"], 4)
             row[f"{m}_spread"] = round(by[m]["engine_spread"], 4)
+            row[f"{m}_replay"] = round(replay[m]["error"], 4) if m in replay else None
         rows.append(row)
         print(row, flush=True)
     if rows:
@@ -223,24 +227,33 @@ def write(rows: list[dict], args: argparse.Namespace, profile: str) -> None:
         f"Profile: {'calibrated just before the runs' if args.profile is None else profile}"
         f"{' (quick grid)' if args.quick and args.profile is None else ''}; router zipf "
         f"{args.moe_router_zipf:g}; engine repeats {args.repeats}. Error = (sim - engine) / engine "
-        "(bubble: fraction points); spread = engine run-to-run (max - min) / mean.",
+        "(bubble: fraction points); spread = engine run-to-run (max - min) / mean; after the slash, the "
+        "speed-adjusted replay (the simulator with every stage compute scaled by the engine's measured "
+        "stage time over the prediction, `speed factor`; not a prediction: it removes the host's speed "
+        "during the runs).",
         "",
         "| B | decode reqs/mb (eng, sim) | experts touched (engine router, cost model) | "
-        "decode stage ms (eng, sim) | step-level stage 0 ms (thread CPU, predicted, error) | "
+        "decode stage ms (eng, sim) | step-level stage 0 ms (thread CPU, predicted, error) | speed factor | "
         + " | ".join(SHOWN)
         + " |",
-        "|---" * (5 + len(SHOWN)) + "|",
+        "|---" * (6 + len(SHOWN)) + "|",
     ]
     for r in rows:
         cells = []
         for m in SHOWN:
             fmt = "{:+.3f}" if m == "pipeline_bubble_fraction" else "{:+.1%}"
-            cells.append(fmt.format(r[f"{m}_error"]) + f" (±{r[f'{m}_spread']:.0%})")
+            rep = r.get(f"{m}_replay")
+            cells.append(
+                fmt.format(r[f"{m}_error"])
+                + f" (±{r[f'{m}_spread']:.0%})"
+                + ("" if rep is None else " / " + fmt.format(rep))
+            )
+        factor = "-" if r.get("speed_factor") is None else f"{r['speed_factor']:.3f}"
         md.append(
             f"| {r['batch']} | {r['engine_decode_reqs']:g}, {r['sim_decode_reqs']:g} | "
             f"{r['experts_engine_router']:.2f}, {r['experts_cost_model']:.2f} | "
             f"{r['decode_stage_ms_engine']:.2f}, {r['decode_stage_ms_sim']:.2f} | "
-            f"{r['step_ms_measured']:.2f}, {r['step_ms_predicted']:.2f}, {r['step_error']:+.1%} | "
+            f"{r['step_ms_measured']:.2f}, {r['step_ms_predicted']:.2f}, {r['step_error']:+.1%} | {factor} | "
             + " | ".join(cells)
             + " |"
         )

@@ -72,7 +72,7 @@ class AnalyticCost:
         self.bw = self.peak_bw * me
         self.attn_flops = device.peak_tflops * 1e12 * fit.attn_compute_eff
         self.attn_bw = self.peak_bw * fit.attn_memory_eff
-        self.p = fit.gemm_sharpness
+        self.p, self.p_growth = fit.gemm_sharpness, fit.gemm_sharpness_growth
         self.floor, self.gemm_launch = fit.floor_us * 1e-6, fit.gemm_launch_us * 1e-6
         self.elem_fit = {}  # kind -> (share of the HBM peak, seconds per byte of one row)
         for kind in ("norm", "rope", "act", "add", "emb"):
@@ -117,7 +117,7 @@ class AnalyticCost:
 
     def _groof(self, flops: float, nbytes: float) -> float:
         """One GEMM kernel: a launch cost plus the smooth roofline of its compute and memory times."""
-        return self.gemm_launch + smooth_roof(flops / self.gemm_flops, nbytes / self.bw, self.p)
+        return self.gemm_launch + smooth_roof(flops / self.gemm_flops, nbytes / self.bw, self.p, self.p_growth)
 
     def _elem(self, per_tok: float, tokens: int, kind: str) -> float:
         """One elementwise kernel of ``kind`` over ``tokens`` rows of ``per_tok`` bytes: the HBM time at the
