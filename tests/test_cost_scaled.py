@@ -64,3 +64,60 @@ def test_a_slower_host_slows_the_replay():
     rows = {r["metric"]: r for r in adj["rows"]}
     assert adj["factor"] == 1.5 and rows["mean_tpot_ms"]["error"] > 0.3  # mostly compute: ~1.5x slower
     assert speed_adjusted(dataclasses.replace(prep), [], [base]) is None
+
+
+def test_jitter_picks_by_stage_and_step():
+    """The jittered replay's pick depends only on (seed, stage, step): repeatable, spread over the ratios."""
+    from ppsim.cost.scaled import JitteredCompute
+
+    cost = _prep().cost
+    ratios = [0.8, 1.0, 1.6]
+    jc = JitteredCompute(cost, ratios, seed=1)
+    picks = [jc.ratio(s, step) for s in (0, 1) for step in range(300)]
+    assert set(picks) == set(ratios) and all(80 < picks.count(r) < 120 * 2 for r in ratios)
+    assert [JitteredCompute(cost, ratios, seed=1).ratio(0, k) for k in range(50)] == picks[:50]
+    assert [JitteredCompute(cost, ratios, seed=2).ratio(0, k) for k in range(50)] != picks[:50]
+    base = cost.stage_time(STAGE, PLAN)
+    assert jc.stage_time(STAGE, PLAN) == pytest.approx(jc.ratio(0, 0) * base, rel=1e-12)
+    assert jc.factor == pytest.approx(sum(ratios) / 3)  # idle time: the mean ratio
+    with pytest.raises(ValueError, match="positive"):
+        JitteredCompute(cost, [])
+
+
+@pytest.mark.parametrize("policy", ["vllm-batch-queue", "sglang-ring", "vllm-mrv2"])
+def test_jitter_same_answers_on_both_pipelines(policy):
+    """Drawn per (stage, step), the jitter gives the closed form and the per-event reference one answer."""
+    from ppsim.cost.scaled import JitteredCompute
+
+    prep = _prep(policy)
+    prep = dataclasses.replace(prep, cost=JitteredCompute(prep.cost, [0.7, 1.0, 1.9], seed=3))
+    fast, ref = simulate(prep), simulate(prep, reference=True)
+    flat = lambda res: [t for r in res.requests for t in r.token_times]  # noqa: E731
+    assert flat(fast) == pytest.approx(flat(ref), rel=1e-9, abs=1e-12)
+    plain = simulate(_prep(policy))
+    assert [r.token_times for r in fast.requests] != [r.token_times for r in plain.requests]
+
+
+def test_step_time_spread_costs_latency_with_two_micro_batches_in_flight():
+    """Same mean speed, spread steps: at PP=2 with two micro-batches in flight a slow step delays the other
+    one, so the jittered replay is slower than the mean's (the effect `replay_adjusted.py --jitter-draws`
+    measures); the speed-adjusted replay of the same steps is the mean's."""
+    from ppsim.validate.run import jittered
+
+    s = build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "seed": 3,
+            "cluster": {"pipeline_parallel_size": 2},
+            "engine": {"policy": {"kind": "vllm-batch-queue", "pp_throttle": True}, "max_num_seqs": 8},
+            "workload": {"num_prompts": 8, "request_rate": "inf", "random_input_len": 32, "random_output_len": 48},
+        },
+    )
+    prep = prepare(s)
+    res = simulate(prep)
+    base = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
+    steps = [{"measured_s": m, "predicted_s": 1.0} for m in (0.4, 1.6)]  # mean 1: the speed factor is 1
+    assert all(r["error"] == 0.0 for r in speed_adjusted(prep, steps, [base])["rows"])
+    errs = [{r["metric"]: r["error"] for r in jittered(prep, steps, [base], seed=k)["rows"]} for k in range(3)]
+    assert all(e["mean_tpot_ms"] > 0.05 for e in errs), [e["mean_tpot_ms"] for e in errs]

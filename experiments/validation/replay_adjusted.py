@@ -8,11 +8,16 @@ written before the replay existed (or with another profile of the same host) and
 scenario and as medians over them, the prediction's error beside the replay's. Not a prediction:
 ``factor`` comes from the runs it is compared with.
 
-Run: python experiments/validation/replay_adjusted.py VALIDATION_DIR [VALIDATION_DIR ...]
+``--jitter-draws K`` adds K replays whose stage computes are drawn from the engine's own measured /
+predicted ratios (:class:`ppsim.cost.scaled.JitteredCompute`): the host's step-time spread on top of
+its mean speed, which with two or more micro-batches in flight costs latency that a mean cannot show.
+
+Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] VALIDATION_DIR [VALIDATION_DIR ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import json
@@ -22,13 +27,14 @@ from pathlib import Path
 
 from ppsim.config import build_scenario
 from ppsim.deployment import prepare
-from ppsim.validate.run import speed_adjusted
+from ppsim.validate.run import jittered, speed_adjusted
 
 METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_e2el_ms", "p99_e2el_ms")
 
 
-def replay(d: Path) -> dict[str, dict[str, float]]:
-    """``{"predicted": {metric: error}, "adjusted": {metric: error}, "factor": ...}`` for one dir."""
+def replay(d: Path, draws: int = 0) -> dict[str, dict[str, float]]:
+    """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
+    for one dir (``draws`` jittered replays)."""
     v = json.loads((d / "validation.json").read_text())
     s = build_scenario(None, v["scenario"])
     prep = dataclasses.replace(prepare(s), num_blocks=int(v["engine_summaries"][0]["kv_num_blocks"]))
@@ -38,17 +44,33 @@ def replay(d: Path) -> dict[str, dict[str, float]]:
     ]
     adj = speed_adjusted(prep, steps, v["engine_summaries"])
     pick = lambda rows: {r["metric"]: r["error"] for r in rows if r["metric"] in METRICS}  # noqa: E731
-    return {"predicted": pick(v["rows"]), "adjusted": pick(adj["rows"]), "factor": adj["factor"]}
+    out = {"predicted": pick(v["rows"]), "adjusted": pick(adj["rows"]), "factor": adj["factor"]}
+    for k in range(draws):
+        out[f"jittered {k}"] = pick(jittered(prep, steps, v["engine_summaries"], seed=k)["rows"])
+    return out
 
 
-def main(dirs: list[str]) -> None:
-    res = {Path(d).name: replay(Path(d)) for d in dirs}
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dirs", nargs="+", help="ppsim validate output dirs")
+    ap.add_argument(
+        "--jitter-draws",
+        type=int,
+        default=0,
+        help="also replay with every stage compute drawn from the engine's own measured/predicted ratios, "
+        "this many draws (the host's step-time spread on top of its mean speed)",
+    )
+    args = ap.parse_args(argv)
+    res = {Path(d).name: replay(Path(d), args.jitter_draws) for d in args.dirs}
+    kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     head = "".join(f"{m[:14]:>16s}" for m in METRICS)
     print(f"{'scenario':40s} {'factor':>7s} {head}")
     for name, r in res.items():
         print(f"{name:40s} {r['factor']:7.3f} " + "".join(f"{r['predicted'][m]:+16.1%}" for m in METRICS))
-        print(f"{'  speed-adjusted':40s} {'':7s} " + "".join(f"{r['adjusted'][m]:+16.1%}" for m in METRICS))
-    for kind in ("predicted", "adjusted"):
+        for kind in kinds[1:]:
+            label = "  speed-adjusted" if kind == "adjusted" else f"  {kind}"
+            print(f"{label:40s} {'':7s} " + "".join(f"{r[kind][m]:+16.1%}" for m in METRICS))
+    for kind in kinds:
         med = "".join(f"{statistics.median(abs(r[kind][m]) for r in res.values()):16.1%}" for m in METRICS)
         print(f"{'median |error| ' + kind:40s} {'':>7s} {med}")
 

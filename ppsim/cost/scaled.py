@@ -38,3 +38,31 @@ class ScaledCompute:
 
     def __getattr__(self, name: str) -> Any:  # link, core path, relay: the inner model's
         return getattr(self.inner, name)
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finaliser: a well-spread 64-bit integer from ``x`` (no global state)."""
+    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
+
+
+class JitteredCompute(ScaledCompute):
+    """Every stage compute times one of ``ratios``, picked by (``seed``, stage, step id): the engine's own
+    spread of measured over predicted stage time, replayed. A diagnostic like :class:`ScaledCompute`
+    (the ratios come from the runs it is compared with): with two or more micro-batches in flight a
+    slow step also delays the others, which a mean (``ScaledCompute``) cannot show. The pick depends
+    only on the stage and the step, so the closed-form and per-event pipelines draw alike."""
+
+    def __init__(self, inner: Any, ratios: list[float], seed: int = 0) -> None:
+        if not ratios or min(ratios) <= 0:
+            raise ValueError("ratios must be a non-empty list of positive numbers")
+        super().__init__(inner, sum(ratios) / len(ratios))  # idle time: the mean
+        self.ratios, self.seed = list(ratios), seed
+
+    def ratio(self, stage: int, step_id: int) -> float:
+        return self.ratios[_mix((self.seed << 40) ^ (stage << 32) ^ (step_id & 0xFFFFFFFF)) % len(self.ratios)]
+
+    def stage_time(self, stage: StageSpec, plan: StepPlan) -> float:
+        return self.ratio(stage.index, plan.step_id) * self.inner.stage_time(stage, plan)

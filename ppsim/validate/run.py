@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ppsim.config import Scenario, scenario_json
-from ppsim.cost.scaled import ScaledCompute
+from ppsim.cost.scaled import JitteredCompute, ScaledCompute
 from ppsim.deployment import kv_figures, prepare
 from ppsim.errors import PPSimError
 from ppsim.metrics.io import run_files
@@ -152,10 +152,23 @@ def speed_adjusted(prep: Any, steps: list[dict[str, Any]], engine: list[dict[str
     if not steps or predicted <= 0 or measured <= 0:
         return None
     factor = measured / predicted
-    res = simulate(dataclasses.replace(prep, cost=ScaledCompute(prep.cost, factor)))
+    return {"factor": factor, **replay_with(prep, ScaledCompute(prep.cost, factor), engine)}
+
+
+def jittered(prep: Any, steps: list[dict[str, Any]], engine: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """The replay with each stage compute scaled by one of the engine's own measured / predicted ratios
+    (:class:`ppsim.cost.scaled.JitteredCompute`, draw ``seed``): the host's step-time spread on top of
+    its mean speed. A diagnostic, like :func:`speed_adjusted`."""
+    ratios = [r["measured_s"] / r["predicted_s"] for r in steps if r["predicted_s"] > 0 and r["measured_s"] > 0]
+    return replay_with(prep, JitteredCompute(prep.cost, ratios, seed), engine)
+
+
+def replay_with(prep: Any, cost: Any, engine: list[dict[str, Any]]) -> dict[str, Any]:
+    """Simulate ``prep`` with ``cost`` and compare with the engine runs' summaries: rows and verdict."""
+    res = simulate(dataclasses.replace(prep, cost=cost))
     summary = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
     rows = compare_summaries(engine, summary)
-    return {"factor": factor, "rows": [r.to_dict() for r in rows], "verdict": verdict(rows)}
+    return {"rows": [r.to_dict() for r in rows], "verdict": verdict(rows)}
 
 
 def calibration_probe(profile_dir: str | None, key: str = "host_probe_s") -> float | None:
