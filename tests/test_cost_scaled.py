@@ -121,3 +121,13 @@ def test_step_time_spread_costs_latency_with_two_micro_batches_in_flight():
     assert all(r["error"] == 0.0 for r in speed_adjusted(prep, steps, [base])["rows"])
     errs = [{r["metric"]: r["error"] for r in jittered(prep, steps, [base], seed=k)["rows"]} for k in range(3)]
     assert all(e["mean_tpot_ms"] > 0.05 for e in errs), [e["mean_tpot_ms"] for e in errs]
+
+
+def test_replay_script_refuses_bad_input_in_one_line(tmp_path, capsys):
+    from experiments.validation.replay_adjusted import main
+
+    for argv, field in (([str(tmp_path)], str(tmp_path)), (["--jitter-draws", "-1", str(tmp_path)], "--jitter-draws")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.startswith(f"error: {field}: ") and len(err.strip().splitlines()) == 1

@@ -61,6 +61,14 @@ def main(argv: list[str]) -> None:
         "this many draws (the host's step-time spread on top of its mean speed)",
     )
     args = ap.parse_args(argv)
+    problem = f"--jitter-draws: {args.jitter_draws} is negative; give 0 or more" if args.jitter_draws < 0 else None
+    for d in args.dirs:
+        missing = [f for f in ("validation.json", "step_costs.csv") if not (Path(d) / f).is_file()]
+        if missing and problem is None:
+            problem = f"{d}: no {' or '.join(missing)}; give a `ppsim validate` output dir (one with engine runs)"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     res = {Path(d).name: replay(Path(d), args.jitter_draws) for d in args.dirs}
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     head = "".join(f"{m[:14]:>16s}" for m in METRICS)
