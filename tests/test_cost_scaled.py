@@ -131,3 +131,8 @@ def test_replay_script_refuses_bad_input_in_one_line(tmp_path, capsys):
             main(argv)
         err = capsys.readouterr().err
         assert e.value.code == 2 and err.startswith(f"error: {field}: ") and len(err.strip().splitlines()) == 1
+    (tmp_path / "validation.json").write_text("{}")
+    (tmp_path / "step_costs.csv").write_text("run,stage,step_id,measured_s,predicted_s\n")
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path)])
+    assert e.value.code == 2 and "no engine steps" in capsys.readouterr().err

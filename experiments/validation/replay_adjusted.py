@@ -66,6 +66,8 @@ def main(argv: list[str]) -> None:
         missing = [f for f in ("validation.json", "step_costs.csv") if not (Path(d) / f).is_file()]
         if missing and problem is None:
             problem = f"{d}: no {' or '.join(missing)}; give a `ppsim validate` output dir (one with engine runs)"
+        elif problem is None and len((Path(d) / "step_costs.csv").read_text().strip().splitlines()) < 2:
+            problem = f"{d}: step_costs.csv has no engine steps; nothing to scale the replay by"
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
