@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from calibration.moe_ops import build_moe
-from engine.kvcache import paged_attention
+from engine.kvcache import DecodeGroup, StepBatch, build_batch, paged_attention
+from engine.transport import StepItem
 from ppsim.models.shape import ModelShape
 
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -48,18 +49,19 @@ class KV:
     v: torch.Tensor
     slots: torch.Tensor  # [T] slot of each new token
     segments: list[tuple[int, int, int, torch.Tensor]]  # (row offset, n, ctx, ctx slots [ctx])
+    group: DecodeGroup | None = None  # CUDA: the decodes attended in one call
 
 
 class Layer:
     """Random weights of one decoder layer (plus embedding / lm_head) for ``shape`` on ``device``."""
 
     def __init__(self, shape: ModelShape, dtype: str, device: str, seed: int = 0, router_zipf: float = 0.0) -> None:
-        g = torch.Generator().manual_seed(seed)
         self.s, self.dt, self.dev = shape, TORCH_DTYPES[dtype], torch.device(device)
+        g = torch.Generator(device=self.dev).manual_seed(seed)  # drawn where the layer lives (fast on a GPU)
         h, q, kv, i = shape.hidden_size, shape.q_dim, shape.kv_dim, shape.intermediate_size
 
         def w(*dims: int) -> torch.Tensor:
-            return (torch.randn(*dims, generator=g) * 0.02).to(self.dev, self.dt)
+            return (torch.randn(*dims, generator=g, device=self.dev) * 0.02).to(self.dt)
 
         self.w_q, self.w_k, self.w_v = w(q, h), w(kv, h), w(kv, h)  # nn.Linear layout [out, in]
         self.b_q, self.b_k, self.b_v = (w(q), w(kv), w(kv)) if shape.attention_bias else (None, None, None)
@@ -105,7 +107,7 @@ class Layer:
     @staticmethod
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv: KV) -> torch.Tensor:
         """The engine's own paged attention (``engine/kvcache.py``): the very code a stage runs."""
-        return paged_attention(kv.k, kv.v, kv.slots, kv.segments, q, k, v)  # [T, H, D]
+        return paged_attention(kv.k, kv.v, kv.slots, kv.segments, q, k, v, kv.group)  # [T, H, D]
 
     def o_proj(self, a: torch.Tensor) -> torch.Tensor:
         return F.linear(a.reshape(a.shape[0], -1), self.w_o)
@@ -151,7 +153,7 @@ class Layer:
         b = prepare_inputs(seqs, tables, self.dev)
         k = torch.randn(S, s.num_kv_heads, s.head_dim, device=self.dev).to(self.dt)
         v = torch.randn(S, s.num_kv_heads, s.head_dim, device=self.dev).to(self.dt)
-        return KV(k, v, b[1], b[2])
+        return KV(k, v, b.slots, b.segments, b.group)
 
 
 def block_tables(seqs: list[Seq]) -> list[list[int]]:
@@ -164,17 +166,11 @@ def block_tables(seqs: list[Seq]) -> list[list[int]]:
     return tables
 
 
-def prepare_inputs(seqs: list[Seq], tables: list[list[int]], device: torch.device):  # noqa: ANN201
-    """``engine/kvcache.py::build_batch``: (positions [T], slots [T], segments, sample rows [R])."""
-    pos, slots, segs, rows = [], [], [], []
-    off = 0
-    for sq, tbl in zip(seqs, tables, strict=True):
-        ctx = sq.start + sq.n
-        table = torch.tensor(tbl, dtype=torch.long)
-        ctx_slots = (table[:, None] * BLOCK_SIZE + torch.arange(BLOCK_SIZE)[None, :]).reshape(-1)[:ctx]
-        pos.append(torch.arange(sq.start, ctx))
-        slots.append(ctx_slots[sq.start :])
-        segs.append((off, sq.n, ctx, ctx_slots.to(device)))
-        off += sq.n
-        rows.append(off - 1)
-    return torch.cat(pos).to(device), torch.cat(slots).to(device), segs, torch.tensor(rows, device=device)
+def step_items(seqs: list[Seq], tables: list[list[int]]) -> tuple[StepItem, ...]:
+    """The plan items a stage would receive for ``seqs`` (every one sampling)."""
+    return tuple(StepItem(i, q.start, q.n, True, tuple(t)) for i, (q, t) in enumerate(zip(seqs, tables, strict=True)))
+
+
+def prepare_inputs(seqs: list[Seq], tables: list[list[int]], device: torch.device) -> StepBatch:
+    """The engine's own ``build_batch`` (``engine/kvcache.py``) for ``seqs``: what a stage prepares per step."""
+    return build_batch(step_items(seqs, tables), BLOCK_SIZE, device)

@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from calibration.layer import Layer, Seq, block_tables, prepare_inputs
+from calibration.layer import BLOCK_SIZE, Layer, Seq, block_tables, step_items
 from calibration.moe_ops import experts_fn, experts_points, moe_fns
 from calibration.stage_step import EngineStages
 from calibration.timer import Timer, summarize
+from engine.kvcache import build_batch
 from ppsim.cost.profiled import REQ_OPS
 from ppsim.cost.profiled import TOKEN_OPS as LAYER_TOKEN_OPS
 
@@ -179,7 +180,8 @@ class OpProfiler:
             return lambda: L.sample(logits)
         seqs = [Seq(100 + i, 1) for i in range(R)]
         tables = block_tables(seqs)
-        return lambda: prepare_inputs(seqs, tables, self.dev)
+        items = step_items(seqs, tables)  # as a stage receives them
+        return lambda: build_batch(items, BLOCK_SIZE, self.dev)
 
     def attn_fn(self, seqs: list[Seq]) -> Callable[[], object]:
         s, T = self.L.s, sum(sq.n for sq in seqs)

@@ -28,11 +28,10 @@ from collections.abc import Callable
 import torch
 
 from calibration.calibrate import KINDS
-from calibration.layer import BLOCK_SIZE, Seq, block_tables
+from calibration.layer import BLOCK_SIZE, Seq, block_tables, step_items
 from engine.kvcache import PagedKVCache
 from engine.model import StageModel, build_stage
 from engine.step import forward_step
-from engine.transport import StepItem
 from ppsim.models.shape import ModelShape
 
 
@@ -79,9 +78,7 @@ class EngineStages:
         tables = block_tables(seqs)
         nb = sum(map(len, tables))
         kv = PagedKVCache(m.num_layers, nb, BLOCK_SIZE, s.num_kv_heads, s.head_dim, self.dt, self.dev)
-        items = tuple(
-            StepItem(i, q.start, q.n, True, tuple(t)) for i, (q, t) in enumerate(zip(seqs, tables, strict=True))
-        )
+        items = step_items(seqs, tables)
         T = sum(q.n for q in seqs)
         ids = tuple(int(x) for x in torch.randint(0, s.vocab_size, (T,))) if m.is_first else None
         x = None if m.is_first else torch.randn(T, s.hidden_size, device=self.dev).to(self.dt)

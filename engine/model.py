@@ -160,8 +160,8 @@ class StageModel(nn.Module):
         return self.lm_head(h).argmax(dim=-1)
 
 
-def _param_generator(seed: int, name: str) -> torch.Generator:
-    g = torch.Generator()
+def _param_generator(seed: int, name: str, device: torch.device) -> torch.Generator:
+    g = torch.Generator(device=device)
     g.manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
     return g
 
@@ -171,16 +171,18 @@ def init_random(m: StageModel, seed: int) -> None:
     """Deterministic weights per global parameter name: norms 1, linears N(0, 1/fan_in), embedding N(0, 1).
 
     These scales keep activations O(1) through the layers and logits O(1), so greedy choices are
-    not decided by float rounding. A tied lm_head copies the embedding, as HF does.
+    not decided by float rounding. A tied lm_head copies the embedding, as HF does. The numbers are
+    drawn on the parameters' device (CPU weights are the reference; a CUDA generator draws other,
+    equally seeded, numbers).
     """
     for name, p in m.named_parameters():
         if name.endswith("layernorm.weight") or name == "model.norm.weight":
             p.fill_(1.0)
             continue
         key = "model.embed_tokens.weight" if name == "lm_head.weight" and m.shape.tie_word_embeddings else name
-        g = _param_generator(seed, key)
+        g = _param_generator(seed, key, p.device)
         std = 1.0 if key == "model.embed_tokens.weight" else (0.02 if name.endswith("bias") else p.shape[-1] ** -0.5)
-        p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32) * std)
+        p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float32, device=p.device) * std)
 
 
 def build_stage(
@@ -198,9 +200,20 @@ def build_stage(
 
     ``router_zipf``: MoE router popularity skew (:func:`engine.moe.zipf_bias`); ignored by dense layers.
     """
-    m = StageModel(s, start, end, is_first, is_last, router_zipf)
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        m = StageModel(s, start, end, is_first, is_last, router_zipf)
+        init_random(m, seed)
+        return m.to(dtype=dtype).eval()
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in its dtype on the GPU: no fp32 copy of the whole stage
+    try:
+        with dev:  # an 8B stage built and drawn on the GPU: seconds, where fp32 on the host takes minutes
+            m = StageModel(s, start, end, is_first, is_last, router_zipf).to(dtype=dtype)
+    finally:
+        torch.set_default_dtype(before)
     init_random(m, seed)
-    return m.to(device=device, dtype=dtype).eval()
+    return m.eval()
 
 
 # --- reference: one request, whole sequence, no KV cache ------------------------------------------

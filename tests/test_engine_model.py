@@ -42,14 +42,15 @@ def test_split_keeps_global_names_and_weights():
         assert torch.equal(v, full[k]), k
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["decodes-looped", "decodes-grouped"])
 @pytest.mark.parametrize("cut", [None, 3])
-def test_paged_chunked_mixed_batches_match_reference(cut):
+def test_paged_chunked_mixed_batches_match_reference(cut, batched):
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, SHAPE.vocab_size, (n,), generator=g).tolist() for n in (37, 5, 20, 1)]
     full = _full()
     ref = [reference_generate(full, p, 5) for p in prompts]
     stages = [full] if cut is None else list(_split(cut))
-    assert paged_generate(stages, SHAPE, prompts, 5, chunk=16, expect_mixed=True) == ref
+    assert paged_generate(stages, SHAPE, prompts, 5, chunk=16, expect_mixed=True, batched=batched) == ref
 
 
 def test_build_batch_rejects_short_block_table():

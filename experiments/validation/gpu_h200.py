@@ -5,7 +5,10 @@ Steps, all outputs under ``--out`` (default ``experiments/validation/gpu``):
 2. ``ppsim validate`` (engine vs simulator, profiled cost) at PP=1 for both models.
 3. The tiny model at PP=2 on the shared GPU, stages host-staged over gloo (NCCL refuses two ranks
    on one GPU): a functional check of the pipeline on CUDA, not a timing reference.
-4. The error table of every validation, printed last.
+4. ``tiny-moe`` (8 routed experts, top-2): calibrate and validate at PP=1 on a decode-heavy load.
+5. The error table of every validation, printed last.
+
+``--device cpu --mid-model tiny --mid-dtype float32`` is a dry run of every step on this host.
 
 A global budget (``--budget-s``, default 420 s < the 8-minute limit) stops starting new steps once
 spent; every subprocess has its own timeout. Run: ``python experiments/validation/gpu_h200.py``.
@@ -40,6 +43,21 @@ WL = [
     "2",
 ]
 
+MOE_WL = [  # decode-heavy: up to 32 requests per step, each touching top-2 of 8 routed experts
+    "--num-prompts",
+    "32",
+    "--random-input-len",
+    "64",
+    "--random-output-len",
+    "64",
+    "--request-rate",
+    "inf",
+    "--max-num-seqs",
+    "32",
+    "--repeats",
+    "2",
+]
+
 
 def run(cmd: list[str], log: Path, timeout_s: float) -> int:
     print("$", " ".join(cmd), flush=True)
@@ -58,6 +76,8 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE / "gpu"))
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--mid-model", default="llama-3-8b")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a dry run of the steps here")
+    ap.add_argument("--mid-dtype", default="bfloat16")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -68,7 +88,16 @@ def main() -> int:
         (
             "calibrate-tiny",
             ppsim
-            + ["calibrate", "--model", "tiny", "--device", "cuda", "--quick", "--output", str(out / "profile-tiny")],
+            + [
+                "calibrate",
+                "--model",
+                "tiny",
+                "--device",
+                args.device,
+                "--quick",
+                "--output",
+                str(out / "profile-tiny"),
+            ],
             90,
         ),
         (
@@ -79,10 +108,10 @@ def main() -> int:
                 "--model",
                 args.mid_model,
                 "--device",
-                "cuda",
+                args.device,
                 "--quick",
                 "--dtype",
-                "bfloat16",
+                args.mid_dtype,
                 "--output",
                 str(out / "profile-mid"),
             ],
@@ -100,7 +129,7 @@ def main() -> int:
                 "--profile",
                 str(out / "profile-tiny"),
                 "--device",
-                "cuda",
+                args.device,
                 *WL,
                 "--output-dir",
                 str(out / "validate-tiny-pp1"),
@@ -119,7 +148,7 @@ def main() -> int:
                 "--profile",
                 str(out / "profile-mid"),
                 "--device",
-                "cuda",
+                args.device,
                 *WL,
                 "--output-dir",
                 str(out / "validate-mid-pp1"),
@@ -136,7 +165,7 @@ def main() -> int:
                 "-pp",
                 "2",
                 "--device",
-                "cuda",
+                args.device,
                 "--backend",
                 "gloo",
                 "--num-prompts",
@@ -148,6 +177,40 @@ def main() -> int:
             ],
             60,
         ),
+        (
+            "calibrate-moe",
+            ppsim
+            + [
+                "calibrate",
+                "--model",
+                "tiny-moe",
+                "--device",
+                args.device,
+                "--quick",
+                "--output",
+                str(out / "profile-moe"),
+            ],
+            90,
+        ),
+        (
+            "validate-moe-pp1",
+            ppsim
+            + [
+                "validate",
+                "--model",
+                "tiny-moe",
+                "-pp",
+                "1",
+                "--profile",
+                str(out / "profile-moe"),
+                "--device",
+                args.device,
+                *MOE_WL,
+                "--output-dir",
+                str(out / "validate-moe-pp1"),
+            ],
+            90,
+        ),
     ]
     status = {}
     for name, cmd, limit in steps:
@@ -158,7 +221,7 @@ def main() -> int:
         status[name] = "ok" if rc == 0 else f"exit {rc}"
     atomic_write(out / "status.json", json.dumps(status, indent=2) + "\n")
     print(f"\n==== done in {time.perf_counter() - t0:.0f} s: {status}")
-    for name in ("validate-tiny-pp1", "validate-mid-pp1"):
+    for name in ("validate-tiny-pp1", "validate-mid-pp1", "validate-moe-pp1"):
         log = out / f"{name}.log"
         if log.exists():
             print(f"\n#### {name}\n" + log.read_text()[-4000:])
