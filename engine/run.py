@@ -75,6 +75,7 @@ class EngineRun:
     prep: Prepared
     plans: dict = dataclasses.field(default_factory=dict)  # step id -> the StepPlan launched (validate)
     stage_cpu_s: dict = dataclasses.field(default_factory=dict)  # (stage, step id) -> compute thread CPU s
+    stage_preempted: dict = dataclasses.field(default_factory=dict)  # (stage, step id) -> involuntary switches
 
     @property
     def requests(self):  # noqa: ANN201
@@ -280,6 +281,7 @@ def run_engine(
     run = _finish(prep, ex.result(), info, out_dir, dashboard)
     run.plans = dict(ex.launched)
     run.stage_cpu_s = {(rank, t.step_id): t.cpu_s for rank, ts in enumerate(ex.stage_times) for t in ts}
+    run.stage_preempted = {(rank, t.step_id): t.preempted for rank, ts in enumerate(ex.stage_times) for t in ts}
     return run
 
 

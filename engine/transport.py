@@ -82,6 +82,7 @@ class StageTimes:
     end_s: float
     send_start_s: float  # isend of the outputs posted
     cpu_s: float = -1.0  # thread CPU time of the compute (start_s..end_s): wall minus time not running
+    preempted: int = -1  # involuntary context switches of the stage thread during the compute
 
 
 HIDDEN, RESIDUAL, OUTPUTS = 0, 1, 2  # what a point-to-point message carries (the tag's low bits)

@@ -19,6 +19,7 @@ import ctypes
 import gc
 import os
 import queue
+import resource
 import signal
 import time
 import traceback
@@ -171,10 +172,12 @@ class Stage:
             self.link.wait_sends()
             if self.is_last:  # a serialized broadcast is the last rank's send
                 self.link.wait_channel()
+        switches0 = _involuntary_switches()
         start, cpu0 = time.perf_counter(), time.thread_time()
         hidden, residual, req_ids, toks = self.compute(msg, hidden, residual)
         end = send_start = time.perf_counter()
         cpu = time.thread_time() - cpu0
+        preempted = _involuntary_switches() - switches0 if switches0 >= 0 else -1
         if self.is_last:
             self._tokens_out(msg.step_id, req_ids, toks)
             send_start = -1.0
@@ -185,7 +188,7 @@ class Stage:
             self.link.send(msg.step_id, hidden, residual)
             if self.bcast is not None:
                 self._join_broadcast(msg)
-        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start, cpu))
+        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start, cpu, preempted))
         if len(self.times) >= FLUSH_EVERY:
             self.flush()
 
@@ -294,6 +297,14 @@ class Stage:
         if self.ring_out is not None:
             self.results.put(("stats", self.cfg.rank, self.ring_out.stats))
         self.flush()
+
+
+_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)  # Linux
+
+
+def _involuntary_switches() -> int:
+    """Times the calling thread was taken off its core while runnable; -1 where not counted."""
+    return -1 if _RUSAGE_THREAD is None else resource.getrusage(_RUSAGE_THREAD).ru_nivcsw
 
 
 def _sample_ids(msg: StepMsg) -> list[int]:

@@ -55,6 +55,9 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     measured = sum(float(r[col["measured_s"]]) for r in steps[1:])
     predicted = sum(float(r[col["predicted_s"]]) for r in steps[1:])
     assert adj["factor"] == pytest.approx(measured / predicted, rel=1e-6)
+    # every compute carries its stage thread's involuntary switch count (Linux), 0 or more
+    assert all(int(r[col["preempted"]]) >= 0 for r in steps[1:])
+    assert 0.0 <= v["step_cost"]["preempted_share"] <= 1.0
     assert [r["metric"] for r in adj["rows"]] == [r["metric"] for r in v["rows"]]
     assert "speed-adjusted replay (the engine's stages ran x" in r.stdout
     assert (out / "latency_cdf.png").stat().st_size > 1000

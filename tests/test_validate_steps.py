@@ -60,6 +60,29 @@ def test_each_engine_compute_is_timed_with_its_own_plan():
     assert summarize_steps([]) == {} and "no engine micro-batch" in format_steps({})
 
 
+def test_interrupted_computes_are_counted_and_compared():
+    plans = {k: _plan(k, 4) for k in range(4)}  # 8 ms predicted on stage 0
+    ops = [
+        OpRecord("stage0", "compute", k, 0.02 * k, 0.02 * k + t, 4, 4) for k, t in enumerate((8e-3, 10e-3, 16e-3, 8e-3))
+    ]
+    switches = {(0, 0): 0, (0, 1): 1, (0, 2): 3}  # step 3: no reading (e.g. not Linux)
+    rows = step_costs(LinearCost(), STAGES, plans, ops, preempted=switches)
+    assert [r["preempted"] for r in rows] == [0, 1, 3, -1]
+    s = summarize_steps(rows)
+    assert s["preempted_share"] == pytest.approx(2 / 3)  # of the 3 computes with a reading
+    assert s["median_error_preempted"] == pytest.approx(-0.35)  # -20% and -50%
+    assert s["median_error_not_preempted"] == pytest.approx(0.0)
+    line = [x for x in format_steps(s).splitlines() if x.startswith("stage 0:")]
+    assert line == [
+        "stage 0: 67% of computes interrupted by another thread or process (median error -35.0%, the others +0.0%)"
+    ]
+    calm = summarize_steps(step_costs(LinearCost(), STAGES, plans, ops[:1], preempted={(0, 0): 0}))
+    assert calm["preempted_share"] == 0.0 and "interrupted" not in format_steps(calm)
+    unknown = summarize_steps(step_costs(LinearCost(), STAGES, plans, ops))
+    assert unknown["preempted_share"] is None and "interrupted" not in format_steps(unknown)
+    assert "preempted" in steps_csv(rows).splitlines()[0]
+
+
 def test_token_buckets_cover_every_size():
     assert [bucket_of(n) for n in (1, 3, 8, 9, 64, 65, 300, 10**6)] == [
         "1",

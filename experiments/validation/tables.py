@@ -50,6 +50,8 @@ def result_row(set_name: str, name: str, knobs: dict[str, Any], payload: dict[st
     cpu_err, share = st.get("median_cpu_error"), st.get("median_cpu_share")
     row["step_median_cpu_error"] = round(cpu_err, 4) if cpu_err is not None else ""
     row["step_cpu_share"] = round(share, 3) if share is not None else ""
+    hit = st.get("preempted_share")  # computes interrupted by another thread or process
+    row["step_preempted_share"] = round(hit, 3) if hit is not None else ""
     pr = payload["per_request"]
     row["ttft_ks_p"] = round(pr.get("ttft", {}).get("ks_pvalue", float("nan")), 4)
     row["e2el_ks_p"] = round(pr.get("e2el", {}).get("ks_pvalue", float("nan")), 4)
@@ -133,7 +135,7 @@ def target_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
 def scenario_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
     sel = [r for r in rows if r["set"] == set_name]
     out = [
-        "| scenario | " + " | ".join(SHOWN) + " | step-level (vs cpu, cpu/wall) | host |",
+        "| scenario | " + " | ".join(SHOWN) + " | step-level (vs cpu, cpu/wall, interrupted) | host |",
         "|---" * (len(SHOWN) + 3) + "|",
     ]
     for r in sel:
@@ -145,7 +147,9 @@ def scenario_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
         cpu = (
             ""
             if r["step_median_cpu_error"] == ""
-            else f" ({r['step_median_cpu_error']:+.1%}, {r['step_cpu_share']:.0%})"
+            else f" ({r['step_median_cpu_error']:+.1%}, {r['step_cpu_share']:.0%}"
+            + ("" if r.get("step_preempted_share", "") == "" else f", {r['step_preempted_share']:.0%}")
+            + ")"
         )
         host = "ok" if r["host_ok"] is True else "FLAGGED" if r["host_ok"] is False else "-"
         out.append(f"| {r['scenario']} | " + " | ".join(cells) + f" | {r['step_median_error']:+.1%}{cpu} | {host} |")

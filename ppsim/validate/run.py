@@ -122,7 +122,7 @@ def validate(
     steps = [
         row
         for i, r in enumerate(runs)
-        for row in step_costs(prep.cost, prep.topology.stages, r.plans, r.ops, i, cpu_of(r, opts))
+        for row in step_costs(prep.cost, prep.topology.stages, r.plans, r.ops, i, cpu_of(r, opts), r.stage_preempted)
     ]
     payload = {
         "scenario": json.loads(scenario_json(s)),

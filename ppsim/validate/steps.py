@@ -35,6 +35,7 @@ STEP_FIELDS = [
     "predicted_s",
     "error",
     "cpu_error",
+    "preempted",
 ]
 
 
@@ -58,6 +59,7 @@ def step_costs(
     ops: list[OpRecord],
     run: int = 0,
     cpu_s: dict[tuple[int, int], float] | None = None,
+    preempted: dict[tuple[int, int], int] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per engine stage compute whose plan is known: measured vs predicted seconds (the plan's
     ``stage_time``, plus for a profile with ``stage_idle`` the cost of the idle gap since that stage's
@@ -65,8 +67,10 @@ def step_costs(
 
     ``cpu_s`` ((stage, step id) -> the stage thread's CPU seconds in that compute; the engine's
     ``EngineRun.stage_cpu_s``) adds the prediction's error against CPU time: wall above CPU is time
-    the stage was runnable but had no core; CPU above the prediction is slower execution."""
-    cpu_s = cpu_s or {}
+    the stage was runnable but had no core; CPU above the prediction is slower execution. ``preempted``
+    ((stage, step id) -> involuntary context switches of the stage thread in that compute) marks the
+    computes another thread or process interrupted."""
+    cpu_s, preempted = cpu_s or {}, preempted or {}
     idle = cost.idle_time if getattr(cost, "has_idle", False) else None
     last_end: dict[str, float] = {}  # each stage's previous compute end: the idle gap before this one
     rows = []
@@ -98,6 +102,7 @@ def step_costs(
                 "predicted_s": pred,
                 "error": (pred - measured) / measured if measured > 0 else 0.0,
                 "cpu_error": (pred - cpu) / cpu if cpu > 0 else None,
+                "preempted": preempted.get((i, op.step_id), -1),
             }
         )
     return rows
@@ -115,12 +120,25 @@ def _stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
         }
     return {
         **cpu,
+        **_preemption(rows),
         "steps": len(rows),
         "median_error": float(np.median(err)),
         "median_abs_error": float(np.median(np.abs(err))),
         "p90_abs_error": float(np.percentile(np.abs(err), 90)),
         "median_measured_ms": float(np.median([r["measured_s"] for r in rows]) * 1e3),
         "median_predicted_ms": float(np.median([r["predicted_s"] for r in rows]) * 1e3),
+    }
+
+
+def _preemption(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Share of computes interrupted at least once, and the median error of those and of the others."""
+    known = [r for r in rows if r.get("preempted", -1) >= 0]
+    hit = [r["error"] for r in known if r["preempted"] > 0]
+    calm = [r["error"] for r in known if r["preempted"] == 0]
+    return {
+        "preempted_share": len(hit) / len(known) if known else None,
+        "median_error_preempted": float(np.median(hit)) if hit else None,
+        "median_error_not_preempted": float(np.median(calm)) if calm else None,
     }
 
 
@@ -182,4 +200,14 @@ def format_steps(s: dict[str, Any]) -> str:
         "error = (predicted - measured wall) / measured; 'vs cpu' against the stage thread's CPU time; "
         "cpu/wall below 100%: the stage waited for a core"
     )
+    lines += [preemption_line(f"stage {k}", d) for k, d in s["by_stage"].items() if d.get("preempted_share")]
     return "\n".join(lines)
+
+
+def preemption_line(name: str, d: dict[str, Any]) -> str:
+    """One stage's interrupted computes: how many, and how their error compares with the others'."""
+    hit, calm = d["median_error_preempted"], d["median_error_not_preempted"]
+    return (
+        f"{name}: {d['preempted_share']:.0%} of computes interrupted by another thread or process "
+        f"(median error {hit:+.1%}" + ("" if calm is None else f", the others {calm:+.1%}") + ")"
+    )
