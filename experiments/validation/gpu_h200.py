@@ -5,19 +5,25 @@ Steps, all outputs under ``--out`` (default ``experiments/validation/gpu``):
 2. ``ppsim validate`` (engine vs simulator, profiled cost) at PP=1 for both models.
 3. The tiny model at PP=2 on the shared GPU, stages host-staged over gloo (NCCL refuses two ranks
    on one GPU): a functional check of the pipeline on CUDA, not a timing reference.
-4. ``tiny-moe`` (8 routed experts, top-2): calibrate and validate at PP=1 on a decode-heavy load.
-5. The error table of every validation, printed last.
+4. The first-wave question (docs/validation.md, "On one H200"): the mid-size validation again with
+   kernels loaded eagerly (``CUDA_MODULE_LOADING=EAGER``) and with the caching allocator's
+   expandable segments (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``); if either removes
+   the 2x slower first wave of decodes, that is its cause (first-time kernel loads or allocations).
+5. ``tiny-moe`` (8 routed experts, top-2): calibrate and validate at PP=1 on a decode-heavy load.
+6. The error table of every validation, printed last.
 
 ``--device cpu --mid-model tiny --mid-dtype float32`` is a dry run of every step on this host.
 
-A global budget (``--budget-s``, default 420 s < the 8-minute limit) stops starting new steps once
-spent; every subprocess has its own timeout. Run: ``python experiments/validation/gpu_h200.py``.
+A global budget (``--budget-s``, default 480 s: give the device call a 540 s limit) stops starting
+new steps once spent, the later ones first; every subprocess has its own timeout.
+Run: ``python experiments/validation/gpu_h200.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,6 +49,8 @@ WL = [
     "2",
 ]
 
+EAGER = {"CUDA_MODULE_LOADING": "EAGER"}  # every kernel loaded at start, none on first use
+EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # segments grow in place
 MOE_WL = [  # decode-heavy: up to 32 requests per step, each touching top-2 of 8 routed experts
     "--num-prompts",
     "32",
@@ -59,22 +67,57 @@ MOE_WL = [  # decode-heavy: up to 32 requests per step, each touching top-2 of 8
 ]
 
 
-def run(cmd: list[str], log: Path, timeout_s: float) -> int:
-    print("$", " ".join(cmd), flush=True)
+def run(cmd: list[str], log: Path, timeout_s: float, env: dict[str, str] | None = None) -> int:
+    print("$", " ".join(f"{k}={v}" for k, v in (env or {}).items()), " ".join(cmd), flush=True)
     t = time.perf_counter()
     with open(log, "w") as f:
         try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+            rc = subprocess.run(
+                cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, env={**os.environ, **(env or {})}
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = 124
     print(f"  -> exit {rc} in {time.perf_counter() - t:.0f} s (log {log})", flush=True)
     return rc
 
 
+def steps_of(args: argparse.Namespace, out: Path) -> list[tuple[str, list[str], float, dict[str, str]]]:
+    """(name, command, time limit s, extra environment) of every step, in priority order."""
+    ppsim = [sys.executable, "-m", "ppsim.cli"]
+    dev = ["--device", args.device]
+
+    def calibrate(model: str, name: str, *extra: str) -> list[str]:
+        return ppsim + ["calibrate", "--model", model, *dev, "--quick", *extra, "--output", str(out / name)]
+
+    def validate(model: str, profile: str, wl: list[str], name: str) -> list[str]:
+        flags = ["--model", model, "-pp", "1", "--profile", str(out / profile), *dev, *wl]
+        return ppsim + ["validate", *flags, "--output-dir", str(out / name)]
+
+    mid = args.mid_model
+    return [
+        ("calibrate-tiny", calibrate("tiny", "profile-tiny"), 90, {}),
+        ("calibrate-mid", calibrate(mid, "profile-mid", "--dtype", args.mid_dtype), 120, {}),
+        ("validate-tiny-pp1", validate("tiny", "profile-tiny", WL, "validate-tiny-pp1"), 90, {}),
+        ("validate-mid-pp1", validate(mid, "profile-mid", WL, "validate-mid-pp1"), 120, {}),
+        ("validate-mid-eager", validate(mid, "profile-mid", WL, "validate-mid-eager"), 90, EAGER),
+        ("validate-mid-expandable", validate(mid, "profile-mid", WL, "validate-mid-expandable"), 90, EXPANDABLE),
+        (
+            "engine-tiny-pp2-shared-gpu",
+            ppsim
+            + ["engine", "--model", "tiny", "-pp", "2", *dev, "--backend", "gloo", "--num-prompts", "16"]
+            + ["--request-rate", "inf", "--output-dir", str(out / "engine-tiny-pp2")],
+            60,
+            {},
+        ),
+        ("calibrate-moe", calibrate("tiny-moe", "profile-moe"), 90, {}),
+        ("validate-moe-pp1", validate("tiny-moe", "profile-moe", MOE_WL, "validate-moe-pp1"), 90, {}),
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(HERE / "gpu"))
-    ap.add_argument("--budget-s", type=float, default=420.0)
+    ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--mid-model", default="llama-3-8b")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a dry run of the steps here")
     ap.add_argument("--mid-dtype", default="bfloat16")
@@ -82,148 +125,19 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    ppsim = [sys.executable, "-m", "ppsim.cli"]
     left = lambda: args.budget_s - (time.perf_counter() - t0)  # noqa: E731
-    steps = [
-        (
-            "calibrate-tiny",
-            ppsim
-            + [
-                "calibrate",
-                "--model",
-                "tiny",
-                "--device",
-                args.device,
-                "--quick",
-                "--output",
-                str(out / "profile-tiny"),
-            ],
-            90,
-        ),
-        (
-            "calibrate-mid",
-            ppsim
-            + [
-                "calibrate",
-                "--model",
-                args.mid_model,
-                "--device",
-                args.device,
-                "--quick",
-                "--dtype",
-                args.mid_dtype,
-                "--output",
-                str(out / "profile-mid"),
-            ],
-            120,
-        ),
-        (
-            "validate-tiny-pp1",
-            ppsim
-            + [
-                "validate",
-                "--model",
-                "tiny",
-                "-pp",
-                "1",
-                "--profile",
-                str(out / "profile-tiny"),
-                "--device",
-                args.device,
-                *WL,
-                "--output-dir",
-                str(out / "validate-tiny-pp1"),
-            ],
-            90,
-        ),
-        (
-            "validate-mid-pp1",
-            ppsim
-            + [
-                "validate",
-                "--model",
-                args.mid_model,
-                "-pp",
-                "1",
-                "--profile",
-                str(out / "profile-mid"),
-                "--device",
-                args.device,
-                *WL,
-                "--output-dir",
-                str(out / "validate-mid-pp1"),
-            ],
-            120,
-        ),
-        (
-            "engine-tiny-pp2-shared-gpu",
-            ppsim
-            + [
-                "engine",
-                "--model",
-                "tiny",
-                "-pp",
-                "2",
-                "--device",
-                args.device,
-                "--backend",
-                "gloo",
-                "--num-prompts",
-                "16",
-                "--request-rate",
-                "inf",
-                "--output-dir",
-                str(out / "engine-tiny-pp2"),
-            ],
-            60,
-        ),
-        (
-            "calibrate-moe",
-            ppsim
-            + [
-                "calibrate",
-                "--model",
-                "tiny-moe",
-                "--device",
-                args.device,
-                "--quick",
-                "--output",
-                str(out / "profile-moe"),
-            ],
-            90,
-        ),
-        (
-            "validate-moe-pp1",
-            ppsim
-            + [
-                "validate",
-                "--model",
-                "tiny-moe",
-                "-pp",
-                "1",
-                "--profile",
-                str(out / "profile-moe"),
-                "--device",
-                args.device,
-                *MOE_WL,
-                "--output-dir",
-                str(out / "validate-moe-pp1"),
-            ],
-            90,
-        ),
-    ]
     status = {}
-    for name, cmd, limit in steps:
+    for name, cmd, limit, env in steps_of(args, out):
         if left() < 20:
             status[name] = "skipped (budget)"
             continue
-        rc = run(cmd, out / f"{name}.log", min(limit, left()))
+        rc = run(cmd, out / f"{name}.log", min(limit, left()), env)
         status[name] = "ok" if rc == 0 else f"exit {rc}"
     atomic_write(out / "status.json", json.dumps(status, indent=2) + "\n")
     print(f"\n==== done in {time.perf_counter() - t0:.0f} s: {status}")
-    for name in ("validate-tiny-pp1", "validate-mid-pp1", "validate-moe-pp1"):
+    for name in status:
         log = out / f"{name}.log"
-        if log.exists():
+        if name.startswith("validate") and log.exists():
             print(f"\n#### {name}\n" + log.read_text()[-4000:])
     return 0 if all(v == "ok" for v in status.values()) else 1
 

@@ -36,8 +36,12 @@ def waves(step_costs: Path) -> list[tuple[float, float, float]]:
     return out
 
 
+VARIANTS = {"-eager": ", kernels loaded eagerly", "-expandable": ", expandable allocator segments"}
+
+
 def one(folder: str, what: str, name: str) -> list[str]:
     d = HERE / folder / name
+    what += next((v for k, v in VARIANTS.items() if name.endswith(k)), "")
     v = json.loads((d / "validation.json").read_text())
     rows = {r["metric"]: r for r in v["rows"]}
     cells = [f"{100 * rows[m]['error']:+.1f}% ({100 * rows[m]['engine_spread']:.0f}%)" for m in METRICS]
