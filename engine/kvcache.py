@@ -37,15 +37,17 @@ class DecodeGroup:
     mask: torch.Tensor  # [B, 1, 1, L] bool: True where the key is in that request's context
 
 
-def decode_group(
-    segments: list[tuple[int, int, int, torch.Tensor]], device: torch.device | str, batched: bool | None = None
-) -> DecodeGroup | None:
-    """The step's decodes as one :class:`DecodeGroup` (``segments`` with host-side context slots);
-    ``None`` with fewer than two decodes, or unless ``batched`` (default: on CUDA)."""
+def groups_decodes(items: tuple[StepItem, ...], device: torch.device | str, batched: bool | None = None) -> bool:
+    """Whether a step's decodes attend as one group: two or more of them, and ``batched`` (default: on CUDA)."""
+    wanted = torch.device(device).type == "cuda" if batched is None else batched
+    return wanted and sum(it.num_tokens == 1 for it in items) >= 2
+
+
+def decode_group(segments: list[tuple[int, int, int, torch.Tensor]], device: torch.device | str) -> DecodeGroup:
+    """The step's decodes (``segments`` of one new token, their context slots on the host) as one
+    :class:`DecodeGroup` on ``device``."""
     dev = torch.device(device)
     dec = [(off, ctx, cs) for off, n, ctx, cs in segments if n == 1]
-    if not (dev.type == "cuda" if batched is None else batched) or len(dec) < 2:
-        return None
     longest = max(ctx for _, ctx, _ in dec)
     slots = torch.zeros(len(dec), longest, dtype=torch.long)
     for i, (_, ctx, cs) in enumerate(dec):
@@ -63,6 +65,7 @@ class StepBatch:
     positions: torch.Tensor  # [T] int64 absolute positions
     slots: torch.Tensor  # [T] int64 KV slot of each new token
     segments: list[tuple[int, int, int, torch.Tensor]]  # (row offset, n, context length, ctx slots [ctx])
+    # (a grouped decode's ctx slots stay on the host: only ``group`` carries them to the device)
     sample_rows: torch.Tensor  # [S] row of the last token of each sampling item
     sample_req_ids: list[int]
     group: DecodeGroup | None = None  # CUDA: the decodes attended in one call
@@ -76,7 +79,8 @@ def build_batch(
     items: tuple[StepItem, ...], block_size: int, device: torch.device | str = "cpu", batched: bool | None = None
 ) -> StepBatch:
     """The step's tensors on ``device``; ``batched``: group the decodes (default: on CUDA)."""
-    pos_parts, slot_parts, segments, host_segs, rows, req_ids = [], [], [], [], [], []
+    grouped = groups_decodes(items, device, batched)
+    pos_parts, slot_parts, segments, rows, req_ids = [], [], [], [], []
     offset = 0
     for it in items:
         ctx = it.start + it.num_tokens
@@ -86,8 +90,8 @@ def build_batch(
             raise ValueError(f"request {it.req_id}: block table holds {ctx_slots.shape[0]} tokens, needs {ctx}")
         pos_parts.append(torch.arange(it.start, ctx))
         slot_parts.append(ctx_slots[it.start :])
-        segments.append((offset, it.num_tokens, ctx, ctx_slots.to(device)))
-        host_segs.append((offset, it.num_tokens, ctx, ctx_slots))
+        in_group = grouped and it.num_tokens == 1
+        segments.append((offset, it.num_tokens, ctx, ctx_slots if in_group else ctx_slots.to(device)))
         offset += it.num_tokens
         if it.samples:
             rows.append(offset - 1)
@@ -99,7 +103,7 @@ def build_batch(
         segments,
         torch.tensor(rows, dtype=torch.long, device=device),
         req_ids,
-        decode_group(host_segs, device, batched),
+        decode_group(segments, device) if grouped else None,
     )
 
 
