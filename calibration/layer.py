@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from calibration.moe_ops import build_moe
-from engine.kvcache import DecodeGroup, StepBatch, build_batch, paged_attention
+from engine.kvcache import DecodeGroup, StepBatch, build_batch, paged_attention, set_attention_backends
 from engine.transport import StepItem
 from ppsim.models.shape import ModelShape
 
@@ -57,6 +57,7 @@ class Layer:
 
     def __init__(self, shape: ModelShape, dtype: str, device: str, seed: int = 0, router_zipf: float = 0.0) -> None:
         self.s, self.dt, self.dev = shape, TORCH_DTYPES[dtype], torch.device(device)
+        set_attention_backends(self.dev)  # the engine's attention kernels
         g = torch.Generator(device=self.dev).manual_seed(seed)  # drawn where the layer lives (fast on a GPU)
         h, q, kv, i = shape.hidden_size, shape.q_dim, shape.kv_dim, shape.intermediate_size
 

@@ -20,12 +20,34 @@ validation was measured on.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from engine.transport import StepItem
+
+CUDNN_SDPA_ENV = "PPSIM_SDPA_CUDNN"  # "1": leave torch's cuDNN attention on (a diagnostic; see below)
+
+
+def set_attention_backends(device: torch.device | str) -> bool:
+    """Keep SDPA off cuDNN's attention on CUDA, for this process; whether cuDNN stays enabled.
+
+    torch tries cuDNN first on Hopper and Blackwell with cuDNN > 9.15 (``sdp_utils.cpp``,
+    ``priority_order``) for fp16/bf16 inputs, and cuDNN builds and plans a graph for every new shape
+    (``MHA.cpp``, a thread-local cache keyed by shape): a grouped decode's padded context grows by one
+    token a step, so each step of a first wave meets a new shape: a cost a GPU serving engine's
+    paged-attention kernel never pays and the calibration's warmed timings never see, and the likely
+    cause of the H200's slow first wave (docs/validation.md; not yet re-measured on a GPU). The
+    flash, memory-efficient and math kernels need no per-shape plan. ``PPSIM_SDPA_CUDNN=1`` keeps
+    torch's default, to show the difference. Called by each stage and by calibration (same kernels).
+    """
+    if torch.device(device).type != "cuda":
+        return torch.backends.cuda.cudnn_sdp_enabled()
+    keep = os.environ.get(CUDNN_SDPA_ENV, "") == "1"
+    torch.backends.cuda.enable_cudnn_sdp(keep)
+    return keep
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from engine.checkpoint import load_stage_weights
 from engine.datapath import RingForwarder, RingSender, TokenBroadcast
-from engine.kvcache import PagedKVCache
+from engine.kvcache import PagedKVCache, set_attention_backends
 from engine.model import StageModel, build_stage, torch_dtype
 from engine.step import forward_step
 from engine.transport import DataPath, Flush, SampledMsg, StageLink, StageTimes, StepItem, StepMsg, Stop
@@ -88,6 +88,7 @@ class Stage:
     def __init__(self, cfg: StageConfig, ctrl: Any, results: Any) -> None:
         self.cfg, self.ctrl, self.results = cfg, ctrl, results
         self.dev = _device(cfg)
+        set_attention_backends(self.dev)
         s = cfg.shape
         self.is_first, self.is_last = cfg.rank == 0, cfg.rank == cfg.world - 1
         dtype = torch_dtype(s.dtype)

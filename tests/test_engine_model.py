@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engine.checkpoint import load_stage_weights, save_checkpoint  # noqa: E402
-from engine.kvcache import build_batch  # noqa: E402
+from engine.kvcache import CUDNN_SDPA_ENV, build_batch, set_attention_backends  # noqa: E402
 from engine.model import build_stage, reference_generate  # noqa: E402
 from engine.transport import StepItem  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
@@ -82,3 +82,19 @@ def test_checkpoint_of_other_model_is_rejected(tmp_path):
     m = build_stage(bigger, 0, bigger.num_layers, True, True, 0, F32)
     with pytest.raises(PPSimError, match="lacks tensor 'model.layers.8"):
         load_stage_weights(m, tmp_path)
+
+
+def test_cuda_attention_stays_off_cudnn_unless_asked(monkeypatch):
+    """cuDNN's SDPA plans a graph per new shape (a grouped decode's context grows each step): the CUDA
+    engine and calibration turn it off; CPU flags are left alone; PPSIM_SDPA_CUDNN=1 keeps torch's default."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        assert set_attention_backends("cpu") is True and torch.backends.cuda.cudnn_sdp_enabled()
+        monkeypatch.delenv(CUDNN_SDPA_ENV, raising=False)
+        assert set_attention_backends("cuda") is False and not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.mem_efficient_sdp_enabled() and torch.backends.cuda.math_sdp_enabled()
+        monkeypatch.setenv(CUDNN_SDPA_ENV, "1")
+        assert set_attention_backends(torch.device("cuda", 0)) is True and torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)

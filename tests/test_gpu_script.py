@@ -3,7 +3,7 @@ still parse with ppsim's own CLI, name models that exist and write to distinct p
 
 import argparse
 
-from experiments.validation.gpu_h200 import EAGER, EXPANDABLE, steps_of
+from experiments.validation.gpu_h200 import CUDNN, EXPANDABLE, steps_of
 from ppsim.cli import build_parser
 from ppsim.models.shape import load_model
 
@@ -29,7 +29,7 @@ def test_every_gpu_step_parses_and_writes_its_own_folder(tmp_path):
         assert outs[-1].startswith(str(tmp_path)), name
     assert len(set(outs)) == len(outs)  # no step overwrites another's results
     by_name = {name: env for name, _cmd, _limit, env in steps}
-    assert by_name["validate-mid-eager"] == EAGER and by_name["validate-mid-expandable"] == EXPANDABLE
+    assert by_name["validate-mid-cudnn"] == CUDNN and by_name["validate-mid-expandable"] == EXPANDABLE
     assert by_name["validate-mid-pp1"] == {}  # the reference run has the defaults
     # every validation reads a profile that an earlier step writes
     written = []

@@ -1,14 +1,16 @@
 """One script for a machine with a single H200 (or any one CUDA GPU): calibrate, run, compare.
 
-Steps, all outputs under ``--out`` (default ``experiments/validation/gpu``):
+Steps, all outputs under ``--out`` (default ``experiments/validation/gpu-nocudnn``):
 1. ``ppsim calibrate`` on CUDA for ``tiny`` and a mid-size model (``llama-3-8b``, bf16), quick grid.
 2. ``ppsim validate`` (engine vs simulator, profiled cost) at PP=1 for both models.
 3. The tiny model at PP=2 on the shared GPU, stages host-staged over gloo (NCCL refuses two ranks
    on one GPU): a functional check of the pipeline on CUDA, not a timing reference.
-4. The first-wave question (docs/validation.md, "On one H200"): the mid-size validation again with
-   kernels loaded eagerly (``CUDA_MODULE_LOADING=EAGER``) and with the caching allocator's
-   expandable segments (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``); if either removes
-   the 2x slower first wave of decodes, that is its cause (first-time kernel loads or allocations).
+4. The first-wave question (docs/validation.md, "On one H200"): the engine and calibration now keep
+   SDPA off cuDNN's attention, which plans a graph per new shape (``engine/kvcache.py::
+   set_attention_backends``); the mid-size validation runs again with torch's default
+   (``PPSIM_SDPA_CUDNN=1``) and with the caching allocator's expandable segments
+   (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``). ``gpu_table.py`` splits each into waves:
+   the 2x slower first wave should be gone in the default run and back in the cuDNN one.
 5. ``tiny-moe`` (8 routed experts, top-2): calibrate and validate at PP=1 on a decode-heavy load.
 6. The error table of every validation, printed last.
 
@@ -49,7 +51,7 @@ WL = [
     "2",
 ]
 
-EAGER = {"CUDA_MODULE_LOADING": "EAGER"}  # every kernel loaded at start, none on first use
+CUDNN = {"PPSIM_SDPA_CUDNN": "1"}  # torch's default attention backends, cuDNN's first on an H200
 EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}  # segments grow in place
 MOE_WL = [  # decode-heavy: up to 32 requests per step, each touching top-2 of 8 routed experts
     "--num-prompts",
@@ -99,7 +101,7 @@ def steps_of(args: argparse.Namespace, out: Path) -> list[tuple[str, list[str], 
         ("calibrate-mid", calibrate(mid, "profile-mid", "--dtype", args.mid_dtype), 120, {}),
         ("validate-tiny-pp1", validate("tiny", "profile-tiny", WL, "validate-tiny-pp1"), 90, {}),
         ("validate-mid-pp1", validate(mid, "profile-mid", WL, "validate-mid-pp1"), 120, {}),
-        ("validate-mid-eager", validate(mid, "profile-mid", WL, "validate-mid-eager"), 90, EAGER),
+        ("validate-mid-cudnn", validate(mid, "profile-mid", WL, "validate-mid-cudnn"), 90, CUDNN),
         ("validate-mid-expandable", validate(mid, "profile-mid", WL, "validate-mid-expandable"), 90, EXPANDABLE),
         (
             "engine-tiny-pp2-shared-gpu",
@@ -116,7 +118,7 @@ def steps_of(args: argparse.Namespace, out: Path) -> list[tuple[str, list[str], 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(HERE / "gpu"))
+    ap.add_argument("--out", default=str(HERE / "gpu-nocudnn"))
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--mid-model", default="llama-3-8b")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a dry run of the steps here")

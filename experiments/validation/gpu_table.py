@@ -17,6 +17,7 @@ RUNS = [  # (folder, what the engine's attention did)
     ("gpu-looped", "decodes looped per request"),
     ("gpu", "decodes in one call"),
     ("gpu-clocks", "decodes in one call, SM clocks logged"),
+    ("gpu-nocudnn", "decodes in one call, cuDNN attention off"),  # not run yet: the next GPU session's
 ]
 METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_e2el_ms", "p99_e2el_ms")
 
@@ -36,7 +37,7 @@ def waves(step_costs: Path) -> list[tuple[float, float, float]]:
     return out
 
 
-VARIANTS = {"-eager": ", kernels loaded eagerly", "-expandable": ", expandable allocator segments"}
+VARIANTS = {"-cudnn": ", cuDNN attention on (torch default)", "-expandable": ", expandable allocator segments"}
 
 
 def one(folder: str, what: str, name: str) -> list[str]:
