@@ -177,20 +177,33 @@ def fit_glue(
 
 
 def fit_idle(rows: list[dict[str, Any]], stat: str) -> OpFit | None:
-    """``stage_idle``: seconds per layer that a middle-stage step costs more after an idle gap than back
-    to back, per gap (the mean over the timed plans of (t(gap) - t(0)) / layers), as a table over the
-    gap (``interp``; the cost model holds its last value beyond the longest gap)."""
+    """``stage_idle``: seconds a stage step costs more after an idle gap than back to back, as a table
+    over the gap (``interp`` from 0 at no gap; the cost model holds its last value beyond the longest
+    gap), non-decreasing: a longer idle never warms the caches.
+
+    ``idle_paired`` rows (:meth:`calibration.stage_step.EngineStages.idle_penalty_fn`) carry the
+    penalty itself, measured against the adjacent back-to-back step; the table is the mean over plans
+    of each plan's median, per step (``coef["per"] = "step"``): on this project's VM the penalty does
+    not grow with the stage's depth (one to eight tiny layers, interleaved: +0.16-0.33 ms after 3 ms
+    idle, +0.58-0.85 ms after 10 ms), nor vanish when the gap is spent spinning instead of sleeping.
+    ``idle`` rows (artifacts from before) carry absolute step times, one task per gap: the mean over
+    plans of (t(gap) - t(0)) / layers, charged per layer."""
+    paired = [r for r in rows if r["split"] == "idle_paired"]
     by: dict[str, dict[float, float]] = {}
-    for r in rows:
-        by.setdefault(r["plan"], {})[float(r["gap_s"])] = value(r, stat) / int(r["layers"])
-    plans = [p for p in by.values() if 0.0 in p]
+    for r in paired or rows:
+        v = float(r["median_s"]) if paired else value(r, stat) / int(r["layers"])  # differences: the median
+        by.setdefault(r["plan"], {})[float(r["gap_s"])] = v
+    if paired:
+        plans = [{0.0: 0.0, **p} for p in by.values()]
+    else:
+        plans = [{g: t - p[0.0] for g, t in p.items()} for p in by.values() if 0.0 in p]
     if not plans:
         return None
     gaps = sorted(set.intersection(*(set(p) for p in plans)))
-    ys = [max(0.0, float(np.mean([p[g] - p[0.0] for p in plans]))) for g in gaps]
-    for i in range(1, len(ys)):  # a longer idle never warms the caches: keep the table non-decreasing
+    ys = [max(0.0, float(np.mean([p[g] for p in plans]))) for g in gaps]
+    for i in range(1, len(ys)):
         ys[i] = max(ys[i], ys[i - 1])
-    return OpFit("stage_idle", "interp", "gap_s", {"xs": gaps, "ys": ys})
+    return OpFit("stage_idle", "interp", "gap_s", {"xs": gaps, "ys": ys, **({"per": "step"} if paired else {})})
 
 
 def fit_handoff(fits: dict[str, OpFit], rows: list[dict[str, Any]]) -> OpFit | None:
@@ -366,7 +379,7 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
         g, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"], stat)
         glue, note = {"layer_glue": g}, "OLS of whole layer minus sum of operators"
     fits.update(glue)
-    idle = fit_idle([r for r in rows if r["split"] == "idle"], stat)
+    idle = fit_idle([r for r in rows if r["split"] in ("idle", "idle_paired")], stat)
     if idle is not None:
         fits["stage_idle"] = idle
     handoff = fit_handoff(fits, [r for r in rows if r["op"] == "handoff"])
@@ -387,7 +400,8 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
     }
     fj = {op: fit_to_json(f, stats.get(op, {})) for op, f in fits.items()}
     if idle is not None:
-        fj["stage_idle"].update({"note": "extra seconds per layer of a middle-stage step after an idle gap"})
+        per = "step" if idle.coef.get("per") == "step" else "layer"
+        fj["stage_idle"].update({"note": f"extra seconds of a stage step after an idle gap, per {per}"})
     if handoff is not None:
         fj["handoff"].update({"note": "live engine's stage transfer minus send_recv, seconds per transfer"})
     for name in glue:

@@ -86,9 +86,11 @@ QUICK = Grid(
 )
 
 
-# Middle-stage steps timed after an idle gap (seconds): the ``stage_idle`` fit of calibration.calibrate.
-IDLE_PLANS = ("D4x128", "P64@0")
-IDLE_GAPS_S = (0.0, 0.001, 0.003, 0.01, 0.03, 0.1)
+# A middle-stage step after an idle gap (seconds) against the back-to-back step just before it, in
+# pairs (:meth:`calibration.stage_step.EngineStages.idle_penalty_fn`): the ``stage_idle`` fit.
+IDLE_PLANS = ("D1x128", "D4x128", "P64@0")
+IDLE_GAPS_S = (0.001, 0.003, 0.01, 0.03, 0.1)
+IDLE_SAMPLES = 6  # paired samples per plan, gap and round: one step's difference is noisy, the steps are short
 
 
 def parse_plan(spec: str, rng: np.random.Generator) -> list[Seq]:
@@ -125,6 +127,7 @@ class Task:
     make: Callable[[], Callable[[], object]]
     plan: str = ""
     seqs: list[Seq] = field(default_factory=list)
+    paired: bool = False  # ``make()`` returns a function that measures one sample itself (seconds)
 
 
 class OpProfiler:
@@ -229,7 +232,13 @@ class OpProfiler:
         seqs = parse_plan(spec, self.rng)
         st = self.stages
         feats = {**plan_features(seqs), "layers": st.layers("stage_mid"), "start_layer": st.start, "gap_s": gap_s}
-        return Task("stage_idle", "idle", feats, lambda: st.idle_step_fn(seqs, gap_s), plan=spec, seqs=seqs)
+        make = lambda: st.idle_penalty_fn(seqs, gap_s)  # noqa: E731
+        return Task("stage_idle", "idle_paired", feats, make, plan=spec, seqs=seqs, paired=True)
+
+    def _paired_samples(self, sample: Callable[[], float]) -> list[float]:
+        """``IDLE_SAMPLES`` samples of a self-timing task, after one discarded (first-use allocations)."""
+        sample()
+        return [sample() for _ in range(IDLE_SAMPLES)]
 
     def moe_tasks(self, split: str, tokens: tuple[int, ...]) -> list[Task]:
         """The MoE operators over ``tokens`` (none for a dense model), each run on every layer of the
@@ -284,7 +293,10 @@ class OpProfiler:
             for r in range(rounds):
                 for i, t in enumerate(tasks):
                     progress(r * len(tasks) + i, n, t)
-                    xs, inner[i] = self.timer.samples(t.make())
+                    if t.paired:
+                        xs, inner[i] = self._paired_samples(t.make()), 1
+                    else:
+                        xs, inner[i] = self.timer.samples(t.make())
                     raw[i] += xs
         rows = []
         for t, xs, k in zip(tasks, raw, inner, strict=True):

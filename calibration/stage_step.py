@@ -9,7 +9,7 @@ functional stack, and the stage ends 0.3-0.7 ms slower than the sum of their ope
 model fitted to operators alone under-predicted a PP=1 engine step by 10-15% (issue 14).
 
 A stage that waited for its micro-batch also computes it more slowly than one that runs back to back
-(:meth:`EngineStages.idle_step_fn`): calibration times the middle stage after idle gaps of 0-100 ms
+(:meth:`EngineStages.idle_penalty_fn`): calibration times the middle stage after idle gaps of 0-100 ms
 (thread clock only) and fits ``stage_idle``, the extra seconds per layer as a function of the gap.
 
 So calibration also times, on the same grid of plans, a middle stage of ``stack`` layers as the
@@ -85,17 +85,28 @@ class EngineStages:
         res = None if m.is_first else torch.randn(T, s.hidden_size, device=self.dev).to(self.dt)
         return lambda: forward_step(m, kv, items, ids, x, res, BLOCK_SIZE, self.dev)
 
-    def idle_step_fn(self, seqs: list[Seq], gap_s: float) -> Callable[[], object]:
-        """A middle-stage step after ``gap_s`` idle seconds, as a stage waits for its next micro-batch.
+    def idle_penalty_fn(self, seqs: list[Seq], gap_s: float) -> Callable[[], float]:
+        """One paired sample: the thread CPU seconds of a middle-stage step after ``gap_s`` idle, as a
+        stage waits for its next micro-batch, minus those of the back-to-back step just before it.
 
-        Timed by thread CPU time, the sleep costs nothing: what grows with the gap is the step itself,
-        whose weights and KV the caches lost while the core idled (another process, or on a VM a
-        neighbour, used them). One decode step of 4 tiny layers on this project's 2-vCPU VM: 4.48 ms of
-        CPU back to back, 4.52 after 1 ms idle, 4.93 after 5 ms, 5.32 after 20 ms."""
+        The sleep itself costs nothing on this clock: what grows with the gap is the step after it,
+        whose weights and KV the caches lost while the core idled (on a VM, to a neighbour). Paired
+        and adjacent in time, so the host's drift between samples cancels; separately timed
+        back-to-back and idle tasks did not (one slow back-to-back sample made the fitted penalty
+        zero). Four layers of the tiny model on this project's 2-vCPU VM, medians of six rounds:
+        +0.3-0.5 ms after 1 ms idle for decodes of 1-4 requests, +0.5-0.7 ms after 3 ms and
+        +0.9-1.4 ms after 10 ms for every plan (decodes of 1-16, a 64-token prefill), on steps of
+        2.7-8.6 ms."""
         step = self.step_fn("stage_mid", seqs)
 
-        def run() -> object:
+        def run() -> float:
+            step()  # the reference runs back to back, after a step as the next one does
+            t0 = time.thread_time()
+            step()
+            hot = time.thread_time() - t0
             time.sleep(gap_s)
-            return step()
+            t0 = time.thread_time()
+            step()
+            return time.thread_time() - t0 - hot
 
         return run

@@ -151,3 +151,26 @@ def test_launch_at_more_than_one_stage_uses_its_own_fit():
     assert ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=2).launch_time(2) == pytest.approx(5.2e-4)
     older = {**base_fits(), "launch": launch}  # a profile without the two-stage run
     assert ProfiledCost(Profile({}, older), SHAPE, None, 1, pp=2).launch_time(2) == pytest.approx(3.2e-4)
+
+
+def test_paired_idle_rows_carry_the_penalty_itself_from_zero_at_no_gap():
+    """idle_paired samples are (step after the gap) - (the back-to-back step just before it): no gap-0
+    task to subtract, so one slow back-to-back task can no longer cancel the penalty (it did: P64@0's)."""
+    from calibration.calibrate import fit_idle
+
+    def row(plan: str, gap: float, extra: float) -> dict:
+        return {"op": "stage_idle", "split": "idle_paired", "plan": plan, "gap_s": gap, "layers": 4, "median_s": extra}
+
+    rows = [row("D1", 0.003, 0.6e-3), row("D1", 0.01, 0.9e-3), row("D1", 0.03, 0.8e-3)]
+    rows += [row("P64", 0.003, 0.4e-3), row("P64", 0.01, 1.1e-3), row("P64", 0.03, -0.2e-3)]
+    f = fit_idle(rows, "mean")
+    assert f.coef["xs"] == [0.0, 0.003, 0.01, 0.03] and f.coef["per"] == "step"
+    # per step: (0.6 + 0.4) / 2, (0.9 + 1.1) / 2, then (0.8 - 0.2) / 2 < that: held
+    assert f.coef["ys"] == pytest.approx([0.0, 0.5e-3, 1.0e-3, 1.0e-3])
+    cost = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": f}), SHAPE, None, 1)
+    from ppsim.cost.base import StageSpec
+
+    for layers in (1, 4):  # charged once per step, whatever the stage's depth
+        assert cost.idle_time(StageSpec(0, 0, layers, True, False), 0.0065) == pytest.approx(0.75e-3)
+    # the same rows with a split of the old kind would need gap-0 tasks: none, no fit
+    assert fit_idle([{**r, "split": "idle"} for r in rows], "mean") is None

@@ -421,13 +421,15 @@ class ProfiledCost:
 
     def idle_time(self, stage: StageSpec, gap_s: float) -> float:
         """Extra seconds of a ``stage`` step that starts ``gap_s`` after the stage's previous one ended:
-        caches lost while it waited (``calibration/stage_step.py``), per layer, held beyond the
-        longest measured gap."""
+        caches lost while it waited (``calibration/stage_step.py``), held beyond the longest measured
+        gap; per step (``coef["per"] == "step"``, paired samples) or, in older profiles, per layer."""
         f = self.f.get("stage_idle")
         if f is None or gap_s <= 0.0:
             return 0.0
-        xs = f.coef["xs"]  # not memoised (OpFit.at): gaps are continuous, the memo would only grow
-        return stage.num_layers * _interp(xs, f.coef["ys"], gap_s if gap_s < xs[-1] else xs[-1])
+        c = f.coef
+        xs = c["xs"]  # not memoised (OpFit.at): gaps are continuous, the memo would only grow
+        extra = _interp(xs, c["ys"], gap_s if gap_s < xs[-1] else xs[-1])
+        return extra if c.get("per") == "step" else stage.num_layers * extra
 
     def link_time(self, nbytes: float) -> float:
         """A stage-to-stage transfer of ``nbytes``: the wire, plus the live engine's handoff (the sender's
