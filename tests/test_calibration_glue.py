@@ -174,3 +174,18 @@ def test_paired_idle_rows_carry_the_penalty_itself_from_zero_at_no_gap():
         assert cost.idle_time(StageSpec(0, 0, layers, True, False), 0.0065) == pytest.approx(0.75e-3)
     # the same rows with a split of the old kind would need gap-0 tasks: none, no fit
     assert fit_idle([{**r, "split": "idle"} for r in rows], "mean") is None
+
+
+def test_replay_without_idle_drops_only_the_idle_charge():
+    """replay_adjusted.py --without-idle: the same cost model, no stage_idle charge (what that term is worth)."""
+    from experiments.validation.replay_adjusted import WithoutIdle
+    from ppsim.cost.base import StageSpec
+    from ppsim.policy.plan import PlanItem, make_plan
+
+    idle = OpFit("stage_idle", "interp", "gap_s", {"xs": [0.0, 0.01], "ys": [0.0, 1e-3], "per": "step"})
+    cost = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": idle}), SHAPE, None, 1)
+    bare = WithoutIdle(cost)
+    stage, plan = StageSpec(0, 0, 2, True, False), make_plan(0, (PlanItem(0, 100, 1, False, True),))
+    assert cost.has_idle and cost.idle_time(stage, 0.02) == pytest.approx(1e-3)
+    assert not bare.has_idle and bare.idle_time(stage, 0.02) == 0.0
+    assert bare.stage_time(stage, plan) == cost.stage_time(stage, plan) and bare.link_time(64) == cost.link_time(64)

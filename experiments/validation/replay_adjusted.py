@@ -12,7 +12,11 @@ scenario and as medians over them, the prediction's error beside the replay's. N
 predicted ratios (:class:`ppsim.cost.scaled.JitteredCompute`): the host's step-time spread on top of
 its mean speed, which with two or more micro-batches in flight costs latency that a mean cannot show.
 
-Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] VALIDATION_DIR [VALIDATION_DIR ...]
+``--without-idle`` adds the prediction again with the profile's ``stage_idle`` charge removed (the step
+after an idle gap costs what a back-to-back one does): what that calibration term is worth on these runs.
+A prediction like the first, not a replay.
+
+Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--without-idle] VALIDATION_DIR [...]
 """
 
 from __future__ import annotations
@@ -26,13 +30,26 @@ import sys
 from pathlib import Path
 
 from ppsim.config import build_scenario
+from ppsim.cost.scaled import ScaledCompute
 from ppsim.deployment import prepare
-from ppsim.validate.run import jittered, speed_adjusted
+from ppsim.validate.run import jittered, replay_with, speed_adjusted
 
 METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_e2el_ms", "p99_e2el_ms")
 
 
-def replay(d: Path, draws: int = 0) -> dict[str, dict[str, float]]:
+class WithoutIdle(ScaledCompute):
+    """The profile's cost model with no idle-gap penalty (``stage_idle`` of zero at every gap)."""
+
+    has_idle = False
+
+    def __init__(self, inner: object) -> None:
+        super().__init__(inner, 1.0)
+
+    def idle_time(self, stage: object, gap_s: float) -> float:
+        return 0.0
+
+
+def replay(d: Path, draws: int = 0, without_idle: bool = False) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays)."""
     v = json.loads((d / "validation.json").read_text())
@@ -47,6 +64,8 @@ def replay(d: Path, draws: int = 0) -> dict[str, dict[str, float]]:
     out = {"predicted": pick(v["rows"]), "adjusted": pick(adj["rows"]), "factor": adj["factor"]}
     for k in range(draws):
         out[f"jittered {k}"] = pick(jittered(prep, steps, v["engine_summaries"], seed=k)["rows"])
+    if without_idle:
+        out["without idle"] = pick(replay_with(prep, WithoutIdle(prep.cost), v["engine_summaries"])["rows"])
     return out
 
 
@@ -60,6 +79,11 @@ def main(argv: list[str]) -> None:
         help="also replay with every stage compute drawn from the engine's own measured/predicted ratios, "
         "this many draws (the host's step-time spread on top of its mean speed)",
     )
+    ap.add_argument(
+        "--without-idle",
+        action="store_true",
+        help="also predict with the profile's stage_idle charge removed (what that term is worth on these runs)",
+    )
     args = ap.parse_args(argv)
     problem = f"--jitter-draws: {args.jitter_draws} is negative; give 0 or more" if args.jitter_draws < 0 else None
     for d in args.dirs:
@@ -71,8 +95,9 @@ def main(argv: list[str]) -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
-    res = {Path(d).name: replay(Path(d), args.jitter_draws) for d in args.dirs}
+    res = {Path(d).name: replay(Path(d), args.jitter_draws, args.without_idle) for d in args.dirs}
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
+    kinds += ["without idle"] if args.without_idle else []
     head = "".join(f"{m[:14]:>16s}" for m in METRICS)
     print(f"{'scenario':40s} {'factor':>7s} {head}")
     for name, r in res.items():
