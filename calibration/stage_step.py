@@ -9,8 +9,9 @@ functional stack, and the stage ends 0.3-0.7 ms slower than the sum of their ope
 model fitted to operators alone under-predicted a PP=1 engine step by 10-15% (issue 14).
 
 A stage that waited for its micro-batch also computes it more slowly than one that runs back to back
-(:meth:`EngineStages.idle_penalty_fn`): calibration times the middle stage after idle gaps of 0-100 ms
-(thread clock only) and fits ``stage_idle``, the extra seconds per layer as a function of the gap.
+(:meth:`EngineStages.idle_penalty_fn`): calibration times the middle stage after idle gaps of 1-100 ms
+against the back-to-back step just before, in pairs (thread clock only), and fits ``stage_idle``, the
+extra seconds per step as a function of the gap.
 
 So calibration also times, on the same grid of plans, a middle stage of ``stack`` layers as the
 engine builds it, and the first and last stage ends alone, and a whole-model stage (first and last:

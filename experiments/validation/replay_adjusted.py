@@ -51,7 +51,7 @@ class WithoutIdle(ScaledCompute):
 
 def replay(d: Path, draws: int = 0, without_idle: bool = False) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
-    for one dir (``draws`` jittered replays)."""
+    for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
     v = json.loads((d / "validation.json").read_text())
     s = build_scenario(None, v["scenario"])
     prep = dataclasses.replace(prepare(s), num_blocks=int(v["engine_summaries"][0]["kv_num_blocks"]))
