@@ -184,8 +184,9 @@ def fit_idle(rows: list[dict[str, Any]], stat: str) -> OpFit | None:
     ``idle_paired`` rows (:meth:`calibration.stage_step.EngineStages.idle_penalty_fn`) carry the
     penalty itself, measured against the adjacent back-to-back step; the table is the mean over plans
     of each plan's median, per step (``coef["per"] = "step"``): on this project's VM the penalty does
-    not grow with the stage's depth (one to eight tiny layers, interleaved: +0.16-0.33 ms after 3 ms
-    idle, +0.58-0.85 ms after 10 ms), nor vanish when the gap is spent spinning instead of sleeping.
+    not grow with the stage's depth (one to eight tiny layers, interleaved: +0.10-0.33 ms after 3 ms
+    idle, +0.30-0.85 ms after 10 ms; ``benchmarks/bench_idle_penalty.py``), nor vanish when the gap
+    is spent spinning instead of sleeping.
     ``idle`` rows (artifacts from before) carry absolute step times, one task per gap: the mean over
     plans of (t(gap) - t(0)) / layers, charged per layer."""
     paired = [r for r in rows if r["split"] == "idle_paired"]
