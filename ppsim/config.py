@@ -116,10 +116,23 @@ class CostConfig(_Frozen):
     # MoE: the step's T tokens route like T / skew independent tokens (1 = uniform routing; see ppsim/models/moe.py)
     moe_routing_skew: float = Field(default=1.0, ge=1, description="tokens sharing one expert choice, on average")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_dir_selects_profile(cls, data: Any) -> Any:
+        """A ``profile_dir`` without a ``kind`` selects the profiled model, as ``--profile DIR`` does."""
+        if isinstance(data, dict) and data.get("profile_dir") and "kind" not in data:
+            return {**data, "kind": "profile"}
+        return data
+
     @model_validator(mode="after")
     def _profile_needs_dir(self) -> CostConfig:
         if self.kind == "profile" and not self.profile_dir:
             raise ValueError("kind=profile needs profile_dir (use --profile DIR)")
+        if self.kind == "analytic" and self.profile_dir:
+            raise ValueError(
+                "profile_dir is set but kind is 'analytic', so the profile would be ignored: "
+                "set kind = 'profile' (or pass --profile DIR), or remove profile_dir"
+            )
         return self
 
 

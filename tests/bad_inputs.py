@@ -128,6 +128,18 @@ CASES: list[Case] = [
         _files(**{"c.toml": "seed = -3\n"}),
     ),
     Case(
+        "profile-dir-with-analytic-kind",
+        ["simulate", *TINY, "--config", "{d}/c.toml", "--output-dir", "{d}/out"],
+        "profile_dir is set but kind is 'analytic'",
+        _files(**{"c.toml": '[cost]\nkind = "analytic"\nprofile_dir = "p"\n'}),
+    ),
+    Case(
+        "profile-dir-alone-is-a-profile",
+        ["simulate", *TINY, "--config", "{d}/c.toml", "--output-dir", "{d}/out"],
+        "is not a directory",
+        _files(**{"c.toml": '[cost]\nprofile_dir = "missing-profile"\n'}),
+    ),
+    Case(
         "config-not-utf8",
         ["simulate", *TINY, "--config", "{d}/c.toml", "--output-dir", "{d}/out"],
         "UTF-8",

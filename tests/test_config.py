@@ -72,3 +72,10 @@ def test_summary_has_vllm_keys(tmp_path, ppsim_cli):
     assert tokens[0] == "request_id,index,time_s" and len(tokens) == 1 + s["total_output_tokens"]
     header = (out / "requests.csv").read_text().splitlines()[0]
     assert header.startswith("request_id,status,arrival_s")
+
+
+def test_profile_dir_alone_selects_the_profiled_model():
+    """A config that names a profile directory and no kind uses that profile, as --profile DIR does."""
+    s = build_scenario(None, {"model": "tiny", "cost": {"profile_dir": "some/profile"}})
+    assert s.cost.kind == "profile" and s.cost.profile_dir == "some/profile"
+    assert build_scenario(None, {"model": "tiny"}).cost.kind == "analytic"
