@@ -217,6 +217,30 @@ def fit_handoff(fits: dict[str, OpFit], rows: list[dict[str, Any]]) -> OpFit | N
     return OpFit("handoff", "linear", "bytes", {"c0": float(np.median(excess)), "c1": 0.0})
 
 
+def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
+    """``live_stage``: the live engine's stage computes over the profile's prediction for the same plans,
+    per pipeline depth (``interp`` over the stage count, 1 and 2): the stage model is fitted on stages
+    timed alone in a hot loop, while the engine's stage runs between the engine core's work, its
+    messages and (at two stages) the other stage's, and ran 7% (PP=1) and 13% (PP=2) slower than the
+    profile (median over 145 validation scenarios; ``docs/validation.md``, mechanism 10). The factor is
+    the ratio of sums (time-weighted, as ``ppsim validate``'s speed factor) over ``live<n>`` rows
+    (:func:`calibration.core_path.live_steps`), after the idle-gap charge the simulator also makes.
+    None without such rows."""
+    xs, ys = [], []
+    for n in (1, 2):
+        sel = [r for r in rows if r["split"] == f"live{n}"]
+        if not sel:
+            continue
+        specs, plans = [stage_spec(r) for r in sel], [plan_of(r["items"]) for r in sel]
+        pred = sum(cost.stage_time(st, p) for st, p in zip(specs, plans, strict=True))
+        idle = sum(cost.idle_time(st, float(r["gap_s"])) for st, r in zip(specs, sel, strict=True))
+        measured = sum(float(r["median_s"]) for r in sel)
+        if pred > 0 and measured > idle:
+            xs.append(float(n))
+            ys.append((measured - idle) / pred)
+    return OpFit("live_stage", "interp", "stages", {"xs": xs, "ys": ys}) if xs else None
+
+
 def heldout_errors(cost: ProfiledCost, rows: list[dict[str, Any]], stat: str = "median") -> list[dict[str, Any]]:
     out = []
     for r in rows:
@@ -388,6 +412,9 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
         fits["handoff"] = handoff
     cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
     held = heldout_errors(cost, [r for r in rows if r["split"] == "heldout"], stat)
+    live = fit_live(cost, rows)  # after the held-out scores: those are of stages timed alone
+    if live is not None:
+        fits["live_stage"] = live
     whole = ("layer", *KINDS)
     meta = {
         **meta,
@@ -405,6 +432,8 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
         fj["stage_idle"].update({"note": f"extra seconds of a stage step after an idle gap, per {per}"})
     if handoff is not None:
         fj["handoff"].update({"note": "live engine's stage transfer minus send_recv, seconds per transfer"})
+    if live is not None:
+        fj["live_stage"].update({"note": "live engine's stage compute / the stage model, by pipeline stages"})
     for name in glue:
         fj[name].update({"n_samples": sum(1 for g in gaps if g["stage"] in ("layer", GLUE_KIND[name])), "note": note})
     write_artifact(out, meta, fj, rows)
@@ -447,4 +476,10 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
     ):
         if h.get(k) is not None:
             lines.append(f"held-out {name}: median |err| {100 * h[k]:.1f}%")
+    live = fits.get("live_stage", {}).get("coef")
+    if live:
+        at = ", ".join(
+            f"{x:.0f} stage{'s' if x > 1 else ''} x{y:.3f}" for x, y in zip(live["xs"], live["ys"], strict=True)
+        )
+        lines.append(f"live engine's stage compute over the stage model (charged as live_stage): {at}")
     return "\n".join(lines)

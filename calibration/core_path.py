@@ -125,6 +125,43 @@ def handoffs(ops: list[Any]) -> list[tuple[int, float]]:
     return out
 
 
+def live_steps(run: Any) -> list[dict[str, Any]]:
+    """Sample rows (split ``live<stages>``) of a live engine run's stage computes, each with its plan
+    (``items``), its stage (``op`` = the stage kind, ``layers``, ``start_layer``), the idle gap since the
+    stage's previous compute (``gap_s``) and its wall time: what the profile's stage model, fitted on
+    stages timed alone, is checked against (``calibrate.fit_live``). A stage's first compute, whose gap
+    is the start-up, is left out."""
+    stages = run.prep.topology.stages
+    last_end: dict[str, float] = {}
+    rows = []
+    for op in sorted(run.ops, key=lambda o: o.start_s):
+        if op.kind != "compute" or not op.track.startswith("stage"):
+            continue
+        prev = last_end.get(op.track)
+        last_end[op.track] = op.end_s
+        plan = run.plans.get(op.step_id)
+        if prev is None or plan is None or plan.is_empty:
+            continue
+        st = stages[int(op.track[len("stage") :])]
+        kind = {(True, True): "stage_full", (True, False): "stage_first", (False, True): "stage_last"}
+        t = op.end_s - op.start_s
+        rows.append(
+            {
+                "op": kind.get((st.is_first, st.is_last), "stage_mid"),
+                "split": f"live{len(stages)}",
+                "layers": st.num_layers,
+                "start_layer": st.start_layer,
+                "items": ";".join(f"{it.start}:{it.num_tokens}" for it in plan.items),
+                "gap_s": op.start_s - prev,
+                "median_s": t,
+                "mean_s": t,
+                "repeats": 1,
+                "inner": 1,
+            }
+        )
+    return rows
+
+
 def rows_of(paths: dict[str, list[tuple[int, float]]], x: str = "n") -> list[dict[str, Any]]:
     """Sample rows (median, p10, p90 per value of the feature ``x``) for the fits: wall-clock gaps, so
     the median, as for every wall-clock sample (``calibration.calibrate.statistic``): a busy host's one-sided delays
@@ -161,11 +198,15 @@ def profile_core_path(model: str, device: str, threads: int) -> list[dict[str, A
     from ppsim.models.shape import load_model
 
     run = run_engine(calibration_scenario(model, device, threads), None)
-    rows = rows_of(step_paths(list(run.ops)))
+    rows = rows_of(step_paths(list(run.ops))) + live_steps(run)
+    rows += live_steps(run_engine(calibration_scenario(model, device, threads), None))
     if load_model(model).num_layers >= 2:
-        two = list(run_engine(calibration_scenario(model, device, threads, pp=2), None).ops)
-        rows += rows_of({"launch_multi": step_paths(two).get("launch", [])})
+        pp2 = run_engine(calibration_scenario(model, device, threads, pp=2), None)
+        two = list(pp2.ops)
+        rows += rows_of({"launch_multi": step_paths(two).get("launch", [])}) + live_steps(pp2)
         rows += [{**r, "split": "live"} for r in rows_of({"handoff": handoffs(two)}, x="bytes")]
-        ring = step_paths(list(run_engine(calibration_scenario(model, device, threads, 2, "trtllm-slots"), None).ops))
+        ring_run = run_engine(calibration_scenario(model, device, threads, 2, "trtllm-slots"), None)
+        ring = step_paths(list(ring_run.ops))
         rows += rows_of({"ring_launch": ring.get("launch", []), "ring_return": ring.get("return", [])})
+        rows += live_steps(ring_run)
     return rows

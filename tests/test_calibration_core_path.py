@@ -149,3 +149,32 @@ def test_handoff_fit_is_the_median_excess_over_the_ping_pong():
     f = fit_handoff({"send_recv": wire}, rows)
     assert f.coef == {"c0": pytest.approx(300e-6), "c1": 0.0}
     assert fit_handoff({}, rows) is None and fit_handoff({"send_recv": wire}, []) is None
+
+
+def test_live_steps_are_the_engine_computes_with_their_plan_stage_and_idle_gap():
+    from types import SimpleNamespace
+
+    from calibration.core_path import live_steps
+    from ppsim.cost.base import StageSpec
+    from ppsim.policy.plan import PlanItem, make_plan
+
+    stages = (StageSpec(0, 0, 4, True, False), StageSpec(1, 4, 8, False, True))
+    plans = {
+        0: make_plan(0, [PlanItem(7, 0, 16, True, True)]),
+        1: make_plan(1, [PlanItem(7, 16, 1, False, True), PlanItem(9, 40, 1, False, True)]),
+    }
+    ops = [
+        OpRecord("stage0", "compute", 0, 0.0, 2e-3, 16, 1),
+        OpRecord("stage1", "compute", 0, 2.5e-3, 4.5e-3, 16, 1),
+        OpRecord("stage0", "compute", 1, 5e-3, 6e-3, 2, 2),
+        OpRecord("stage1", "compute", 1, 6.3e-3, 7.5e-3, 2, 2),
+        OpRecord("core", "update", -1, 7.6e-3, 7.7e-3, 0, 2),
+    ]
+    run = SimpleNamespace(prep=SimpleNamespace(topology=SimpleNamespace(stages=stages)), ops=ops, plans=plans)
+    rows = live_steps(run)  # each stage's first compute (after start-up) is left out
+    assert [(r["op"], r["split"], r["items"], r["layers"], r["start_layer"]) for r in rows] == [
+        ("stage_first", "live2", "16:1;40:1", 4, 0),
+        ("stage_last", "live2", "16:1;40:1", 4, 4),
+    ]
+    assert [r["gap_s"] for r in rows] == pytest.approx([3e-3, 1.8e-3])
+    assert [r["median_s"] for r in rows] == pytest.approx([1e-3, 1.2e-3])

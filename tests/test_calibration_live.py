@@ -48,7 +48,8 @@ def test_quick_calibrate_cli(quick_profile):
     assert meta["model"]["hidden_size"] == 256 and meta["torch_version"] == torch.__version__
     fits = json.loads((out / "fits.json").read_text())
     glue = ("layer_glue", "first_glue", "last_glue")
-    assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in (*glue, "stage_idle"))
+    derived = (*glue, "stage_idle", "live_stage")  # fitted from engine stages, not by leave-one-out
+    assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in derived)
     assert fits["stage_idle"]["form"] == "interp" and fits["stage_idle"]["coef"]["xs"][0] == 0.0
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
     assert meta["host_probe_s"] > 0 and len(meta["host_probes_s"]) == 3  # 2 rounds and the end
@@ -61,6 +62,11 @@ def test_quick_calibrate_cli(quick_profile):
     # and the sampled-token ring's launch and return
     assert any(r.startswith("handoff,live") for r in rows) and "handoff" not in fits
     assert all(fits[op]["form"] == "linear" for op in ("launch_multi", "ring_launch", "ring_return"))
+    # the live engine's stage computes at one and two stages, over the stage model: one factor per depth
+    assert any(r.startswith("stage_full,live1") for r in rows) and any(r.startswith("stage_last,live2") for r in rows)
+    live = fits["live_stage"]["coef"]
+    assert live["xs"] == [1.0, 2.0] and all(0.2 < y < 5.0 for y in live["ys"])  # any host: the same code, timed twice
+    assert "live_stage" in text
 
 
 def test_link_profiler_two_processes():

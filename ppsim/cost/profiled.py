@@ -253,6 +253,9 @@ class ProfiledCost:
         self._launch = self._launch or self.p.fits.get("launch")
         # the engine's own stage-to-stage transfer beyond the link ping-pong (calibration/core_path.py)
         self.handoff_s = max(self.p.fits["handoff"].coef["c0"], 0.0) if "handoff" in self.p.fits else 0.0
+        # the live engine's stage compute over the stage model, at this depth (calibrate.fit_live)
+        live = self.p.fits.get("live_stage")
+        self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
         if tp > 1 and "all_reduce" not in profile.fits and tp_link is None:
             raise PPSimError("profile: no all_reduce operator and no tp_link preset; set cluster.tp_link")
         self.launch_latency_s = launch_latency_s  # when the profile has no measured control path
@@ -367,7 +370,7 @@ class ProfiledCost:
             return [0.0] * len(stages)
         T, R = plan.num_tokens, len(plan.items)
         base = self.layer_base_time(plan)
-        memo = self._stage_terms
+        memo, live = self._stage_terms, self.live_factor
         out = []
         for stage in stages:
             key = (stage.start_layer, stage.end_layer, stage.is_first, stage.is_last, T, R)
@@ -388,6 +391,8 @@ class ProfiledCost:
                 t += emb
             if last is not None:
                 t += last
+            if live != 1.0:
+                t *= live
             out.append(t)
         return out
 
