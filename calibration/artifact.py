@@ -44,6 +44,7 @@ SAMPLE_FIELDS = [
     "repeats",
     "inner",
     "items",
+    "alone_s",
 ]
 
 

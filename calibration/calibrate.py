@@ -218,26 +218,24 @@ def fit_handoff(fits: dict[str, OpFit], rows: list[dict[str, Any]]) -> OpFit | N
 
 
 def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
-    """``live_stage``: the live engine's stage computes over the profile's prediction for the same plans,
-    per pipeline depth (``interp`` over the stage count, 1 and 2): the stage model is fitted on stages
-    timed alone in a hot loop, while the engine's stage runs between the engine core's work, its
-    messages and (at two stages) the other stage's, and ran 7% (PP=1) and 13% (PP=2) slower than the
-    profile (median over 145 validation scenarios; ``docs/validation.md``, mechanism 10). The factor is
-    the ratio of sums (time-weighted, as ``ppsim validate``'s speed factor) over ``live<n>`` rows
-    (:func:`calibration.core_path.live_steps`), after the idle-gap charge the simulator also makes.
-    None without such rows."""
+    """``live_stage``: the live engine's stage compute over the same step timed alone in a hot loop, per
+    pipeline depth (``interp`` over the stage count, 1 and 2). The stage model is fitted on stages
+    timed alone; the engine's stage runs between the engine core's work, its messages and (at two
+    stages) the other stage's. Over ``live<n>`` rows that carry ``alone_s``
+    (:func:`calibration.core_path.live_steps`, :func:`calibration.stage_step.time_live_alone`): the
+    ratio of sums, after taking off the idle-gap charge that the simulator makes on its own
+    (``stage_idle``; the hot loop has no gaps). Model-free: the stage model's own error on these plans
+    does not enter. None without such rows."""
     xs, ys = [], []
     for n in (1, 2):
-        sel = [r for r in rows if r["split"] == f"live{n}"]
+        sel = [r for r in rows if r["split"] == f"live{n}" and r.get("alone_s")]
         if not sel:
             continue
-        specs, plans = [stage_spec(r) for r in sel], [plan_of(r["items"]) for r in sel]
-        pred = sum(cost.stage_time(st, p) for st, p in zip(specs, plans, strict=True))
-        idle = sum(cost.idle_time(st, float(r["gap_s"])) for st, r in zip(specs, sel, strict=True))
-        measured = sum(float(r["median_s"]) for r in sel)
-        if pred > 0 and measured > idle:
+        idle = sum(cost.idle_time(stage_spec(r), float(r["gap_s"])) for r in sel)
+        measured, alone = sum(float(r["median_s"]) for r in sel), sum(float(r["alone_s"]) for r in sel)
+        if alone > 0 and measured > idle:
             xs.append(float(n))
-            ys.append((measured - idle) / pred)
+            ys.append((measured - idle) / alone)
     return OpFit("live_stage", "interp", "stages", {"xs": xs, "ys": ys}) if xs else None
 
 
@@ -350,7 +348,12 @@ def calibrate(
     log("engine core and control path on the live engine (one stage, 32 requests)")
     from calibration.core_path import profile_core_path
 
-    rows += profile_core_path(model, device, threads or 1)
+    live = profile_core_path(model, device, threads or 1)
+    log("the live runs' stage steps again, each alone in a hot loop (the live engine's factor)")
+    from calibration.stage_step import time_live_alone
+
+    time_live_alone(prof.stages, timer, live)
+    rows += live
     if probes:
         probes.append(cpu_probe()[0])
         steps.append(stage_probe())
@@ -433,7 +436,7 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
     if handoff is not None:
         fj["handoff"].update({"note": "live engine's stage transfer minus send_recv, seconds per transfer"})
     if live is not None:
-        fj["live_stage"].update({"note": "live engine's stage compute / the stage model, by pipeline stages"})
+        fj["live_stage"].update({"note": "live engine's stage compute / the same steps alone, by pipeline stages"})
     for name in glue:
         fj[name].update({"n_samples": sum(1 for g in gaps if g["stage"] in ("layer", GLUE_KIND[name])), "note": note})
     write_artifact(out, meta, fj, rows)
@@ -481,5 +484,5 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         at = ", ".join(
             f"{x:.0f} stage{'s' if x > 1 else ''} x{y:.3f}" for x, y in zip(live["xs"], live["ys"], strict=True)
         )
-        lines.append(f"live engine's stage compute over the stage model (charged as live_stage): {at}")
+        lines.append(f"live engine's stage compute over the same steps alone (charged as live_stage): {at}")
     return "\n".join(lines)

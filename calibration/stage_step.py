@@ -30,6 +30,7 @@ import torch
 
 from calibration.calibrate import KINDS
 from calibration.layer import BLOCK_SIZE, Seq, block_tables, step_items
+from calibration.timer import Timer, summarize
 from engine.kvcache import PagedKVCache
 from engine.model import StageModel, build_stage
 from engine.step import forward_step
@@ -61,6 +62,8 @@ class EngineStages:
         router_zipf: float = 0.0,
     ) -> None:
         self.s, self.dt, self.dev = shape, dtype, device
+        self.seed, self.router_zipf = seed, router_zipf
+        self._layouts: dict[tuple[int, int, bool, bool], StageModel] = {}  # live runs' stages (layout_step_fn)
         self.start, self.end = layer_range(shape, stack)
         full = build_stage(shape, self.start, self.end, True, True, seed, dtype, device, router_zipf)
         ends = build_stage(shape, self.start, self.start, True, True, seed, dtype, device, router_zipf)
@@ -75,7 +78,20 @@ class EngineStages:
 
     def step_fn(self, kind: str, seqs: list[Seq]) -> Callable[[], object]:
         """One micro-batch of ``seqs`` through the ``kind`` stage, exactly as ``Stage.compute`` runs it."""
-        m, s = self.models[kind], self.s
+        return self._step(self.models[kind], seqs)
+
+    def layout_step_fn(self, start: int, end: int, first: bool, last: bool, seqs: list[Seq]) -> Callable[[], object]:
+        """:meth:`step_fn` on a stage of global layers [start, end) with these ends, as a live engine run
+        built it (same seed: the same weights), built once per layout."""
+        key = (start, end, first, last)
+        m = self._layouts.get(key)
+        if m is None:
+            m = build_stage(self.s, start, end, first, last, self.seed, self.dt, self.dev, self.router_zipf)
+            m = self._layouts[key] = m
+        return self._step(m, seqs)
+
+    def _step(self, m: StageModel, seqs: list[Seq]) -> Callable[[], object]:
+        s = self.s
         tables = block_tables(seqs)
         nb = sum(map(len, tables))
         kv = PagedKVCache(m.num_layers, nb, BLOCK_SIZE, s.num_kv_heads, s.head_dim, self.dt, self.dev)
@@ -111,3 +127,18 @@ class EngineStages:
             return time.thread_time() - t0 - hot
 
         return run
+
+
+def time_live_alone(stages: EngineStages, timer: Timer, rows: list[dict], every: int = 3) -> None:
+    """Time every ``every``-th live-engine stage compute (``calibration.core_path.live_steps`` rows) again
+    in a hot loop, on the same stage layout and plan, and set its ``alone_s`` (the timer's mean, or
+    median on a wall clock): ``calibrate.fit_live`` compares the two. Right after the live runs, so
+    the host's speed is the same for both."""
+    with torch.inference_mode():
+        for r in [r for r in rows if str(r.get("split", "")).startswith("live") and "items" in r][::every]:
+            first, last = KINDS[r["op"]]
+            seqs = [Seq(*(int(v) for v in part.split(":"))) for part in r["items"].split(";")]
+            start = int(r["start_layer"])
+            xs, inner = timer.samples(stages.layout_step_fn(start, start + int(r["layers"]), first, last, seqs))
+            t = summarize(xs, inner)
+            r["alone_s"] = t.mean_s if timer.clock == "thread" or timer.device == "cuda" else t.median_s

@@ -17,6 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from calibration.artifact import read_samples  # noqa: E402
 from calibration.calibrate import calibrate, plan_of  # noqa: E402
 from ppsim.cli import main  # noqa: E402
 from ppsim.config import build_scenario  # noqa: E402
@@ -64,6 +65,8 @@ def test_quick_calibrate_cli(quick_profile):
     assert all(fits[op]["form"] == "linear" for op in ("launch_multi", "ring_launch", "ring_return"))
     # the live engine's stage computes at one and two stages, over the stage model: one factor per depth
     assert any(r.startswith("stage_full,live1") for r in rows) and any(r.startswith("stage_last,live2") for r in rows)
+    alone = [r for r in read_samples(out) if str(r["split"]).startswith("live") and "alone_s" in r]
+    assert {r["split"] for r in alone} == {"live1", "live2"} and all(r["alone_s"] > 0 for r in alone)
     live = fits["live_stage"]["coef"]
     assert live["xs"] == [1.0, 2.0] and all(0.2 < y < 5.0 for y in live["ys"])  # any host: the same code, timed twice
     assert "live_stage" in text
