@@ -108,3 +108,45 @@ def test_validate_bad_input_fails_before_calibrating(ppsim_cli, tmp_path):
     )
     assert r.returncode == 2 and "--host-max-drift" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "v" / "profile").exists()
+
+
+def test_validate_calibrates_the_scenarios_model_even_from_a_config_file(tmp_path):
+    """The model and router skew of --config (not only of flags) are what validate calibrates."""
+    from ppsim.config import build_scenario
+    from ppsim.validate.cli import calibrate_command
+
+    s = build_scenario(None, {"model": "tiny-moe", "moe_router_zipf": 1.2})
+    cmd = calibrate_command(s, tmp_path / "p", full=False)
+    assert cmd[cmd.index("--model") + 1] == "tiny-moe" and cmd[cmd.index("--moe-router-zipf") + 1] == "1.2"
+    assert "--quick" in cmd and "--quick" not in calibrate_command(s, tmp_path / "p", full=True)
+    assert "--moe-router-zipf" not in calibrate_command(build_scenario(None, {"model": "tiny"}), tmp_path, False)
+
+
+def test_a_failed_validation_leaves_the_output_dir_as_it_was(tmp_path):
+    """validate's own calibration (OUTPUT/profile) is undone when the run then fails; a previous result
+    set's profile comes back."""
+    from ppsim.validate.cli import MadeProfile
+
+    fresh = MadeProfile(tmp_path / "new")
+    (tmp_path / "new" / "profile").mkdir(parents=True)
+    (tmp_path / "new" / "profile" / "fits.json").write_text("{}")
+    fresh.undo()
+    assert not (tmp_path / "new").exists()
+    old = tmp_path / "old"
+    (old / "profile").mkdir(parents=True)
+    (old / "profile" / "fits.json").write_text("old")
+    (old / "validation.json").write_text("{}")
+    again = MadeProfile(old)
+    assert not (old / "profile").exists()  # moved aside while the new one is made
+    (old / "profile").mkdir()
+    (old / "profile" / "fits.json").write_text("new")
+    again.undo()
+    assert (old / "profile" / "fits.json").read_text() == "old" and (old / "validation.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]  # nothing left aside
+    kept = MadeProfile(old)
+    (old / "profile").mkdir()
+    (old / "profile" / "fits.json").write_text("new")
+    kept.keep()
+    assert (old / "profile" / "fits.json").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "old"
+    ]

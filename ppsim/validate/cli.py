@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 CALIBRATE_TIMEOUT_S = 1800
 
@@ -46,31 +50,63 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_validate)
 
 
-def calibrate_here(args: argparse.Namespace, device: str) -> str | None:
-    """Calibrate this host into OUTPUT/profile (quick grid unless --calibrate); the artifact path."""
-    prof = Path(args.output_dir) / "profile"
-    model = args.model or "tiny"
-    grid = "full" if args.calibrate else "quick"
-    print(
-        f"validate: no --profile; calibrating {model} on this {device} ({grid} grid) into {prof}",
-        file=sys.stderr,
-        flush=True,
-    )
-    cmd = [
+class MadeProfile:
+    """``OUTPUT/profile`` as ``validate`` calibrates it: a profile already there (a previous result set's)
+    is moved aside first, and put back if the validation then fails, so a failed run leaves the output
+    directory as it was (nothing half-written); :meth:`keep` drops the old one once the new result set
+    is written."""
+
+    def __init__(self, out: Path) -> None:
+        self.out, self.path = out, out / "profile"
+        self.out_existed = out.exists()
+        self.aside = None
+        if self.path.exists():
+            self.aside = Path(tempfile.mkdtemp(prefix=f".{out.name}-profile-before-", dir=out.parent))
+            self.path.rename(self.aside / "profile")
+
+    def keep(self) -> None:
+        if self.aside is not None:
+            shutil.rmtree(self.aside, ignore_errors=True)
+
+    def undo(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self.aside is not None:
+            (self.aside / "profile").rename(self.path)
+            shutil.rmtree(self.aside, ignore_errors=True)
+        if not self.out_existed:
+            with contextlib.suppress(OSError):
+                self.out.rmdir()  # only if nothing else is in it
+
+
+def calibrate_command(s: Any, prof: Path, full: bool) -> list[str]:
+    """``ppsim calibrate`` for scenario ``s``'s model (from flags or ``--config`` alike) and router skew."""
+    return [
         sys.executable,
         "-m",
         "ppsim.cli",
         "calibrate",
         "--model",
-        model,
+        s.model,
         "--device",
-        device,
+        s.live_engine.device,
         "--output-dir",
         str(prof),
-        *(() if args.calibrate else ("--quick",)),
-        *(("--moe-router-zipf", str(args.moe_router_zipf)) if getattr(args, "moe_router_zipf", None) else ()),
+        *(() if full else ("--quick",)),
+        *(("--moe-router-zipf", repr(s.moe_router_zipf)) if s.moe_router_zipf else ()),
     ]
-    if subprocess.run(cmd, timeout=CALIBRATE_TIMEOUT_S).returncode != 0:
+
+
+def calibrate_here(args: argparse.Namespace, s: Any) -> str | None:
+    """Calibrate this host for the scenario into OUTPUT/profile, quick grid unless --calibrate; the
+    artifact path, None if the calibration failed."""
+    prof = Path(args.output_dir) / "profile"
+    grid = "full" if args.calibrate else "quick"
+    print(
+        f"validate: no --profile; calibrating {s.model} on this {s.live_engine.device} ({grid} grid) into {prof}",
+        file=sys.stderr,
+        flush=True,
+    )
+    if subprocess.run(calibrate_command(s, prof, args.calibrate), timeout=CALIBRATE_TIMEOUT_S).returncode != 0:
         return None
     return str(prof)
 
@@ -89,19 +125,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
     host = HostGuard(args.host_guard, args.host_max_drift, args.host_min_core_share)
     check_output_dir(args.output_dir)
     s = scenario_from_args(args)  # bad input fails here, before a calibration of minutes
+    made = None
     if not args.profile:
-        args.profile = calibrate_here(args, s.live_engine.device)
+        made = MadeProfile(Path(args.output_dir))
+        args.profile = calibrate_here(args, s)
         if args.profile is None:
+            made.undo()
             print("error: calibration failed; see its output above, or pass --profile DIR", file=sys.stderr)
             return 1
-    s = scenario_from_args(args)  # the engine runs with its live_engine section
     from engine.launcher import StageFault
 
     try:
+        s = scenario_from_args(args)  # the engine runs with its live_engine section
         payload = validate(s, args.output_dir, args.repeats, host=host)
     except StageFault as err:  # a stage failed: not bad input; nothing is written
+        if made is not None:
+            made.undo()
         print(f"error: {str(err).splitlines()[0]}; nothing written to {args.output_dir}", file=sys.stderr)
         return 1
+    except BaseException:
+        if made is not None:
+            made.undo()
+        raise
+    if made is not None:
+        made.keep()
     print(format_report(payload))
     print(
         f"results written to {args.output_dir}/ (validation.json, step_costs.csv, latency_cdf.png, "
