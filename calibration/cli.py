@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from pathlib import Path
 
 from ppsim.errors import PPSimError
 
+MAX_ROUTER_ZIPF = 8.0  # the scenario field moe_router_zipf's bound (ppsim/config.py): a profile must match it
 VIDUR_ROOT_ENV = "PPSIM_VIDUR_ROOT"
 VIDUR_SOURCE = "the data/profiling directory of a Vidur checkout (git clone https://github.com/microsoft/vidur)"
 
@@ -44,7 +46,7 @@ def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
         "--moe-router-zipf",
         type=float,
         default=0.0,
-        help="MoE: the engine router's popularity skew s to measure expert load under (default 0)",
+        help="MoE: the engine router's popularity skew s to measure expert load under, 0 to 8 (default 0)",
     )
     p.add_argument("--no-link", action="store_true", help="skip the two-process link profiler")
     add_output_dir_flag(p, "profile directory to write (alias --output)")
@@ -67,7 +69,17 @@ def add_import_vidur_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_import_vidur)
 
 
+def check_router_zipf(zipf: float) -> None:
+    """Refuse a router skew no scenario can use (``moe_router_zipf`` is 0..8), before any profiling."""
+    if not (math.isfinite(zipf) and 0.0 <= zipf <= MAX_ROUTER_ZIPF):
+        raise PPSimError(
+            f"--moe-router-zipf: {zipf:g} is not a router skew a scenario can use; "
+            f"give a finite value in [0, {MAX_ROUTER_ZIPF:g}] (0 = the router alone)"
+        )
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    check_router_zipf(args.moe_router_zipf)
     from calibration.calibrate import calibrate, format_report
 
     t0 = time.perf_counter()

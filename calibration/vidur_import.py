@@ -38,6 +38,8 @@ over the scenario's ``cluster.tp_link``, as the roofline does). ``--network`` mu
 from __future__ import annotations
 
 import csv
+import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -74,24 +76,73 @@ MLP_OPS = {
 DEVICE_PRESET = {"a100": "a100-80gb", "h100": "h100-sxm", "a40": "a40"}
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+FIX = "fix the file or copy it again from a Vidur checkout's data/profiling"
 
 
-def _ms(v: str) -> float:
-    return float(v) * 1e-3 if v not in ("", None) else 0.0
+class Row(dict[str, str]):
+    """One CSV row by column name, with the file and line it came from (for error messages)."""
+
+    def __init__(self, cells: dict[str, str], path: Path, line: int) -> None:
+        super().__init__(cells)
+        self.path, self.line = path, line
 
 
-def table(rows: list[dict[str, str]], key: str, col: str) -> dict[str, Any]:
+def _rows(path: Path) -> list[Row]:
+    """``path``'s rows; refuses a file that is not UTF-8 CSV, or a row wider or narrower than the header."""
+    try:
+        data = path.read_bytes()
+        text = data.decode("utf-8")
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        rows = [Row(r, path, reader.line_num) for r in reader]
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise PPSimError(f"--root: {path} line {line} is not UTF-8 text; {FIX}") from None
+    except (OSError, csv.Error) as err:
+        raise PPSimError(f"--root: cannot read {path}: {err}; {FIX}") from None
+    for r in rows:
+        if None in r or None in r.values():  # DictReader's restkey / restval
+            width = "more" if None in r else "fewer"
+            raise PPSimError(f"--root: {path} line {r.line} has {width} cells than the header (truncated?); {FIX}")
+    return rows
+
+
+def _num(r: Row, col: str) -> float:
+    """Cell ``col`` of ``r``: a finite, non-negative number (every column read is a time, count or size)."""
+    if col not in r:
+        raise PPSimError(f"--root: {r.path} has no column {col}; {FIX}")
+    v = r[col]
+    try:
+        x = float(v)
+    except ValueError:
+        raise PPSimError(f"--root: {r.path} line {r.line} column {col}: {v!r} is not a number; {FIX}") from None
+    if not math.isfinite(x) or x < 0:
+        why = "negative" if x < 0 else "not finite"
+        raise PPSimError(f"--root: {r.path} line {r.line} column {col}: {v!r} is {why}; {FIX}")
+    return x
+
+
+def _int(r: Row, col: str) -> int:
+    x = _num(r, col)
+    if not x.is_integer():
+        raise PPSimError(f"--root: {r.path} line {r.line} column {col}: {r[col]!r} is not a whole number; {FIX}")
+    return int(x)
+
+
+def _ms(r: Row, col: str) -> float:
+    """Cell ``col`` (milliseconds) in seconds; an empty cell is 0."""
+    return _num(r, col) * 1e-3 if r.get(col, "") != "" else 0.0
+
+
+def table(rows: list[Row], key: str, col: str) -> dict[str, Any]:
     """``interp`` coefficients: the median seconds of ``col`` at each ``key`` (mean over repeats of a key)."""
     by: dict[float, list[float]] = {}
     for r in rows:
         if r.get(col, "") != "":
-            by.setdefault(float(r[key]), []).append(_ms(r[col]))
+            by.setdefault(_num(r, key), []).append(_ms(r, col))
     xs = sorted(by)
     if not xs:
-        raise PPSimError(f"vidur import: no values of {col}")
+        where = rows[0].path if rows else "vidur import"
+        raise PPSimError(f"--root: {where}: no values of {col}; {FIX}")
     return {"xs": xs, "ys": [float(np.mean(by[x])) for x in xs]}
 
 
@@ -99,14 +150,14 @@ def _interp(coef: dict[str, Any], x: str, source: str) -> dict[str, Any]:
     return {"form": "interp", "x": x, "coef": coef, "source": source, "n_samples": len(coef["xs"])}
 
 
-def check_vidur_shape(row: dict[str, str], shape: ModelShape, path: Path) -> None:
+def check_vidur_shape(row: Row, shape: ModelShape, path: Path) -> None:
     want = {
         "n_head": shape.num_heads,
         "n_kv_head": shape.num_kv_heads,
         "n_embd": shape.hidden_size,
         "n_expanded_embd": shape.intermediate_size,
     }  # vocab_size: Vidur pads it (32000 -> 32768)
-    bad = [f"{k}={row[k]} (model has {v})" for k, v in want.items() if k in row and int(float(row[k])) != v]
+    bad = [f"{k}={row[k]} (model has {v})" for k, v in want.items() if k in row and _int(row, k) != v]
     if bad:
         raise PPSimError(f"vidur import: {path} is not model {shape.name}: {'; '.join(bad)}; pick the matching --model")
 
@@ -166,7 +217,7 @@ def roofline_fits(shape: ModelShape, device: str, tp: int) -> dict[str, dict[str
 
 
 def attention_fits(path: Path, tp: int) -> dict[str, dict[str, Any]]:
-    rows = [r for r in _rows(path) if int(r["num_tensor_parallel_workers"]) == tp]
+    rows = [r for r in _rows(path) if _int(r, "num_tensor_parallel_workers") == tp]
     if not rows:
         return {}
     extra = ("time_stats.attn_input_reshape.median", "time_stats.attn_output_reshape.median")
@@ -175,18 +226,20 @@ def attention_fits(path: Path, tp: int) -> dict[str, dict[str, Any]]:
         ("attn_prefill", "True", "time_stats.attn_prefill.median"),
         ("attn_decode", "False", "time_stats.attn_decode.median"),
     ):
-        sel = [r for r in rows if r["is_prefill"] == is_pre and r[col] != ""]
-        y = np.array([_ms(r[col]) + sum(_ms(r[e]) for e in extra) for r in sel])
+        sel = [r for r in rows if r.get("is_prefill") == is_pre and r.get(col, "") != ""]
+        y = np.array([_ms(r, col) + sum(_ms(r, e) for e in extra) for r in sel])
         ok = y > 0
+        if ok.sum() < 2:
+            raise PPSimError(f"--root: {path}: fewer than 2 {op} times at tensor parallel size {tp}; {FIX}")
         if is_pre == "True":
             feats = {
-                "chunk": np.array([float(r["prefill_chunk_size"]) for r in sel]),
-                "prefix": np.array([float(r["kv_cache_size"]) for r in sel]),
+                "chunk": np.array([_num(r, "prefill_chunk_size") for r in sel]),
+                "prefix": np.array([_num(r, "kv_cache_size") for r in sel]),
             }
             form = "prefill_attn"
         else:
-            B = np.array([float(r["batch_size"]) for r in sel])
-            feats = {"batch": B, "ctx_tokens": B * np.array([float(r["kv_cache_size"]) for r in sel])}
+            B = np.array([_num(r, "batch_size") for r in sel])
+            feats = {"batch": B, "ctx_tokens": B * np.array([_num(r, "kv_cache_size") for r in sel])}
             form = "decode_attn"
         fit, stats = fit_op(op, form, "", {k: v[ok] for k, v in feats.items()}, y[ok])
         out[op] = {**fit_to_json(fit, stats), "source": f"{path.name} ({col}+reshapes, fitted)"}
@@ -201,13 +254,15 @@ def cpu_fits(root: Path, device: str) -> tuple[dict[str, dict[str, Any]], str | 
     if not path.is_file():
         return {}, f"cpu overheads: none under {root}/cpu_overheads; the scenario's engine.cpu is used"
     rows = _rows(path)
+    if not rows:
+        raise PPSimError(f"--root: {path} has no rows; {FIX}")
     cols = {
         "schedule": "schedule_median",
         "update": "process_model_outputs_median",
         "prepare_inputs": "prepare_inputs_e2e_median",
         "sampling": "sampler_e2e_median",
     }
-    src = f"{path.relative_to(root)} ({rows[0]['model_name']} TP{rows[0]['tensor_parallel_degree']})"
+    src = f"{path.relative_to(root)} ({rows[0].get('model_name')} TP{rows[0].get('tensor_parallel_degree')})"
     return {
         op: _interp(table(rows, "batch_size", c), "n" if op in ("schedule", "update") else "reqs", f"{src} {c}")
         for op, c in cols.items()
@@ -234,7 +289,7 @@ def network_fits(root: Path, device: str, network: str, tp: int) -> tuple[dict[s
         missing.append(f"send_recv: no {d}/send_recv.csv; the scenario's --link preset is used")
     if tp > 1:
         path = d / "all_reduce.csv"
-        ar = [r for r in _rows(path) if int(r["num_workers"]) == tp] if path.is_file() else []
+        ar = [r for r in _rows(path) if _int(r, "num_workers") == tp] if path.is_file() else []
         # dgx files mix GPUs in one node with GPUs across nodes at the same worker count: keep one node's
         intra = [r for r in ar if r.get("devices_per_node") == r["num_workers"]]
         ar = intra or ar
@@ -275,7 +330,7 @@ def import_vidur(
         cdir = base / "compute" / device
         have = ", ".join(sorted(str(p.parent.relative_to(cdir)) for p in cdir.glob("*/*/mlp.csv"))) or "none"
         raise PPSimError(f"vidur import: no mlp.csv for {model} on {device}; pass --vidur-model, one of: {have}")
-    rows = [r for r in _rows(mdir / "mlp.csv") if int(r["num_tensor_parallel_workers"]) == tp]
+    rows = [r for r in _rows(mdir / "mlp.csv") if _int(r, "num_tensor_parallel_workers") == tp]
     if not rows:
         raise PPSimError(f"vidur import: {mdir}/mlp.csv has no rows at tensor parallel size {tp}; try -tp 1, 2, 4 or 8")
     check_vidur_shape(rows[0], shape, mdir / "mlp.csv")

@@ -43,6 +43,62 @@ def save_checkpoint(model: StageModel, out_dir: str | Path, hf_config: dict) -> 
     return out
 
 
+def _read_index(ckpt: Path, flag: str) -> dict[str, Path]:
+    """Tensor name -> shard file of ``model.safetensors.index.json``; damage is one PPSimError."""
+    where = f"{flag}: {ckpt / INDEX}"
+    try:
+        data = json.loads((ckpt / INDEX).read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise PPSimError(f"{where}: not UTF-8 text (byte {err.start}); re-download the checkpoint") from None
+    except (OSError, ValueError) as err:
+        raise PPSimError(f"{where}: unreadable ({err}); re-download the checkpoint") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise PPSimError(f"{where}: no weight_map table of tensor name -> shard file; re-download the checkpoint")
+    out = {}
+    for k, f in weight_map.items():
+        if not isinstance(f, str) or not f or Path(f).is_absolute() or ".." in Path(f).parts:
+            raise PPSimError(f"{where}: tensor {k!r:.80} maps to {f!r:.80}, not a shard file name in {ckpt}")
+        out[k] = ckpt / f
+    return out
+
+
+def _shard_keys(shard: Path, flag: str) -> set[str]:
+    """The tensor names in a safetensors file's header (the tensors themselves are not read)."""
+    if not shard.is_file():
+        raise PPSimError(f"{flag}: {shard} is missing; re-download the checkpoint")
+    try:
+        with safe_open(str(shard), framework="pt") as f:
+            return set(f.keys())
+    except Exception as err:  # noqa: BLE001 - SafetensorError, OSError: any unreadable header
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise PPSimError(
+            f"{flag}: {shard} is not a readable safetensors file ({why:.120}); re-download or re-save the checkpoint"
+        ) from None
+
+
+def check_checkpoint(ckpt_dir: str | Path, flag: str = "--checkpoint") -> None:
+    """Read the index and every shard's header in the parent, before any stage is spawned, so a damaged
+    checkpoint is one line naming the file (exit 2), not a stage dying on it. Whether the tensors are
+    the model's is checked by each stage as it loads its own (:func:`load_stage_weights`)."""
+    ckpt = Path(ckpt_dir)
+    if (ckpt / INDEX).is_file():
+        files = _read_index(ckpt, flag)
+        for shard in sorted(set(files.values())):
+            held = _shard_keys(shard, flag)
+            lost = next((k for k, f in files.items() if f == shard and k not in held), None)
+            if lost is not None:
+                raise PPSimError(
+                    f"{flag}: {INDEX} puts tensor {lost!r:.80} in {shard.name}, which does not hold it; "
+                    "re-download the checkpoint"
+                )
+    elif (ckpt / SINGLE).is_file():
+        if not _shard_keys(ckpt / SINGLE, flag):
+            raise PPSimError(f"{flag}: {ckpt / SINGLE} holds no tensors; re-save the checkpoint")
+    else:
+        raise PPSimError(f"{flag}: {ckpt} has neither {SINGLE} nor {INDEX}")
+
+
 def _key_files(ckpt: Path) -> dict[str, Path]:
     if (ckpt / INDEX).is_file():
         weight_map = json.loads((ckpt / INDEX).read_text())["weight_map"]

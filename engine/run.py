@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.checkpoint import has_checkpoint
+from engine.checkpoint import check_checkpoint, has_checkpoint
 from engine.executor import EngineExecutor, EngineResult, data_path
 from engine.kvcache import PagedKVCache
 from engine.launcher import StageFault, StageGroup, init_method
@@ -49,6 +49,8 @@ from ppsim.report.dashboard import drawn_dashboards, series_files
 # a stage's own rendezvous timeout outlasts the parent's start-up timeout, so that on a stall the parent
 # names the stage that did not come up instead of a peer that gave up waiting for it
 DIST_TIMEOUT_MARGIN_S = 30.0
+# the latest arrival the engine waits for: it replays a workload's arrival times in real time
+MAX_REPLAY_S = 3600.0
 
 
 # the engine's options are the scenario's ``live_engine`` section; the old name stays for callers
@@ -104,11 +106,39 @@ def engine_num_blocks(prep: Prepared, opts: EngineOptions) -> int:
 
 
 def _checkpoint(s: Scenario, opts: EngineOptions) -> str | None:
+    """The checkpoint the stages load (its index and headers checked here, before they spawn)."""
     if opts.checkpoint:
         if not has_checkpoint(opts.checkpoint):
             raise PPSimError(f"--checkpoint: {opts.checkpoint} holds no model.safetensors(.index.json)")
+        check_checkpoint(opts.checkpoint, "--checkpoint")
         return opts.checkpoint
-    return s.model if has_checkpoint(s.model) else None
+    if has_checkpoint(s.model):
+        check_checkpoint(s.model, "--model")
+        return s.model
+    return None
+
+
+def check_replay_time(prep: Prepared) -> None:
+    """The engine sends requests at their arrival times in real time: refuse a workload whose last
+    arrival is more than MAX_REPLAY_S away (a trace in milliseconds or epoch seconds, a tiny rate)."""
+    arrivals = prep.requests.arrival_s
+    last = float(arrivals.max()) if len(arrivals) else 0.0
+    if last <= MAX_REPLAY_S:
+        return
+    w = prep.scenario.workload
+    what = (
+        f"--trace: its last request arrives at {last:.6g} s"
+        if w.trace
+        else f"--request-rate: {w.request_rate:g} req/s puts the last of {len(arrivals)} requests at {last:.6g} s"
+    )
+    fix = (
+        "arrival_s must be seconds from the start; cut or rescale the trace"
+        if w.trace
+        else "raise --request-rate or lower --num-prompts"
+    )
+    raise PPSimError(
+        f"{what}, and the engine replays arrivals in real time (at most {MAX_REPLAY_S:.0f} s, one hour); {fix}"
+    )
 
 
 def check_supported(prep: Prepared) -> None:
@@ -229,6 +259,7 @@ def run_engine(
     if out_dir is not None:
         out_dir = check_output_dir(out_dir)
     prep0 = prepare(s, requests)
+    check_replay_time(prep0)
     prep = dataclasses.replace(prep0, num_blocks=engine_num_blocks(prep0, opts))
     cfgs = _fault_plan(opts, stage_configs(prep, opts))
     prompts = make_prompts(prep.requests, prep.shape.vocab_size, s.seed)

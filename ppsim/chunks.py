@@ -35,9 +35,29 @@ def _floats(text: str, flag: str) -> list[float]:
 
 def _ints(text: str, flag: str) -> list[int]:
     vals = _floats(text, flag)
-    if not vals or any(v < 1 or v != int(v) for v in vals):
-        raise PPSimError(f"{flag}: use comma-separated positive integers like 2048,4096")
+    if not vals or any(not math.isfinite(v) or v < 1 or v != int(v) for v in vals):
+        raise PPSimError(f"{flag}: use comma-separated positive integers like 2048,4096 (got {text!r:.60})")
     return [int(v) for v in vals]
+
+
+def check_chunk_sizes(args: argparse.Namespace, scenario: Any, chunks: list[int]) -> None:
+    """Each chunk size must make a valid scenario (the search applies it without validation): at least
+    one KV block, at most MAX_TOKENS, and whatever else the scenario's checks say."""
+    block = scenario.engine.block_size
+    for c in chunks:
+        if not block <= c <= MAX_TOKENS:
+            raise PPSimError(
+                f"--chunk-sizes: {c} tokens is outside [{block} (the KV block size), {MAX_TOKENS}]; "
+                "give chunk sizes like 2048,4096"
+            )
+        saved = args.chunked_prefill_size
+        args.chunked_prefill_size = c
+        try:
+            sglang_scenario(args)
+        except PPSimError as err:
+            raise PPSimError(f"--chunk-sizes: {c}: {err}") from None
+        finally:
+            args.chunked_prefill_size = saved
 
 
 WORKLOAD_DESTS = (
@@ -208,12 +228,9 @@ def plot_fit(result: dict[str, Any], path: Path) -> None:
 
 def check_plot_path(plot: str) -> None:
     """Refuse before the grid search a --plot path that cannot become a PNG file."""
-    from ppsim.outputs import check_output_dir
+    from ppsim.outputs import check_output_file
 
-    p = Path(plot)
-    if p.is_dir():
-        raise PPSimError(f"--plot: {plot} is a directory; give a file name such as {p / 'fit-chunks.png'}")
-    check_output_dir(p.parent, "--plot", replace=False)
+    check_output_file(plot, "--plot")
 
 
 def cmd_fit_chunks(args: argparse.Namespace) -> int:
@@ -222,6 +239,7 @@ def cmd_fit_chunks(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_path(args.plot)
     chunks = _ints(args.chunk_sizes, "--chunk-sizes")
+    check_chunk_sizes(args, s, chunks)
     smooths = _floats(args.smooth_factors, "--smooth-factors")
     if not smooths or any(not 0 <= x <= 1 for x in smooths):
         raise PPSimError("--smooth-factors: use comma-separated values in [0, 1] like 0.5,0.75,1")

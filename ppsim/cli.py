@@ -13,6 +13,14 @@ from typing import Any
 from ppsim.errors import PPSimError
 from ppsim.metrics.trace import TRACE_WINDOW_S
 
+# characters that would break an error line (newlines, NUL, other controls, Unicode line separators)
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters escaped as in ``repr`` (a path holding a newline stays one line)."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+
 
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors and negative numbers as values (``--coefficients -1,0,0``)."""
@@ -23,7 +31,7 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-(\d|\.\d)[\d.eE+\-,:]*$")
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"error: {one_line(message)} (see `{self.prog} --help`)\n")
 
 
 def _window_s(text: str) -> float:
@@ -257,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except PPSimError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
         return getattr(err, "exit_code", 2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -267,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as err:  # a file that vanished or a disk that filled outside the result writers
         where = f"{err.filename}: " if err.filename else ""
-        print(f"error: {where}{err.strerror or err}", file=sys.stderr)
+        print(f"error: {one_line(f'{where}{err.strerror or err}')}", file=sys.stderr)
         return 1
 
 

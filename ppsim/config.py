@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ppsim.errors import PPSimError
-from ppsim.fileio import read_mapping
+from ppsim.fileio import read_mapping, short_repr
 from ppsim.hardware.presets import DeviceSpec, LinkSpec, resolve_device
 from ppsim.live_engine import LiveEngineConfig
 from ppsim.policies import (  # noqa: F401 - POLICY_KNOBS re-exported (tests, tools)
@@ -27,11 +27,29 @@ from ppsim.policies import (  # noqa: F401 - POLICY_KNOBS re-exported (tests, to
 # Bounds on what would otherwise be unbounded (a typo of a few zeros must not allocate terabytes):
 MAX_NUM_PROMPTS = 10_000_000  # requests in one run
 MAX_TOKENS = 10_000_000  # tokens in one sequence (the longest context windows served today: 10M)
+# Simulated times: float seconds keep sub-microsecond resolution up to ~1e7 s (~4 months); times in ms or
+# epoch seconds would round TTFT and TPOT to 0 there, and far above that overflow integer nanoseconds.
+MAX_ARRIVAL_S = 1e7  # arrivals (and client abort delays) at most this many seconds after the run starts
+MAX_OVERHEAD_US = 1e7  # a CPU or per-step overhead of more than 10 s is a unit mistake (ms or ns given as us)
+MIN_REQUEST_RATE = 1e-6  # req/s: one request in ~12 days
+MIN_BURSTINESS = 1e-3  # gamma shape; below this almost every gap is 0 and a rare one is astronomically long
+MIN_EFFICIENCY = 1e-3  # achieved / peak; 0.1 % of peak is already far below any real kernel
 
 
 class _Frozen(BaseModel):
     # inf and nan are refused everywhere, except where a field says what infinity means
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+def _path_or_none(v: str | None, what: str) -> str | None:
+    """A path setting: ``None`` (not set) or a non-empty path without NUL bytes."""
+    if v is None:
+        return None
+    if not v.strip():
+        raise ValueError(f"empty path; give {what} or remove the setting")
+    if "\0" in v:
+        raise ValueError("the path contains a NUL byte; fix the path")
+    return v
 
 
 def step_budget_fields(policy: str, tokens: int) -> dict[str, int]:
@@ -65,14 +83,21 @@ class CpuOverheads(_Frozen):
     cpu_overheads measurements are of this order): a fixed part plus a part per scheduled request.
     """
 
-    schedule_us: float = Field(default=150.0, ge=0, description="scheduler.schedule(), fixed part")
-    schedule_per_req_us: float = Field(default=4.0, ge=0, description="per request in the step")
-    update_us: float = Field(default=100.0, ge=0, description="update_from_output, fixed part")
-    update_per_req_us: float = Field(default=3.0, ge=0)
-    relay_per_req_us: float = Field(default=1.0, ge=0, description="scheduler token relay, per token id")
-    return_latency_us: float = Field(default=50.0, ge=0, description="last stage -> engine core message")
+    schedule_us: float = Field(default=150.0, ge=0, le=MAX_OVERHEAD_US, description="scheduler.schedule(), fixed part")
+    schedule_per_req_us: float = Field(default=4.0, ge=0, le=MAX_OVERHEAD_US, description="per request in the step")
+    update_us: float = Field(default=100.0, ge=0, le=MAX_OVERHEAD_US, description="update_from_output, fixed part")
+    update_per_req_us: float = Field(default=3.0, ge=0, le=MAX_OVERHEAD_US)
+    relay_per_req_us: float = Field(
+        default=1.0, ge=0, le=MAX_OVERHEAD_US, description="scheduler token relay, per token id"
+    )
+    return_latency_us: float = Field(
+        default=50.0, ge=0, le=MAX_OVERHEAD_US, description="last stage -> engine core message"
+    )
     launch_latency_us: float = Field(
-        default=30.0, ge=0, description="engine core -> first stage control message (vLLM's shm broadcast)"
+        default=30.0,
+        ge=0,
+        le=MAX_OVERHEAD_US,
+        description="engine core -> first stage control message (vLLM's shm broadcast)",
     )
 
 
@@ -109,12 +134,23 @@ class CostConfig(_Frozen):
     kind: Literal["analytic", "profile"] = "analytic"
     profile_dir: str | None = None
     # None: the numbers fitted for the device to Vidur's measured kernels (ppsim/cost/kernels.py)
-    compute_efficiency: float | None = Field(default=None, gt=0, le=1, description="achieved / peak FLOP/s for GEMMs")
-    memory_efficiency: float | None = Field(default=None, gt=0, le=1, description="achieved / peak HBM bandwidth")
-    layer_overhead_us: float = Field(default=0.0, ge=0, description="extra per layer per step")
-    step_overhead_us: float | None = Field(default=None, ge=0, description="per stage per step: input preparation")
+    compute_efficiency: float | None = Field(
+        default=None, ge=MIN_EFFICIENCY, le=1, description="achieved / peak FLOP/s for GEMMs"
+    )
+    memory_efficiency: float | None = Field(
+        default=None, ge=MIN_EFFICIENCY, le=1, description="achieved / peak HBM bandwidth"
+    )
+    layer_overhead_us: float = Field(default=0.0, ge=0, le=MAX_OVERHEAD_US, description="extra per layer per step")
+    step_overhead_us: float | None = Field(
+        default=None, ge=0, le=MAX_OVERHEAD_US, description="per stage per step: input preparation"
+    )
     # MoE: the step's T tokens route like T / skew independent tokens (1 = uniform routing; see ppsim/models/moe.py)
     moe_routing_skew: float = Field(default=1.0, ge=1, description="tokens sharing one expert choice, on average")
+
+    @field_validator("profile_dir")
+    @classmethod
+    def _profile_path(cls, v: str | None) -> str | None:
+        return _path_or_none(v, "a calibration directory")
 
     @model_validator(mode="before")
     @classmethod
@@ -140,15 +176,24 @@ class WorkloadConfig(_Frozen):
     """Named as in ``vllm bench serve`` (random dataset)."""
 
     num_prompts: int = Field(default=200, ge=1, le=MAX_NUM_PROMPTS)
-    request_rate: float = Field(default=8.0, gt=0, allow_inf_nan=True, description="requests/s; inf sends all at t=0")
-    burstiness: float = Field(default=1.0, gt=0, description="gamma shape; 1 = Poisson")
+    request_rate: float = Field(
+        default=8.0, ge=MIN_REQUEST_RATE, allow_inf_nan=True, description="requests/s; inf sends all at t=0"
+    )
+    burstiness: float = Field(default=1.0, ge=MIN_BURSTINESS, description="gamma shape; 1 = Poisson")
     max_concurrency: int | None = Field(default=None, ge=1, description="closed loop: requests outstanding at most")
     random_input_len: int = Field(default=1024, ge=1, le=MAX_TOKENS)
     random_output_len: int = Field(default=128, ge=1, le=MAX_TOKENS)
     random_range_ratio: float = Field(default=0.0, ge=0, lt=1)
     trace: str | None = Field(default=None, description="CSV with arrival_s,input_tokens,output_tokens")
     abort_rate: float = Field(default=0.0, ge=0, le=1, description="fraction of requests the client cancels")
-    abort_window_s: float = Field(default=1.0, gt=0, description="time aborts fall in [0, window) after arrival")
+    abort_window_s: float = Field(
+        default=1.0, gt=0, le=MAX_ARRIVAL_S, description="time aborts fall in [0, window) after arrival"
+    )
+
+    @field_validator("trace")
+    @classmethod
+    def _trace_path(cls, v: str | None) -> str | None:
+        return _path_or_none(v, "a trace CSV")
 
     @model_validator(mode="after")
     def _trace_or_synthetic(self) -> WorkloadConfig:
@@ -157,6 +202,12 @@ class WorkloadConfig(_Frozen):
             raise ValueError(
                 f"--trace replays the requests and arrival times in its file; drop {', '.join(given)} "
                 "(settings of the synthetic workload)"
+            )
+        span_s = (self.num_prompts - 1) / self.request_rate
+        if not self.trace and span_s > MAX_ARRIVAL_S:
+            raise ValueError(
+                f"request_rate {self.request_rate:g} req/s sends {self.num_prompts} prompts over ~{span_s:.3g} s, "
+                f"more than the {MAX_ARRIVAL_S:g} s a run may span; raise request_rate or lower num_prompts"
             )
         return self
 
@@ -241,22 +292,47 @@ UNION_PREFIXES = ("function-", "literal[", "list[")  # pydantic's names for unio
 UNION_NAMES = {"str", "int", "float", "DeviceSpec", "LinkSpec", *POLICIES}  # policy kinds: the union's tags
 
 
+MAX_MESSAGE_CHARS = 400  # a field name or message quoting a huge value is cut to this
+
+
+def _cut(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def format_validation_error(err: ValidationError) -> str:
     errs = err.errors()
     # a custom table given for a ``str | Spec`` field: report the table's error, not "not a string"
     e = next((x for x in errs if x["type"] != "string_type"), errs[0])
     loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith(UNION_PREFIXES) and str(x) not in UNION_NAMES)
-    msg = e["msg"].removeprefix("Value error, ")
+    loc, msg = _cut(loc, 120), _cut(e["msg"].removeprefix("Value error, "))
+    # the value as given, cut short: a YAML alias bomb of 400 bytes has a repr of gigabytes
     return (
-        f"{loc or 'scenario'}: {msg} (got {e.get('input')!r})"
+        f"{loc or 'scenario'}: {msg} (got {short_repr(e.get('input'))})"
         if "input" in e and not isinstance(e.get("input"), dict)
         else f"{loc or 'scenario'}: {msg}"
     )
 
 
+def _knob_given_twice(data: dict[str, Any], path: str) -> None:
+    """Refuse a policy knob that one file sets both flat in ``engine`` and in ``engine.policy`` to
+    different values (which one wins is not for the user to guess; a flag still wins over the file)."""
+    eng = data.get("engine")
+    pol = eng.get("policy") if isinstance(eng, dict) else None
+    if not isinstance(pol, dict):
+        return
+    for k, v in pol.items():
+        if k in POLICY_KNOBS and k in eng and eng[k] != v:
+            raise PPSimError(
+                f"engine.{_cut(k, 60)}: {path} sets it twice, engine.{_cut(k, 60)} = {short_repr(eng[k])} and "
+                f"engine.policy.{_cut(k, 60)} = {short_repr(v)}; keep one"
+            )
+
+
 def build_scenario(config_path: str | None = None, overrides: dict[str, Any] | None = None) -> Scenario:
     """Scenario from an optional file, then nested ``overrides`` (CLI flags) on top."""
     data = _read_file(config_path) if config_path else {}
+    if config_path:
+        _knob_given_twice(data, config_path)
     data = _merge(data, overrides or {})
     try:
         return Scenario.model_validate(data)

@@ -1,14 +1,71 @@
-"""Reading the user's TOML / YAML / JSON files: any failure is one line naming the flag."""
+"""Reading the user's TOML / YAML / JSON files: any failure is one line naming the flag.
+
+Only regular files are read (``/dev/zero`` or a FIFO would be read without end), and none larger
+than a limit: a scenario or HF ``config.json`` is a few KiB, so 16 MiB is far more than any
+real one; a trace of a billion requests is ~30 GiB, so traces are capped at 1 GiB.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import reprlib
+import stat
 from pathlib import Path
 from typing import Any
 
 from ppsim.errors import PPSimError
 
 SUFFIXES = (".toml", ".yaml", ".yml", ".json")
+MAX_MAPPING_BYTES = 16 * 2**20  # scenario, sweep space and HF config.json files
+MAX_TRACE_BYTES = 2**30  # trace CSV files
+MIB = 2**20
+REPR_CHARS = 100  # a value quoted in an error message: at most this many characters
+
+
+def short_repr(value: Any, limit: int = REPR_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters, without building the whole repr first (a YAML alias
+    bomb of a few hundred bytes is a list of 10^8 strings)."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 6, 6, 4, 6
+    r.maxstring = r.maxother = r.maxlong = limit
+    try:
+        text = r.repr(value)
+    except ValueError:  # an int of more than 4300 digits has no repr
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_regular_file(path: str | Path, flag: str, limit_bytes: int) -> None:
+    """Refuse ``path`` unless it is a readable regular file of at most ``limit_bytes``."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise PPSimError(f"{flag}: cannot read {path}: {err.strerror}") from None
+    except ValueError:  # an embedded NUL byte
+        raise PPSimError(f"{flag}: the path {str(path)!r} contains a NUL byte; fix the path") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise PPSimError(f"{flag}: {path} is not a regular file; give the path of a file")
+    if st.st_size > limit_bytes:
+        raise PPSimError(
+            f"{flag}: {path} is {st.st_size / MIB:.0f} MiB, more than the {limit_bytes // MIB} MiB limit; "
+            "is it the right file?"
+        )
+
+
+def read_text(path: str | Path, flag: str, limit_bytes: int = MAX_MAPPING_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``limit_bytes``."""
+    check_regular_file(path, flag, limit_bytes)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(limit_bytes + 1)  # the file may have grown since the check
+    except OSError as err:
+        raise PPSimError(f"{flag}: cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise PPSimError(f"{flag}: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    if len(text) > limit_bytes:
+        raise PPSimError(f"{flag}: {path} is more than the {limit_bytes // MIB} MiB limit; is it the right file?")
+    return text
 
 
 def read_mapping(path: str | Path, flag: str, what: str, suffixes: tuple[str, ...] = SUFFIXES) -> dict[str, Any]:
@@ -16,12 +73,7 @@ def read_mapping(path: str | Path, flag: str, what: str, suffixes: tuple[str, ..
     p = Path(path)
     if p.suffix not in suffixes and ".json" not in suffixes:
         raise PPSimError(f"{flag}: {path} must end in {', '.join(suffixes)}")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as err:
-        raise PPSimError(f"{flag}: cannot read {path}: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise PPSimError(f"{flag}: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    text = read_text(p, flag)
     try:
         if p.suffix == ".toml":
             import tomllib

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# Upper bounds: a value past them is a typo (or milliseconds), and past them torch or the OS fails inside
+# a stage process (a timeout overflows a C int, a thread pool cannot be created), after the spawn.
+MAX_TIMEOUT_S = 86400.0  # one day
+MAX_THREADS_PER_STAGE = 1024
 
 
 class LiveEngineConfig(BaseModel):
@@ -39,3 +44,20 @@ class LiveEngineConfig(BaseModel):
     # policy on vLLM V1's (wait on the previous send, tokens back through the engine core), to measure
     # what the policy's own path changes
     data_path: Literal["policy", "vllm-v1"] = "policy"
+
+    @field_validator("stage_timeout_s", "startup_timeout_s")
+    @classmethod
+    def _timeout_bounded(cls, v: float | None) -> float | None:
+        if v is not None and v > MAX_TIMEOUT_S:
+            raise ValueError(f"at most {MAX_TIMEOUT_S:.0f} s (one day); give the timeout in seconds, e.g. 120")
+        return v
+
+    @field_validator("threads_per_stage")
+    @classmethod
+    def _threads_bounded(cls, v: int) -> int:
+        if v > MAX_THREADS_PER_STAGE:
+            raise ValueError(
+                f"at most {MAX_THREADS_PER_STAGE} torch threads per stage process; give about the CPU cores "
+                "per stage, e.g. 4"
+            )
+        return v

@@ -65,19 +65,50 @@ class OutputError(PPSimError):
 def _abs(out: str | Path, flag: str) -> Path:
     if str(out).strip() == "":
         raise PPSimError(f"{flag}: empty path; give a directory such as ppsim-results")
+    if "\0" in str(out):
+        raise PPSimError(f"{flag}: {str(out)!r} holds a NUL character; give a plain path")
     d = Path(os.path.abspath(os.path.expanduser(str(out))))
-    if d.is_symlink():
-        d = d.resolve()
+    if os.path.islink(d):
+        d = Path(os.path.realpath(d))  # never raises; a loop leaves a link
+        if os.path.islink(d):
+            raise PPSimError(f"{flag}: {out} is a symlink loop; remove the links or pick another path")
     if d.parent == d:
         raise PPSimError(f"{flag}: {d} cannot hold results; give a directory such as ppsim-results")
     return d
 
 
+def _check_names(path: Path, flag: str, staged: str) -> None:
+    """Refuse a path the file system cannot name: a component (or ``staged``, the longest sibling name
+    a writer makes beside ``path``) longer than its name limit, or a path longer than its path limit."""
+    anc = _existing_ancestor(path.parent)
+    try:
+        name_max = os.pathconf(anc, "PC_NAME_MAX")
+        path_max = os.pathconf(anc, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    too_long = next((n for n in (*path.parts[1:], staged) if len(os.fsencode(n)) > name_max), None)
+    if too_long is not None:
+        raise PPSimError(
+            f"{flag}: a name in {path} is {len(os.fsencode(too_long))} bytes long, above this file system's "
+            f"{name_max}; pick a shorter name"
+        )
+    if len(os.fsencode(str(path))) + len(os.fsencode(staged)) >= path_max:
+        raise PPSimError(f"{flag}: {path} is longer than this file system's {path_max}-byte paths; pick a shorter one")
+
+
 def _existing_ancestor(d: Path) -> Path:
     p = d
-    while not p.exists() and not p.is_symlink() and p.parent != p:
+    while not _lexists(p) and p.parent != p:
         p = p.parent
     return p
+
+
+def _lexists(p: Path) -> bool:
+    try:
+        os.lstat(p)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _can_create(where: Path) -> OSError | None:
@@ -109,11 +140,11 @@ def check_output_dir(
     the directory is replaced whole, so it must be empty or a previous ppsim result.
     """
     d = _abs(out, flag)
+    _check_names(d, flag, f".{d.name}.tmp-{os.getpid()}")
     if d.exists() and not d.is_dir():
         raise PPSimError(f"{flag}: {d} exists and is not a directory; remove it or pick another path")
     anc = _existing_ancestor(d)
-    if not anc.is_dir():
-        raise PPSimError(f"{flag}: cannot create {d}: {anc} is a file, not a directory; pick another path")
+    _check_ancestor(d, anc, flag)
     # the set is staged beside ``d``, or inside it when only ``d`` itself is writable
     if not d.exists():
         err = _can_create(anc)
@@ -137,6 +168,43 @@ def check_output_dir(
                 "and would be replaced; pick a new or empty directory"
             )
     return d
+
+
+def _check_ancestor(path: Path, anc: Path, flag: str) -> None:
+    """``anc``, the nearest existing ancestor of ``path``, must be a directory."""
+    if anc.is_dir():
+        return
+    if anc.is_symlink() and not anc.exists():
+        raise PPSimError(f"{flag}: cannot create {path}: {anc} is a dangling symlink or a symlink loop")
+    raise PPSimError(f"{flag}: cannot create {path}: {anc} is a file, not a directory; pick another path")
+
+
+def check_output_file(out: str | Path, flag: str) -> Path:
+    """Raise (one line) unless a file can be written atomically at ``out`` (as
+    :func:`ppsim.metrics.io.atomic_write` does: a temporary file beside it, then a rename); return it
+    as an absolute path. Checked before the work whose result it is."""
+    p = _abs(out, flag)
+    tmp_name = f".{p.name}.tmp{os.getpid()}"
+    _check_names(p, flag, tmp_name)
+    if p.is_dir():
+        raise PPSimError(f"{flag}: {p} is a directory; give a file name such as {p / 'plot.png'}")
+    if p.exists() and not p.is_file():
+        raise PPSimError(f"{flag}: {p} is not a regular file; pick another path")
+    anc = _existing_ancestor(p.parent)
+    _check_ancestor(p, anc, flag)
+    if anc != p.parent:  # the missing directories are created first
+        err = _can_create(anc)
+    else:
+        err = None
+        probe = p.parent / tmp_name
+        try:
+            probe.open("x").close()
+            probe.unlink()
+        except OSError as e:
+            err = e
+    if err is not None:
+        raise PPSimError(f"{flag}: cannot write {p}: {anc} is not writable ({err.strerror or err}); pick another path")
+    return p
 
 
 def _write_tree(root: Path, files: Mapping[str, str | bytes | Iterable[str]]) -> None:

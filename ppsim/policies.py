@@ -31,6 +31,9 @@ from ppsim.policy.pipelines import PipeOptions
 DEFAULT_POLICY = "vllm-batch-queue"
 TRTLLM_MAX_NUM_TOKENS = 8192  # tensorrt_llm/llmapi/llm_args.py::BaseLlmArgs.max_num_tokens
 LLAMACPP_N_BATCH = 2048  # llama.cpp common/common.h: common_params.n_batch
+# Micro-batch slots and buffer copies are allocated one per unit: a bound far above what either engine is
+# run with (SGLang's pp_async_batch_depth defaults to 0; llama.cpp's GGML_SCHED_MAX_COPIES is 4)
+MAX_PIPELINE_SLOTS = 1024
 
 
 def vllm_batch_defaults(device: DeviceSpec) -> tuple[int, int]:
@@ -190,7 +193,9 @@ class SglangRing(Policy):
     """SGLang ``event_loop_pp`` (server_args.py names and defaults; see ppsim/policy/sglang.py)."""
 
     kind: Literal["sglang-ring"] = "sglang-ring"
-    pp_async_batch_depth: int = Field(default=0, ge=0, description="extra micro-batch slots (SGLang default 0)")
+    pp_async_batch_depth: int = Field(
+        default=0, ge=0, le=MAX_PIPELINE_SLOTS, description="extra micro-batch slots (SGLang default 0)"
+    )
     pp_max_micro_batch_size: int | None = Field(default=None, ge=1, description="None: max(max_num_seqs // pp, 1)")
     # None: SGLang's default for the GPU's memory (ServerArgs._handle_gpu_memory_settings)
     chunked_prefill_size: int | None = Field(default=None, ge=1, description="SGLang prefill chunk")
@@ -271,7 +276,9 @@ class TrtllmSlots(_Budgeted):
 class Llamacpp(_Budgeted):
     kind: Literal["llamacpp"] = "llamacpp"
     llamacpp_ubatch_tokens: int = Field(default=512, ge=1, description="llama.cpp -ub (n_ubatch, default 512)")
-    llamacpp_n_copies: int = Field(default=4, ge=1, description="GGML_SCHED_MAX_COPIES pipeline buffer copies")
+    llamacpp_n_copies: int = Field(
+        default=4, ge=1, le=MAX_PIPELINE_SLOTS, description="GGML_SCHED_MAX_COPIES pipeline buffer copies"
+    )
 
     def default_tokens(self, device: DeviceSpec) -> int:
         return LLAMACPP_N_BATCH

@@ -14,18 +14,22 @@ sends them; a CSV trace is parsed row by row into those columns.
 from __future__ import annotations
 
 import csv
+import difflib
 import math
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from ppsim.config import WorkloadConfig
+from ppsim.config import MAX_ARRIVAL_S, WorkloadConfig
 from ppsim.errors import PPSimError
+from ppsim.fileio import MAX_TRACE_BYTES, check_regular_file, short_repr
 from ppsim.policy.requests import Request
 
 TRACE_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
+OPTIONAL_COLUMNS = ("abort_after_tokens", "abort_after_s")
 NO_ABORT = -1  # abort_tokens column: the client does not cancel after a token count
 
 
@@ -166,16 +170,16 @@ def read_trace(path: str) -> Workload:
     (the client cancels after that many output tokens) and ``abort_after_s`` (after that long).
     Parsed row by row into columns; sorted by arrival (ties by row)."""
     cols = (array("d"), array("q"), array("q"), array("q"), array("d"))  # 8 bytes a value, as parsed
+    check_regular_file(path, "workload.trace", MAX_TRACE_BYTES)
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None or any(c not in header for c in TRACE_COLUMNS):
-                raise PPSimError(f"workload.trace: {path} needs a header with columns {', '.join(TRACE_COLUMNS)}")
-            at = [header.index(c) for c in TRACE_COLUMNS]
-            opt = [header.index(c) if c in header else None for c in ("abort_after_tokens", "abort_after_s")]
-            for i, row in enumerate(r for r in reader if r):  # blank lines skipped, as csv.DictReader does
-                _trace_row(row, at, opt, f"workload.trace: {path} row {i + 2}", cols)
+            try:
+                at, opt = _columns(next(reader, None), path)
+                for i, row in enumerate(r for r in reader if r):  # blank lines skipped, as csv.DictReader does
+                    _trace_row(row, at, opt, f"workload.trace: {path} row {i + 2}", cols)
+            except csv.Error as err:  # a cell over the csv module's limit (128 KiB), a NUL in a quoted cell
+                raise PPSimError(f"workload.trace: {path} line {reader.line_num}: {err}; fix the CSV") from None
     except OSError as err:
         raise PPSimError(f"workload.trace: cannot read {path}: {err.strerror}") from None
     except UnicodeDecodeError as err:
@@ -185,6 +189,28 @@ def read_trace(path: str) -> Workload:
     t, n_in, n_out, ab_n, ab_s = (np.frombuffer(c, dtype=np.float64 if c.typecode == "d" else np.int64) for c in cols)
     order = np.lexsort((np.arange(len(t)), t))
     return Workload(order, t[order], n_in[order], n_out[order], ab_n[order], ab_s[order])
+
+
+def _columns(header: list[str] | None, path: str) -> tuple[list[int], list[int | None]]:
+    """The positions of the required and optional columns. Other columns (a production trace's request
+    ids, timestamps, ...) are ignored, but one that is a near miss of a column ppsim reads (``abort_after_token``)
+    is refused, as is a repeated column."""
+    if header is None or any(c not in header for c in TRACE_COLUMNS):
+        raise PPSimError(f"workload.trace: {path} needs a header with columns {', '.join(TRACE_COLUMNS)}")
+    named = [c for c in header if c]  # an empty name (a trailing comma) holds nothing to misspell
+    known = TRACE_COLUMNS + OPTIONAL_COLUMNS
+    for c in named:
+        near = difflib.get_close_matches(c.strip().lower(), known, n=1, cutoff=0.8) if c not in known else []
+        if near:
+            raise PPSimError(
+                f"workload.trace: {path} has the column {short_repr(c)}, not {near[0]}; rename it "
+                f"(the columns are {', '.join(TRACE_COLUMNS)} and optionally {', '.join(OPTIONAL_COLUMNS)})"
+            )
+    twice = next((c for c, n in Counter(named).items() if n > 1), None)
+    if twice:
+        raise PPSimError(f"workload.trace: {path} has the column {twice} twice; keep one")
+    at = [header.index(c) for c in TRACE_COLUMNS]
+    return at, [header.index(c) if c in header else None for c in OPTIONAL_COLUMNS]
 
 
 def _trace_row(row: list[str], at: list[int], opt: list[int | None], where: str, cols: tuple[array, ...]) -> None:
@@ -199,10 +225,15 @@ def _trace_row(row: list[str], at: list[int], opt: list[int | None], where: str,
         raise PPSimError(f"{where} has a non-numeric value") from None
     if not math.isfinite(t) or t < 0 or n_in < 1 or n_out < 1:
         raise PPSimError(f"{where}: arrival_s must be finite and >= 0, token counts >= 1")
+    if t > MAX_ARRIVAL_S:
+        raise PPSimError(
+            f"{where}: arrival_s {t:g} is more than {MAX_ARRIVAL_S:g}; it is seconds since the trace start: "
+            "was it in ms or epoch time?"
+        )
     if abort_n is not None and not 1 <= abort_n < n_out:
         raise PPSimError(f"{where}: abort_after_tokens must be in [1, output_tokens - 1]")
-    if abort_s is not None and not (math.isfinite(abort_s) and abort_s >= 0):
-        raise PPSimError(f"{where}: abort_after_s must be finite and >= 0")
+    if abort_s is not None and not (math.isfinite(abort_s) and 0 <= abort_s <= MAX_ARRIVAL_S):
+        raise PPSimError(f"{where}: abort_after_s must be finite and in [0, {MAX_ARRIVAL_S:g}] s after arrival")
     try:
         for c, v in zip(
             cols,

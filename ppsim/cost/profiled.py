@@ -50,6 +50,7 @@ from typing import Any
 
 from ppsim.cost.analytic import AnalyticCost
 from ppsim.cost.base import StageSpec
+from ppsim.cost.profile_check import REFIT, fit_problem, meta_problem
 from ppsim.errors import PPSimError
 from ppsim.hardware.presets import LinkSpec, resolve_link
 from ppsim.models.moe import expected_experts_touched_load
@@ -57,7 +58,6 @@ from ppsim.models.shape import ModelShape
 from ppsim.policy.plan import StepPlan
 
 SCHEMA_VERSION = 1
-FORMS = ("linear", "linear_floor", "prefill_attn", "decode_attn", "interp", "tok_req", "tok_exp")
 # Per-layer operators that scale with the step's tokens (``add`` counts twice per layer).
 TOKEN_OPS = (
     "input_layernorm",
@@ -161,11 +161,14 @@ def _interp(xs: list[float], ys: list[float], x: float) -> float:
     return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
 
-def fit_from_json(name: str, d: dict[str, Any]) -> OpFit:
-    form = d.get("form")
-    if form not in FORMS:
-        raise PPSimError(f"profile fits.json: operator {name} has unknown form {form!r}; re-run ppsim calibrate")
-    return OpFit(name, form, str(d.get("x", "")), dict(d["coef"]))
+def fit_from_json(name: str, d: Any, where: str = "profile fits.json") -> OpFit:
+    """One operator of fits.json, checked: a form that can time it, the coefficients that form reads,
+    finite numbers, no negative time. ``where`` opens the error message."""
+    problem = fit_problem(name, d)
+    if problem:
+        shown = name if name.isprintable() else repr(name)
+        raise PPSimError(f"{where}: operator {shown}: {problem}; {REFIT}")
+    return OpFit(name, d["form"], str(d.get("x", "")), dict(d["coef"]))
 
 
 @dataclass(frozen=True)
@@ -179,18 +182,23 @@ class Profile:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise PPSimError(f"--profile: {path} is missing; point --profile at a ppsim calibrate output dir") from None
+    except UnicodeDecodeError as err:
+        raise PPSimError(f"--profile: {path} is not UTF-8 text (byte {err.start}); {REFIT}") from None
     except (OSError, json.JSONDecodeError) as err:
         raise PPSimError(f"--profile: cannot read {path}: {err}") from None
+    except RecursionError:
+        raise PPSimError(f"--profile: cannot read {path}: JSON nested too deeply; {REFIT}") from None
     if not isinstance(data, dict):
         raise PPSimError(f"--profile: {path} is not a JSON object")
     return data
 
 
 def read_profile(profile_dir: str | Path) -> Profile:
-    """Read and check an artifact's schema version and operator set (not its model shape)."""
+    """Read and check an artifact: schema version, the meta.json fields read, every operator's fit
+    (:func:`fit_from_json`) and the operator set (not its model shape)."""
     d = Path(profile_dir)
     if not d.is_dir():
         raise PPSimError(f"--profile: {d} is not a directory; run `ppsim calibrate --output-dir {d}` first")
@@ -201,8 +209,11 @@ def read_profile(profile_dir: str | Path) -> Profile:
             f"--profile: {d} has schema version {ver}, this ppsim reads version {SCHEMA_VERSION}; "
             "re-run ppsim calibrate (or import-vidur) to regenerate it"
         )
+    problem = meta_problem(meta)
+    if problem:
+        raise PPSimError(f"--profile: {d / 'meta.json'}: {problem}; {REFIT}")
     raw = _read_json(d / "fits.json")
-    fits = {k: fit_from_json(k, v) for k, v in raw.items()}
+    fits = {k: fit_from_json(k, v, f"--profile: {d / 'fits.json'}") for k, v in raw.items()}
     missing = [op for op in REQUIRED_OPS if op not in fits]
     if missing:
         raise PPSimError(f"--profile: {d}/fits.json lacks operators {', '.join(missing)}; re-run ppsim calibrate")
@@ -280,6 +291,11 @@ class ProfiledCost:
                 )
             k, E = shape.num_experts_per_tok, shape.n_routed_experts
             self.expert_load = list(profile.meta.get("moe", {}).get("expert_load") or [k / E] * E)
+            if len(self.expert_load) != E:
+                raise PPSimError(
+                    f"profile: meta.json moe.expert_load has {len(self.expert_load)} experts, model {shape.name} "
+                    f"has {E}; {REFIT}"
+                )
 
     def experts_touched(self, num_tokens: int) -> float:
         """Expected distinct routed experts a step of ``num_tokens`` tokens runs, per MoE layer."""

@@ -15,20 +15,44 @@ HBM3, 4.0 TB/s, 148 TFLOP/s BF16, 296 FP8 dense), RTX PRO 6000 Blackwell Server 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ppsim.errors import PPSimError
+
+# Bounds on custom devices and links: far outside any real part, so that a unit mistake (memory in bytes,
+# bandwidth in bytes/s or a value meant as a divisor) is refused instead of allocating a KV pool of
+# billions of blocks or turning times into inf/NaN. The largest accelerators today have 288 GB, the
+# fastest ~10 PFLOP/s (FP4) and ~8 TB/s.
+MIN_TFLOPS = 1e-3  # 1 GFLOP/s
+MAX_TFLOPS = 1e6  # 1 EFLOP/s
+MIN_BANDWIDTH_GBPS = 1e-3  # 1 MB/s
+MAX_BANDWIDTH_GBPS = 1e6  # 1 PB/s
+MAX_MEMORY_GIB = 4096.0  # 4 TiB
+MAX_LATENCY_US = 1e7  # 10 s
 
 
 class DeviceSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
-    peak_tflops: float = Field(gt=0, description="dense BF16 tensor-core peak, TFLOP/s")
-    hbm_bandwidth_gbps: float = Field(gt=0, description="memory bandwidth, GB/s")
-    memory_gib: float = Field(gt=0, description="device memory, GiB")
-    peak_tflops_fp8: float | None = Field(default=None, gt=0, description="dense FP8 peak; None: no FP8 cores")
-    peak_tflops_fp4: float | None = Field(default=None, gt=0, description="dense FP4 peak; None: no FP4 cores")
+    peak_tflops: float = Field(ge=MIN_TFLOPS, le=MAX_TFLOPS, description="dense BF16 tensor-core peak, TFLOP/s")
+    hbm_bandwidth_gbps: float = Field(
+        ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS, description="memory bandwidth, GB/s"
+    )
+    memory_gib: float = Field(gt=0, description="device memory, GiB (not bytes)")
+    peak_tflops_fp8: float | None = Field(
+        default=None, ge=MIN_TFLOPS, le=MAX_TFLOPS, description="dense FP8 peak; None: no FP8 cores"
+    )
+    peak_tflops_fp4: float | None = Field(
+        default=None, ge=MIN_TFLOPS, le=MAX_TFLOPS, description="dense FP4 peak; None: no FP4 cores"
+    )
+
+    @field_validator("memory_gib")
+    @classmethod
+    def _memory_in_gib(cls, v: float) -> float:
+        if v > MAX_MEMORY_GIB:
+            raise ValueError(f"{v:g} GiB is more than {MAX_MEMORY_GIB:g} GiB; give the memory in GiB, not bytes")
+        return v
 
     def gemm_tflops(self, weight_dtype: str | None) -> float:
         """Dense peak for GEMMs whose weights are ``weight_dtype`` (W8A8 / W4A4 where supported)."""
@@ -43,8 +67,12 @@ class LinkSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
-    latency_us: float = Field(ge=0, description="one-way latency of a point-to-point send, microseconds")
-    bandwidth_gbps: float = Field(gt=0, description="per-direction bandwidth, GB/s")
+    latency_us: float = Field(
+        ge=0, le=MAX_LATENCY_US, description="one-way latency of a point-to-point send, microseconds"
+    )
+    bandwidth_gbps: float = Field(
+        ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS, description="per-direction bandwidth, GB/s"
+    )
 
 
 DEVICES: dict[str, DeviceSpec] = {

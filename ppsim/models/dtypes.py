@@ -15,6 +15,9 @@ activation dtype, as in the DeepSeek FP8 checkpoint and vLLM's ``Fp8LinearMethod
 
 KV cache: ``bfloat16`` / ``float16`` / ``float32`` or ``fp8`` (vLLM ``--kv-cache-dtype fp8``,
 one byte per element, per-tensor scale).
+
+A checkpoint's ``quantization_config`` in another format (AWQ, GPTQ, bitsandbytes, integer
+compressed-tensors, ...) is refused rather than simulated as 16-bit weights.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 from typing import Literal
 
 from ppsim.errors import PPSimError
+from ppsim.fileio import short_repr
+from ppsim.models.hf_fields import HfFieldError
 
 WeightDtype = Literal["float32", "bfloat16", "float16", "fp8", "fp4"]
 KvDtype = Literal["float32", "bfloat16", "float16", "fp8"]
@@ -76,13 +81,41 @@ def kv_dtype(name: str, field: str = "kv_cache_dtype") -> str:
     return d
 
 
+QUANT_FORMATS = "fp8 (quant_method fp8, ModelOpt FP8, FP8 compressed-tensors) and fp4 (ModelOpt NVFP4, MXFP4)"
+
+
+def _compressed_tensors_dtype(q: dict) -> str | None:
+    """fp8 / fp4 for compressed-tensors checkpoints whose every weight group is float8 / float4, else None."""
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return None
+    kinds: set[str] = set()
+    for g in groups.values():
+        w = g.get("weights") if isinstance(g, dict) else None
+        kinds.add(f"{w.get('type')}{w.get('num_bits')}" if isinstance(w, dict) else "?")
+    return {"float8": "fp8", "float4": "fp4"}.get(kinds.pop()) if len(kinds) == 1 else None
+
+
 def checkpoint_weight_dtype(cfg: dict, act_dtype: str) -> str:
-    """The weight format a HF checkpoint ships in: its ``quantization_config`` if any, else ``torch_dtype``."""
+    """The weight format a HF checkpoint ships in: its ``quantization_config`` if any, else ``torch_dtype``.
+
+    Raises :class:`HfFieldError` for a quantization format ppsim does not model."""
     q = cfg.get("quantization_config")
-    if isinstance(q, dict):
-        tags = " ".join(str(q.get(k, "")) for k in ("quant_method", "quant_algo", "fmt")).lower()
-        if "fp4" in tags:
-            return "fp4"
-        if "fp8" in tags or "e4m3" in tags:
-            return "fp8"
-    return act_dtype if act_dtype in WEIGHT_BYTES else "bfloat16"
+    if q is None or q == {}:
+        return act_dtype if act_dtype in WEIGHT_BYTES else "bfloat16"
+    if not isinstance(q, dict):
+        raise HfFieldError(f"quantization_config = {short_repr(q)} is not a table")
+    tags = " ".join(str(q.get(k, "")) for k in ("quant_method", "quant_algo", "fmt")).lower()
+    if "fp4" in tags:
+        return "fp4"
+    if "fp8" in tags or "e4m3" in tags:
+        return "fp8"
+    found = _compressed_tensors_dtype(q) if q.get("quant_method") == "compressed-tensors" else None
+    if found:
+        return found
+    method = short_repr(q.get("quant_method", q.get("quant_algo")))
+    bits = f" {short_repr(q['bits'])}-bit" if "bits" in q else ""
+    raise HfFieldError(
+        f"quantization_config: quant_method {method}{bits} is not a format ppsim models; it models "
+        f"{QUANT_FORMATS}: remove quantization_config and pass -q/--quantization with the closest weight dtype"
+    )

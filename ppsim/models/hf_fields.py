@@ -19,27 +19,69 @@ from __future__ import annotations
 
 from typing import Any
 
+from ppsim.fileio import short_repr
+
+MAX_LAYERS = 10_000  # decoder layers; the deepest published models have ~130
+
+
+class HfFieldError(ValueError):
+    """A ``config.json`` field whose value ppsim cannot use; the message starts with the field's name."""
+
+
+def hf_int(cfg: dict, key: str, default: int | None = None) -> int:
+    """The whole number at ``key`` (``default`` if absent or null; no default: the field is required).
+
+    JSON has no integer type of its own, so 4096.0 is taken; 8.7, true, "8" and Infinity are refused
+    (``int()`` would truncate or convert them silently)."""
+    v = cfg.get(key)
+    if v is None:
+        if default is None:
+            raise KeyError(key)
+        return default
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise HfFieldError(f"{key} = {short_repr(v)} is not a whole number")
+    return v
+
+
+def hf_bool(cfg: dict, key: str, default: bool) -> bool:
+    """The true/false at ``key`` (``default`` if absent or null)."""
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise HfFieldError(f"{key} = {short_repr(v)} is not true or false")
+    return v
+
 
 def _int(cfg: dict, key: str, default: int = 0) -> int:
-    v = cfg.get(key)
-    return default if v is None else int(v)
+    return hf_int(cfg, key, default)
+
+
+def hf_num_layers(cfg: dict) -> int:
+    """``num_hidden_layers``, checked before anything loops over the layers."""
+    n = hf_int(cfg, "num_hidden_layers")
+    if not 1 <= n <= MAX_LAYERS:
+        raise HfFieldError(f"num_hidden_layers = {n} must be in [1, {MAX_LAYERS}]")
+    return n
 
 
 def _dense_ids(num_layers: int, mlp_only: list[int], sparse_step: int) -> tuple[int, ...]:
-    step = max(1, sparse_step)
-    return tuple(i for i in range(num_layers) if i in mlp_only or (i + 1) % step != 0)
+    step, dense = max(1, sparse_step), set(mlp_only)
+    return tuple(i for i in range(num_layers) if i in dense or (i + 1) % step != 0)
 
 
 def moe_fields(cfg: dict) -> dict[str, Any]:
     """Expert counts and which layers are dense, for any of the families above (empty for dense models)."""
     mt = str(cfg.get("model_type", ""))
-    n_layers = int(cfg["num_hidden_layers"])
+    n_layers = hf_num_layers(cfg)
     if cfg.get("n_routed_experts"):  # DeepSeek-V2/V3 (and derivatives such as Kimi-K2)
         n_shared = _int(cfg, "n_shared_experts")
-        moe_i = int(cfg["moe_intermediate_size"])
+        moe_i = hf_int(cfg, "moe_intermediate_size")
         return {
-            "n_routed_experts": int(cfg["n_routed_experts"]),
-            "num_experts_per_tok": int(cfg["num_experts_per_tok"]),
+            "n_routed_experts": hf_int(cfg, "n_routed_experts"),
+            "num_experts_per_tok": hf_int(cfg, "num_experts_per_tok"),
             "n_shared_experts": n_shared,
             "moe_intermediate_size": moe_i,
             "shared_expert_intermediate_size": n_shared * moe_i,
@@ -48,37 +90,42 @@ def moe_fields(cfg: dict) -> dict[str, Any]:
         }
     if cfg.get("num_local_experts"):  # Mixtral
         return {
-            "n_routed_experts": int(cfg["num_local_experts"]),
-            "num_experts_per_tok": int(cfg["num_experts_per_tok"]),
-            "moe_intermediate_size": int(cfg["intermediate_size"]),
+            "n_routed_experts": hf_int(cfg, "num_local_experts"),
+            "num_experts_per_tok": hf_int(cfg, "num_experts_per_tok"),
+            "moe_intermediate_size": hf_int(cfg, "intermediate_size"),
         }
     if cfg.get("num_experts") and mt.startswith(("qwen2_moe", "qwen3_moe")):
         shared_i = _int(cfg, "shared_expert_intermediate_size")
         return {
-            "n_routed_experts": int(cfg["num_experts"]),
-            "num_experts_per_tok": int(cfg["num_experts_per_tok"]),
+            "n_routed_experts": hf_int(cfg, "num_experts"),
+            "num_experts_per_tok": hf_int(cfg, "num_experts_per_tok"),
             "n_shared_experts": 1 if shared_i else 0,
-            "moe_intermediate_size": int(cfg["moe_intermediate_size"]),
+            "moe_intermediate_size": hf_int(cfg, "moe_intermediate_size"),
             "shared_expert_intermediate_size": shared_i,
-            "mlp_only_layers": _dense_ids(
-                n_layers, list(cfg.get("mlp_only_layers") or []), _int(cfg, "decoder_sparse_step", 1)
-            ),
+            "mlp_only_layers": _dense_ids(n_layers, _mlp_only(cfg), _int(cfg, "decoder_sparse_step", 1)),
         }
     return {}
+
+
+def _mlp_only(cfg: dict) -> list[int]:
+    v = cfg.get("mlp_only_layers") or []
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise HfFieldError(f"mlp_only_layers = {short_repr(v)} is not a list of layer numbers")
+    return v
 
 
 def mla_fields(cfg: dict) -> dict[str, Any]:
     """Multi-head latent attention (DeepSeek-V2/V3): the latent KV and the per-head dimensions."""
     if not cfg.get("kv_lora_rank"):
         return {}
-    nope, rope = int(cfg["qk_nope_head_dim"]), int(cfg["qk_rope_head_dim"])
+    nope, rope = hf_int(cfg, "qk_nope_head_dim"), hf_int(cfg, "qk_rope_head_dim")
     return {
         "attention": "mla",
-        "kv_lora_rank": int(cfg["kv_lora_rank"]),
-        "q_lora_rank": None if cfg.get("q_lora_rank") is None else int(cfg["q_lora_rank"]),
+        "kv_lora_rank": hf_int(cfg, "kv_lora_rank"),
+        "q_lora_rank": None if cfg.get("q_lora_rank") is None else hf_int(cfg, "q_lora_rank"),
         "qk_nope_head_dim": nope,
         "qk_rope_head_dim": rope,
-        "v_head_dim": int(cfg["v_head_dim"]),
+        "v_head_dim": hf_int(cfg, "v_head_dim"),
         # vLLM's ModelConfig.get_num_kv_heads / get_head_size for MLA: one latent "head" cached per token.
         "num_kv_heads": 1,
         "head_dim": nope + rope,

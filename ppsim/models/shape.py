@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ppsim.errors import PPSimError
+from ppsim.fileio import read_text, short_repr
 from ppsim.models.dtypes import (
     KV_BYTES,
     WEIGHT_BYTES,
@@ -32,7 +33,7 @@ from ppsim.models.dtypes import (
 )
 from ppsim.models.dtypes import kv_dtype as canonical_kv_dtype
 from ppsim.models.dtypes import weight_dtype as canonical_weight_dtype
-from ppsim.models.hf_fields import mla_fields, moe_fields
+from ppsim.models.hf_fields import HfFieldError, hf_bool, hf_int, hf_num_layers, mla_fields, moe_fields
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -42,7 +43,7 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "float8_e4m3
 class ModelShape(BaseModel):
     """The shape of a decoder-only transformer; every count is for the whole model."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
     hidden_size: int = Field(gt=0)
@@ -103,6 +104,12 @@ class ModelShape(BaseModel):
         name = self.name
         if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim and self.v_head_dim):
             raise ValueError(f"model {name}: MLA needs kv_lora_rank, qk_rope_head_dim and v_head_dim")
+        if self.attention != "mla" and self.num_heads % self.num_kv_heads:
+            # GQA shares each KV head among num_heads / num_kv_heads query heads (HF num_key_value_groups)
+            raise ValueError(
+                f"model {name}: num_key_value_heads {self.num_kv_heads} must divide "
+                f"num_attention_heads {self.num_heads}"
+            )
         if self.n_routed_experts:
             if not 0 < self.num_experts_per_tok <= self.n_routed_experts or not self.moe_intermediate_size:
                 raise ValueError(
@@ -265,48 +272,82 @@ HF_NAMES = {
 }
 
 
-def from_hf_config(cfg: dict, name: str) -> ModelShape:
-    """Read the fields ppsim needs from a HF ``config.json`` dict (dense, MoE and MLA families)."""
-    try:
-        heads = int(cfg["num_attention_heads"])
-        hidden = int(cfg["hidden_size"])
-        dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-        mt = str(cfg.get("model_type", ""))
-        # Qwen (v1) states the two gated halves together: vLLM's QWenMLP is intermediate_size // 2 wide
-        width = int(cfg["intermediate_size"]) // (2 if mt == "qwen" else 1)
-        fields: dict[str, Any] = dict(
-            name=name,
-            hidden_size=hidden,
-            intermediate_size=width,
-            num_layers=int(cfg["num_hidden_layers"]),
-            num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
-            vocab_size=int(cfg["vocab_size"]),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
-            dtype=dtype,
-            dtype_bytes=DTYPE_BYTES.get(dtype, 2),
-            attention_bias=bool(cfg.get("attention_bias", mt in ("qwen", "qwen2", "qwen2_moe"))),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))),
-            rope_theta=float(cfg.get("rope_theta", cfg.get("rotary_emb_base", 10000.0))),
-            qk_norm=mt.startswith("qwen3"),
-            weight_dtype=checkpoint_weight_dtype(cfg, canonical_dtype(dtype)),
+def _act_dtype(cfg: dict) -> str:
+    """The activation dtype's canonical name, from ``torch_dtype`` (or the newer ``dtype``); default bfloat16."""
+    key = "torch_dtype" if cfg.get("torch_dtype") is not None else "dtype"
+    raw = cfg.get(key)
+    if raw is None:
+        return "bfloat16"
+    d = canonical_dtype(raw) if isinstance(raw, str) else ""
+    if d not in DTYPE_BYTES:
+        raise HfFieldError(
+            f"{key} = {short_repr(raw)} is not an activation dtype ppsim models; use float32, float16 or "
+            "bfloat16 (a quantized checkpoint states its weight format in quantization_config)"
         )
-        fields.update(moe_fields(cfg))
-        fields.update(mla_fields(cfg))
-        return ModelShape(**fields)
+    return d
+
+
+def _heads(cfg: dict, hidden: int) -> tuple[int, int, int]:
+    """(query heads, KV heads, head dim); an absent KV head count is MHA, an absent head dim hidden / heads."""
+    heads = hf_int(cfg, "num_attention_heads")
+    if heads < 1:
+        raise HfFieldError(f"num_attention_heads = {heads} must be >= 1")
+    kv = hf_int(cfg, "num_key_value_heads", heads)
+    head_dim = hf_int(cfg, "head_dim", hidden // heads)
+    return heads, kv, head_dim
+
+
+def _hf_fields(cfg: dict, name: str) -> dict[str, Any]:
+    """The :class:`ModelShape` fields of a HF ``config.json`` dict (dense, MoE and MLA families)."""
+    hidden = hf_int(cfg, "hidden_size")
+    heads, kv_heads, head_dim = _heads(cfg, hidden)
+    dtype = _act_dtype(cfg)
+    mt = str(cfg.get("model_type", ""))
+    # Qwen (v1) states the two gated halves together: vLLM's QWenMLP is intermediate_size // 2 wide
+    width = hf_int(cfg, "intermediate_size") // (2 if mt == "qwen" else 1)
+    fields: dict[str, Any] = dict(
+        name=name,
+        hidden_size=hidden,
+        intermediate_size=width,
+        num_layers=hf_num_layers(cfg),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=hf_int(cfg, "vocab_size"),
+        max_position_embeddings=hf_int(cfg, "max_position_embeddings", 4096),
+        dtype=dtype,
+        dtype_bytes=DTYPE_BYTES[dtype],
+        attention_bias=hf_bool(cfg, "attention_bias", mt in ("qwen", "qwen2", "qwen2_moe")),
+        tie_word_embeddings=hf_bool(cfg, "tie_word_embeddings", False),
+        rms_norm_eps=float(cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))),
+        rope_theta=float(cfg.get("rope_theta", cfg.get("rotary_emb_base", 10000.0))),
+        qk_norm=mt.startswith("qwen3"),
+        weight_dtype=checkpoint_weight_dtype(cfg, dtype),
+    )
+    fields.update(moe_fields(cfg))
+    fields.update(mla_fields(cfg))
+    return fields
+
+
+def from_hf_config(cfg: dict, name: str) -> ModelShape:
+    """Read the fields ppsim needs from a HF ``config.json`` dict; any bad value is one line naming its field."""
+    try:
+        return ModelShape(**_hf_fields(cfg, name))
     except KeyError as err:
         raise PPSimError(f"model config {name}: missing field {err.args[0]!r} in config.json") from None
+    except HfFieldError as err:
+        raise PPSimError(f"model config {name}: {err}; fix config.json") from None
     except ValidationError as err:
         e = err.errors()[0]
-        field = HF_NAMES.get(str(e["loc"][0]), str(e["loc"][0])) if e["loc"] else "?"
+        msg = e["msg"].removeprefix("Value error, ").removeprefix(f"model {name}: ")
+        if not e["loc"]:  # a check across fields: its message names them
+            raise PPSimError(f"model config {name}: {msg}; fix config.json") from None
+        field = HF_NAMES.get(str(e["loc"][0]), str(e["loc"][0]))
         raise PPSimError(
-            f"model config {name}: field {field} = {e.get('input')!r}: "
-            f"{e['msg'].removeprefix('Value error, ')}; fix config.json"
+            f"model config {name}: field {field} = {short_repr(e.get('input'))}: {msg}; fix config.json"
         ) from None
-    except (TypeError, ValueError) as err:
-        first = str(err).splitlines()[0]
+    except (TypeError, ValueError, OverflowError) as err:
+        first = str(err).splitlines()[0][:200]
         raise PPSimError(f"model config {name}: bad value ({first}); fix config.json") from None
 
 
@@ -322,15 +363,14 @@ def load_hf_config(model: str) -> tuple[dict, str]:
         path = path / "config.json"
     if not path.is_file():
         raise PPSimError(
-            f"model: unknown preset or missing file {model!r}; use one of {', '.join(list_presets())} "
+            f"model: unknown preset or missing file {short_repr(model)}; use one of {', '.join(list_presets())} "
             "or a path to a HF config.json"
         )
+    text = read_text(path, "model")
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise PPSimError(f"model: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise PPSimError(f"model: cannot read {path}: {err}") from None
+        cfg = json.loads(text)
+    except (ValueError, RecursionError) as err:  # json.JSONDecodeError is a ValueError
+        raise PPSimError(f"model: cannot read {path}: {str(err)[:200]}") from None
     if not isinstance(cfg, dict):
         raise PPSimError(f"model: {path} is not a JSON object")
     return cfg, (model if path == preset else path.parent.name or str(path))

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ppsim.errors import PPSimError
+from ppsim.outputs import check_output_dir, check_output_file
 
 
 def add_plot_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,16 +22,23 @@ def add_plot_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    from ppsim.metrics.io import save_figure
     from ppsim.report.compare import expand
-    from ppsim.report.dashboard import plot_run
+    from ppsim.report.dashboard import draw_dashboard
+    from ppsim.report.runfiles import load_run
 
     runs = expand(args.run_dirs)
     if args.output:
         _check_png(args.output)
     if args.output and len(runs) > 1:
         raise PPSimError(f"--output: {len(runs)} runs given; drop --output to write RUN_DIR/dashboard.png each")
-    for run in runs:
-        print(f"dashboard written to {plot_run(run, args.output)}")
+    paths = [Path(args.output) if args.output else run / "dashboard.png" for run in runs]
+    for path in paths:  # every PNG path and every run's files, before any is drawn
+        check_output_file(path, "--output")
+    loaded = [load_run(run) for run in runs]
+    for run, path in zip(loaded, paths, strict=True):
+        save_figure(draw_dashboard(run), path, dpi=100)
+        print(f"dashboard written to {path}")
     return 0
 
 
@@ -52,9 +60,12 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from ppsim.report.compare import compare_runs, format_comparison, write_comparison
 
-    names, runs = compare_runs(args.run_dirs)
     path = Path(args.output) if args.output else Path(args.output_dir) / "compare.png"
     _check_png(path)
+    if not args.output:
+        check_output_dir(args.output_dir, "--output-dir", names=("compare.png",), replace=False)
+    check_output_file(path, "--output" if args.output else "--output-dir")
+    names, runs = compare_runs(args.run_dirs)
     print(format_comparison(names, runs))
     print(f"plot written to {write_comparison(names, runs, path)}")
     return 0

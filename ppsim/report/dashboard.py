@@ -208,7 +208,7 @@ def _track_order(track: str) -> tuple[int, int, str]:
     """stage0, link0->1, stage1, ... then the engine core and other tracks."""
     if track.startswith("stage") and track[5:].isdigit():
         return (0, 2 * int(track[5:]), track)
-    if track.startswith("link") and "->" in track:
+    if track.startswith("link") and "->" in track and track[4:].split("->")[0].isdigit():
         return (0, 2 * int(track[4:].split("->")[0]) + 1, track)
     return (1, 0, track)
 

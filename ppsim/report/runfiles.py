@@ -10,13 +10,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ppsim.errors import PPSimError
-from ppsim.metrics.series import WINDOW_AFTER, SeriesRecorder, series_csv
+from ppsim.metrics.series import SERIES_FIELDS_HEAD, TIMELINE_FIELDS, WINDOW_AFTER, SeriesRecorder, series_csv
 
 LATENCIES = ("ttft", "tpot", "e2el")
 
@@ -47,56 +49,167 @@ def run_dirs(path: str | Path) -> list[Path]:
     raise PPSimError(f"{p}: {what}; pass a directory written by ppsim simulate, engine or validate")
 
 
-def read_summary(run: Path) -> dict[str, Any]:
+REWRITE = "re-run ppsim simulate (or ppsim engine) to rewrite it"
+# summary fields the dashboard and compare draw: finite numbers where present
+DRAWN_NUMBERS = (
+    "completed",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "pipeline_bubble_fraction",
+    "kv_num_blocks",
+    "kv_replicas",
+    "kv_peak_blocks_used",
+)
+TEXT_LIMIT = 64 * 2**20  # bytes of summary.json / config.json / timeseries.csv read whole
+
+
+def damaged(run: Path, name: str, why: str) -> PPSimError:
+    """The one-line error for a damaged file of a run directory."""
+    return PPSimError(f"{run}/{name}: {why}; {REWRITE}")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _read_text(run: Path, name: str) -> str:
+    path = run / name
     try:
-        return json.loads((run / "summary.json").read_text())
-    except (OSError, ValueError) as err:
-        raise PPSimError(f"{run}/summary.json: unreadable ({err}); re-run to rewrite it") from None
+        if path.stat().st_size > TEXT_LIMIT:
+            raise damaged(run, name, f"larger than {TEXT_LIMIT // 2**20} MiB, not a file ppsim writes")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise damaged(run, name, f"not UTF-8 text (byte {err.start})") from None
+    except OSError as err:
+        raise damaged(run, name, f"unreadable ({err.strerror or err})") from None
+
+
+def _read_object(run: Path, name: str) -> dict[str, Any]:
+    text = _read_text(run, name)
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise damaged(run, name, f"not JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise damaged(run, name, f"a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def read_summary(run: Path) -> dict[str, Any]:
+    s = _read_object(run, "summary.json")
+    for k in DRAWN_NUMBERS:
+        if k in s and not _number(s[k]):
+            raise damaged(run, "summary.json", f"{k} is {s[k]!r:.40}, not a finite number")
+    busy = s.get("stage_busy_fraction")
+    if busy is not None and not (isinstance(busy, list) and all(_number(x) for x in busy)):
+        raise damaged(run, "summary.json", "stage_busy_fraction is not a list of numbers")
+    return s
+
+
+def read_config(run: Path) -> dict[str, Any]:
+    """The run's scenario (``config.json``; empty if absent); the fields its label shows are checked."""
+    if not (run / "config.json").is_file():
+        return {}
+    c = _read_object(run, "config.json")
+    for k in ("workload", "cluster", "engine"):
+        if not isinstance(c.get(k, {}), dict):
+            raise damaged(run, "config.json", f"{k} is {c[k]!r:.40}, not a table")
+    rate = (c.get("workload") or {}).get("request_rate")
+    if rate is not None and rate != "inf" and not (_number(rate) or rate == math.inf):
+        raise damaged(run, "config.json", f"workload.request_rate is {rate!r:.40}, not a number")
+    return c
+
+
+def _table(run: Path, name: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of a CSV file of the run, the header first as line 1; damage is one PPSimError."""
+    try:
+        with (run / name).open(newline="", encoding="utf-8") as f:
+            yield from enumerate(csv.reader(f), start=1)
+    except UnicodeDecodeError as err:
+        raise damaged(run, name, f"not UTF-8 text (byte {err.start})") from None
+    except csv.Error as err:
+        raise damaged(run, name, f"not CSV ({err})") from None
+    except OSError as err:
+        raise damaged(run, name, f"unreadable ({err.strerror or err})") from None
+
+
+def _float(run: Path, name: str, line: int, col: str, text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise damaged(run, name, f"line {line}: {col} is {text!r:.40}, not a number") from None
+    if not math.isfinite(v):
+        raise damaged(run, name, f"line {line}: {col} is {text!r:.40}, not a finite number")
+    return v
+
+
+def _header(run: Path, name: str, rows: Iterator[tuple[int, list[str]]], need: Sequence[str]) -> list[str]:
+    head = next(rows, (1, []))[1]
+    missing = [c for c in need if c not in head]
+    if not head:
+        raise damaged(run, name, "empty")
+    if missing:
+        raise damaged(run, name, f"no {', '.join(missing)} column{'s' if len(missing) > 1 else ''}")
+    return head
+
+
+def _fields(run: Path, name: str, line: int, row: list[str], head: list[str]) -> None:
+    if len(row) != len(head):
+        raise damaged(run, name, f"line {line} has {len(row)} fields, the header {len(head)}")
 
 
 def read_latencies(run: Path) -> dict[str, array]:
     """TTFT/TPOT/E2EL in ms of the finished requests of ``requests.csv`` (empty if it is absent)."""
     out = {k: array("d") for k in LATENCIES}
-    path = run / "requests.csv"
-    if not path.is_file():
+    name = "requests.csv"
+    if not (run / name).is_file():
         return out
-    with path.open(newline="") as f:
-        rows = csv.reader(f)
-        head = next(rows, [])
-        try:
-            status = head.index("status")
-            cols = [(out[k], head.index(f"{k}_ms")) for k in LATENCIES]
-        except ValueError:
-            raise PPSimError(f"{path}: no status/ttft_ms/tpot_ms/e2el_ms columns; re-run to rewrite it") from None
-        for row in rows:
-            if row[status] != "finished":
-                continue
-            for arr, i in cols:
-                if row[i]:
-                    arr.append(float(row[i]))
+    rows = _table(run, name)
+    head = _header(run, name, rows, ("status", *(f"{k}_ms" for k in LATENCIES)))
+    status = head.index("status")
+    cols = [(out[k], head.index(f"{k}_ms"), f"{k}_ms") for k in LATENCIES]
+    for line, row in rows:
+        _fields(run, name, line, row, head)
+        if row[status] != "finished":
+            continue
+        for arr, i, col in cols:
+            if row[i]:
+                arr.append(_float(run, name, line, col, row[i]))
     return out
 
 
 def read_series(run: Path) -> dict[str, list[float]] | None:
-    path = run / "timeseries.csv"
-    if not path.is_file():
+    if not (run / "timeseries.csv").is_file():
         return None
-    return _parse(path.read_text())
+    return _parse(_read_text(run, "timeseries.csv"), run)
+
+
+def _ops(run: Path, name: str) -> list[tuple[str, str, float, float]]:
+    """(track, kind, start_s, end_s) rows of ``timeline.csv`` or ``stage_ops.csv``."""
+    rows = _table(run, name)
+    head = _header(run, name, rows, TIMELINE_FIELDS)
+    at = [head.index(c) for c in TIMELINE_FIELDS]
+    ops = []
+    for line, row in rows:
+        _fields(run, name, line, row, head)
+        track, kind, a, b = (row[i] for i in at)
+        ops.append((track, kind, _float(run, name, line, "start_s", a), _float(run, name, line, "end_s", b)))
+    return ops
 
 
 def read_timeline(run: Path) -> tuple[tuple[float, float] | None, list[tuple[str, str, float, float]]]:
-    path = run / "timeline.csv"
-    if not path.is_file():
+    if not (run / "timeline.csv").is_file():
         return None, []
     window = None
     ops = []
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            item = (row["track"], row["kind"], float(row["start_s"]), float(row["end_s"]))
-            if item[0] == "window":
-                window = (item[2], item[3])
-            else:
-                ops.append(item)
+    for item in _ops(run, "timeline.csv"):
+        if item[0] == "window":
+            window = (item[2], item[3])
+        else:
+            ops.append(item)
     return window, ops
 
 
@@ -106,8 +219,7 @@ def series_from_ops(run: Path, num_stages: int) -> SeriesRecorder | None:
     path = run / "stage_ops.csv"
     if not path.is_file() or num_stages < 1:
         return None
-    with path.open(newline="") as f:
-        ops = [(r["track"], r["kind"], float(r["start_s"]), float(r["end_s"])) for r in csv.DictReader(f)]
+    ops = _ops(run, "stage_ops.csv")
     ops.sort(key=lambda o: o[2])
     last = max((o[3] for o in ops), default=0.0)
     rec = SeriesRecorder(num_stages, window_start_s=WINDOW_AFTER * last, window_steps=max(8, 4 * num_stages))
@@ -117,13 +229,32 @@ def series_from_ops(run: Path, num_stages: int) -> SeriesRecorder | None:
     return rec
 
 
-def _parse(text: str) -> dict[str, list[float]]:
-    rows = csv.reader(io.StringIO(text))
-    head = next(rows)
+def _parse(text: str, run: Path | None = None) -> dict[str, list[float]]:
+    """The columns of a ``timeseries.csv`` (none when it has no rows); damage names the file of ``run``."""
+    name = "timeseries.csv"
+    where = run if run is not None else Path(".")
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as err:
+        raise damaged(where, name, f"not CSV ({err})") from None
+    head = rows[0] if rows else []
+    if not head:
+        raise damaged(where, name, "empty")
+    missing = [c for c in SERIES_FIELDS_HEAD if c not in head]
+    if missing or len(set(head)) < len(head):
+        raise damaged(where, name, f"header {','.join(head)[:80]!r} lacks t_start_s/t_end_s or repeats a name")
+    bad = next((c for c in head if c.startswith("stage") and c.endswith("_busy") and not c[5:-5].isdigit()), None)
+    if bad is not None:
+        raise damaged(where, name, f"column {bad!r:.40} is not stageN_busy")
+    if ("kv_blocks_mean" in head) != ("kv_blocks_max" in head):
+        raise damaged(where, name, "kv_blocks_mean and kv_blocks_max come together; one is missing")
     cols: list[list[float]] = [[] for _ in head]
-    for row in rows:
-        for c, v in zip(cols, row, strict=True):
-            c.append(float(v))
+    for line, row in enumerate(rows[1:], start=2):
+        _fields(where, name, line, row, head)
+        for c, col, v in zip(cols, head, row, strict=True):
+            c.append(_float(where, name, line, col, v))
+    if not rows[1:]:
+        return {}
     return dict(zip(head, cols, strict=True))
 
 
@@ -133,12 +264,7 @@ def load_run(path: str | Path, latencies: bool = True, series: bool = True) -> R
     if not (run / "summary.json").is_file():
         run_dirs(run)  # raises with the message for a missing or non-run directory
         raise PPSimError(f"{run}: a ppsim validate directory; pass one of its runs (engine-0, sim)")
-    config: dict[str, Any] = {}
-    if (run / "config.json").is_file():
-        try:
-            config = json.loads((run / "config.json").read_text())
-        except ValueError:
-            config = {}
+    config = read_config(run)
     summary = read_summary(run)
     window, ops, cols = None, [], None
     if series:

@@ -169,6 +169,10 @@ def _parse_axes(raw: Any) -> tuple[dict[str, list[Any]], tuple[int, ...] | None]
             gpus = tuple(v)
             continue
         path = axis_path(k)
+        whole = len(path) == 2 and path[0] == "workload"  # "workload.request_rate" (else a table axis)
+        for x in v:
+            where, fix = (f"space.{k}", "remove this axis") if whole else (f"space.{k}.{{}}", "remove it")
+            _check_workload(_nested(path, x).get("workload"), where, fix)
         if path in seen and not isinstance(v[0], dict):
             raise PPSimError(f"space.{k}: sets the same field as space.{seen[path]}; keep one of them")
         seen[path] = k
@@ -176,10 +180,30 @@ def _parse_axes(raw: Any) -> tuple[dict[str, list[Any]], tuple[int, ...] | None]
     return axes, gpus
 
 
+def _check_workload(wl: Any, where: str, fix: str) -> None:
+    """The search sets the request rate of a synthetic workload: a rate or a trace in the space is refused.
+    ``where`` names the field, ``{}`` standing for ``request_rate`` or ``trace``."""
+    if not isinstance(wl, dict):
+        return  # not a table: the scenario's validation names it
+    if "request_rate" in wl:
+        raise PPSimError(f"{where.replace('{}', 'request_rate')}: the sweep searches the request rate; {fix}")
+    if wl.get("trace"):
+        raise PPSimError(
+            f"{where.replace('{}', 'trace')}: the sweep searches the request rate of a synthetic workload, "
+            f"and a trace fixes its arrival times; {fix} and describe the requests with num_prompts, "
+            "random_input_len and random_output_len"
+        )
+
+
 def load_space(path: str | Path) -> SweepSpace:
-    """Parse and check a space file, and resolve every configuration (raises PPSimError)."""
+    """Parse and check a space file, and resolve every configuration as a run would (model, hardware,
+    partition, TP, cost profile, prompt budget), without simulating; raises PPSimError on bad input."""
+    from ppsim.sweep.resolve import resolve_configs
+
     data = read_space_file(path)
-    return parse_space(data, default_name=Path(path).stem)
+    space = parse_space(data, default_name=Path(path).stem)
+    resolve_configs(space.configs)
+    return space
 
 
 def parse_space(data: dict[str, Any], default_name: str = "sweep") -> SweepSpace:
@@ -189,8 +213,7 @@ def parse_space(data: dict[str, Any], default_name: str = "sweep") -> SweepSpace
     base = data.get("base") or {}
     if not isinstance(base, dict):
         raise PPSimError("base: must be a table of scenario fields (as in a --config file)")
-    if "request_rate" in (base.get("workload") or {}):
-        raise PPSimError("base.workload.request_rate: the sweep searches the request rate; remove it")
+    _check_workload(base.get("workload"), "base.workload.{}", "remove it")
     axes, gpus = _parse_axes(data.get("space"))
     slo = _parse_slo(data.get("slo"))
     search = _parse_search(data.get("search"))

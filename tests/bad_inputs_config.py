@@ -1,0 +1,164 @@
+"""Bad inputs in the files a scenario reads: a HF ``config.json``, a trace CSV, a ``--config`` file, and
+values far outside any real hardware or workload. Same table form as :mod:`tests.bad_inputs`; every case
+must end ``refused`` (exit 2, one ``error:`` line containing the fragment, nothing written)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.bad_inputs import TINY, Case, _files
+
+SIM = ["simulate", "--quiet", "--no-dashboard", "--output-dir", "{d}/out"]
+CONFIG = [*SIM, *TINY, "--config", "{d}/c.toml"]
+HF_MODEL = [*SIM, "--model", "{d}/config.json", "-pp", "2", "--num-prompts", "4", "--random-input-len", "16"]
+TRACE_RUN = [*SIM, "--model", "tiny", "-pp", "2", "--trace", "{d}/t.csv"]
+HEADER = "arrival_s,input_tokens,output_tokens\n"
+
+
+def _hf(**extra: object) -> Callable[[Path], None]:
+    """A tiny Llama ``config.json`` with ``extra`` fields set (``None`` removes one)."""
+    cfg: dict[str, object] = {
+        "hidden_size": 256,
+        "intermediate_size": 704,
+        "num_hidden_layers": 8,
+        "vocab_size": 2048,
+        "num_attention_heads": 8,
+        "torch_dtype": "float32",
+    }
+    cfg.update(extra)
+    return _files(**{"config.json": json.dumps({k: v for k, v in cfg.items() if v is not None})})
+
+
+def _toml(text: str) -> Callable[[Path], None]:
+    return _files(**{"c.toml": text})
+
+
+def _trace(text: str) -> Callable[[Path], None]:
+    return _files(**{"t.csv": text})
+
+
+def _sparse(name: str, size: int) -> Callable[[Path], None]:
+    """A file of ``size`` bytes that takes no disk space."""
+
+    def make(d: Path) -> None:
+        with open(d / name, "wb") as f:
+            f.truncate(size)
+
+    return make
+
+
+def _bomb(d: Path) -> None:
+    """A 400-byte YAML alias bomb: seed is a list of 10^8 strings once expanded."""
+    lines = ["seed:", '  - &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 8)]
+    (d / "c.yaml").write_text("\n".join(lines) + "\n")
+
+
+HW = 'hardware = {{name = "g", peak_tflops = {0}, hbm_bandwidth_gbps = {1}, memory_gib = {2}}}\n'
+
+CASES_CONFIG: list[Case] = [
+    # --- HF config.json ------------------------------------------------------------------------
+    Case("hf-heads-zero", HF_MODEL, "num_attention_heads", _hf(num_attention_heads=0)),
+    Case("hf-max-position-inf", HF_MODEL, "max_position_embeddings", _hf(max_position_embeddings=float("inf"))),
+    Case("hf-kv-heads-not-dividing", HF_MODEL, "num_key_value_heads 5 must divide", _hf(num_key_value_heads=5)),
+    Case("hf-kv-heads-above-heads", HF_MODEL, "num_key_value_heads 16 must divide", _hf(num_key_value_heads=16)),
+    Case("hf-layers-fraction", HF_MODEL, "num_hidden_layers = 8.7", _hf(num_hidden_layers=8.7)),
+    Case("hf-layers-bool", HF_MODEL, "num_hidden_layers = True", _hf(num_hidden_layers=True)),
+    Case("hf-layers-absurd", HF_MODEL, "num_hidden_layers", _hf(num_hidden_layers=10**12)),
+    Case("hf-kv-heads-zero", HF_MODEL, "num_key_value_heads", _hf(num_key_value_heads=0)),
+    Case("hf-head-dim-zero", HF_MODEL, "head_dim", _hf(head_dim=0)),
+    Case("hf-awq", HF_MODEL, "quantization_config", _hf(quantization_config={"quant_method": "awq", "bits": 4})),
+    Case("hf-quantization-not-table", HF_MODEL, "quantization_config", _hf(quantization_config="gptq")),
+    Case("hf-torch-dtype-int8", HF_MODEL, "torch_dtype = 'int8'", _hf(torch_dtype="int8")),
+    Case("hf-torch-dtype-list", HF_MODEL, "torch_dtype", _hf(torch_dtype=["float16"])),
+    Case("hf-tied-not-bool", HF_MODEL, "tie_word_embeddings", _hf(tie_word_embeddings="false")),
+    Case("hf-eps-nan", HF_MODEL, "rms_norm_eps", _hf(rms_norm_eps=float("nan"))),
+    Case("hf-config-dev-zero", [*SIM, "--model", "/dev/zero"], "model: unknown preset or missing file"),
+    # --- trace CSV -----------------------------------------------------------------------------
+    Case("trace-cell-too-big", TRACE_RUN, "field larger than field limit", _trace(HEADER + "0,16," + "4" * 200_000)),
+    Case("trace-arrival-1e300", TRACE_RUN, "arrival_s 1e+300", _trace(HEADER + "0,16,4\n1e300,16,4\n")),
+    Case("trace-arrival-in-epoch", TRACE_RUN, "ms or epoch time", _trace(HEADER + "0,16,4\n1e15,16,4\n")),
+    Case(
+        "trace-abort-after-s-absurd",
+        TRACE_RUN,
+        "abort_after_s",
+        _trace("arrival_s,input_tokens,output_tokens,abort_after_s\n0,16,4,1e300\n"),
+    ),
+    Case(
+        "trace-misspelled-column",
+        TRACE_RUN,
+        "the column 'abort_after_token', not abort_after_tokens",
+        _trace("arrival_s,input_tokens,output_tokens,abort_after_token\n0,16,4,2\n"),
+    ),
+    Case("trace-duplicate-column", TRACE_RUN, "arrival_s twice", _trace("arrival_s," + HEADER + "0,0,16,4\n")),
+    Case("trace-dev-zero", [*SIM, "--model", "tiny", "--trace", "/dev/zero"], "not a regular file"),
+    Case("trace-is-dir", [*SIM, "--model", "tiny", "--trace", "{d}"], "not a regular file"),
+    Case(
+        "trace-path-nul",
+        [*SIM, "--model", "tiny", "--config", "{d}/c.json"],
+        "workload.trace",
+        _files(**{"c.json": '{"workload": {"trace": "x.csv\\u0000"}}'}),
+    ),
+    Case(
+        "trace-empty-path",
+        [*SIM, "--model", "tiny", "--config", "{d}/c.toml"],
+        "workload.trace: empty",
+        _toml('[workload]\ntrace = ""\n'),
+    ),
+    Case("trace-empty-flag", [*SIM, "--model", "tiny", "--trace", ""], "workload.trace: empty"),
+    Case("profile-dir-empty", CONFIG, "cost.profile_dir: empty", _toml('[cost]\nprofile_dir = ""\n')),
+    # --- unbounded allocations -----------------------------------------------------------------
+    Case("memory-gib-in-bytes", CONFIG, "hardware.memory_gib", _toml(HW.format(989, 3350, 85899345920))),
+    Case(
+        "async-batch-depth-absurd",
+        [*SIM, *TINY, "--policy", "sglang-ring", "--pp-async-batch-depth", "1000000000"],
+        "pp_async_batch_depth",
+    ),
+    Case(
+        "llamacpp-n-copies-absurd",
+        [*SIM, *TINY, "--policy", "llamacpp", "--llamacpp-n-copies", "1000000000"],
+        "llamacpp_n_copies",
+    ),
+    Case("yaml-alias-bomb", [*SIM, *TINY, "--config", "{d}/c.yaml"], "seed", _bomb),
+    Case("config-dev-zero", [*SIM, *TINY, "--config", "/dev/zero"], "--config: /dev/zero is not a regular file"),
+    Case("config-is-dir", [*SIM, *TINY, "--config", "{d}"], "not a regular file"),
+    Case("config-too-big", [*SIM, *TINY, "--config", "{d}/c.toml"], "MiB limit", _sparse("c.toml", 17 * 2**20)),
+    # --- finite but absurd floats --------------------------------------------------------------
+    Case("request-rate-denormal", [*SIM, *TINY, "--request-rate", "1e-320"], "workload.request_rate"),
+    Case(
+        "request-rate-span-too-long",
+        [*SIM, "--model", "tiny", "-pp", "2", "--num-prompts", "1000", "--request-rate", "1e-5"],
+        "raise request_rate",
+    ),
+    Case("burstiness-denormal", [*SIM, *TINY, "--burstiness", "1e-320"], "workload.burstiness"),
+    Case(
+        "abort-window-absurd",
+        [*SIM, *TINY, "--abort-rate", "0.5", "--abort-window-s", "1e300"],
+        "workload.abort_window_s",
+    ),
+    Case("cpu-schedule-us-absurd", CONFIG, "engine.cpu.schedule_us", _toml("[engine.cpu]\nschedule_us = 1e308\n")),
+    Case("peak-tflops-tiny", CONFIG, "hardware.peak_tflops", _toml(HW.format("1e-300", 100, 80))),
+    Case("hbm-bandwidth-tiny", CONFIG, "hardware.hbm_bandwidth_gbps", _toml(HW.format(100, "1e-300", 80))),
+    Case("memory-gib-absurd", CONFIG, "hardware.memory_gib", _toml(HW.format(100, 100, "1e300"))),
+    Case(
+        "link-bandwidth-tiny",
+        CONFIG,
+        "cluster.link.bandwidth_gbps",
+        _toml('[cluster]\nlink = {name = "x", latency_us = 1, bandwidth_gbps = 1e-300}\n'),
+    ),
+    Case("compute-efficiency-tiny", CONFIG, "cost.compute_efficiency", _toml("[cost]\ncompute_efficiency = 1e-300\n")),
+    Case("step-overhead-absurd", CONFIG, "cost.step_overhead_us", _toml("[cost]\nstep_overhead_us = 1e300\n")),
+    Case("layer-overhead-absurd", CONFIG, "cost.layer_overhead_us", _toml("[cost]\nlayer_overhead_us = 1e300\n")),
+    # --- one file, one value -------------------------------------------------------------------
+    Case(
+        "knob-flat-and-in-policy-table",
+        CONFIG,
+        "engine.max_num_batched_tokens",
+        _toml(
+            "[engine]\nmax_num_batched_tokens = 64\n[engine.policy]\n"
+            'kind = "vllm-batch-queue"\nmax_num_batched_tokens = 128\n'
+        ),
+    ),
+]

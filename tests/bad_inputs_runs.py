@@ -1,0 +1,257 @@
+"""More bad inputs (sweep spaces, run directories read back, fit-chunks, the engine, output paths), in
+the form of :mod:`tests.bad_inputs`: each must end in exit 2, one ``error:`` line, nothing written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.bad_inputs import ENGINE, TINY, Case, _dir, _files
+
+# --- sweep spaces ----------------------------------------------------------------------------------------
+
+
+def _space(axis: str, workload: str = "num_prompts = 4\nrandom_input_len = 16\nrandom_output_len = 4\n") -> str:
+    return (
+        f'name = "x"\n[base]\nmodel = "tiny"\n[base.workload]\n{workload}[space]\n{axis}\n'
+        "[slo]\np99_ttft_ms = 1000\n[search]\nmax_steps = 1\n"
+    )
+
+
+def _sweep(case_id: str, axis: str, fragment: str, **workload: str) -> Case:
+    return Case(
+        case_id,
+        ["sweep", "--space", "{d}/s.toml", "--no-progress", "--workers", "1", "--output-dir", "{d}/out"],
+        fragment,
+        _files(**{"s.toml": _space(axis, **workload)}),
+    )
+
+
+# --- run directories (ppsim plot / compare) -------------------------------------------------------------
+
+GOOD_RUN = {
+    "summary.json": json.dumps(
+        {
+            "completed": 2,
+            "request_throughput": 1.0,
+            "output_throughput": 4.0,
+            "median_ttft_ms": 10.0,
+            "median_tpot_ms": 2.0,
+            "pipeline_bubble_fraction": 0.1,
+            "stage_busy_fraction": [0.9, 0.8],
+        }
+    ),
+    "config.json": json.dumps(
+        {
+            "model": "tiny",
+            "workload": {"request_rate": 1.0},
+            "cluster": {"pipeline_parallel_size": 2, "tensor_parallel_size": 1},
+            "engine": {"policy": {"kind": "vllm-sync"}},
+        }
+    ),
+    "requests.csv": "request_id,status,ttft_ms,tpot_ms,e2el_ms\n0,finished,10.0,2.0,16.0\n1,finished,12.0,2.5,19.5\n",
+    "timeline.csv": (
+        "track,kind,start_s,end_s\nwindow,window,0.0,0.1\nstage0,compute,0.0,0.01\nlink0->1,send,0.01,0.02\n"
+    ),
+    "timeseries.csv": (
+        "t_start_s,t_end_s,stage0_busy,stage1_busy,kv_blocks_mean,kv_blocks_max\n0.0,0.5,0.9,0.8,3,4\n0.5,1.0,0.7,0.9,2,4\n"
+    ),
+}
+
+
+def run_dir(**damage: str | bytes) -> Callable[[Path], None]:
+    """A small run directory ``{d}/run`` (the files ppsim plot reads); ``damage``: ``summary_json="[1]"``
+    replaces ``summary.json``."""
+    files = {**GOOD_RUN, **{k.replace("_", ".", 1): v for k, v in damage.items()}}
+    return _files(**{f"run__{name}": content for name, content in files.items()})
+
+
+def _plot(case_id: str, fragment: str, **damage: str | bytes) -> Case:
+    return Case(case_id, ["plot", "{d}/run", "--output", "{d}/out/p.png"], fragment, run_dir(**damage))
+
+
+def _compare(case_id: str, fragment: str, **damage: str | bytes) -> Case:
+    return Case(case_id, ["compare", "{d}/run", "{d}/run", "--output-dir", "{d}/out"], fragment, run_dir(**damage))
+
+
+def _both(setup: Callable[[Path], None], other: Callable[[Path], None]) -> Callable[[Path], None]:
+    def make(d: Path) -> None:
+        setup(d)
+        other(d)
+
+    return make
+
+
+def _loop(d: Path) -> None:
+    (d / "loopA").symlink_to("loopB")
+    (d / "loopB").symlink_to("loopA")
+
+
+def _checkpoint_without(d: Path) -> None:
+    """A sharded checkpoint whose index puts a tensor in a shard that does not hold it."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    (d / "ck").mkdir()
+    save_file({"model.norm.weight": np.zeros(4, dtype=np.float32)}, str(d / "ck" / "model-00001.safetensors"))
+    index = {
+        "weight_map": {"model.norm.weight": "model-00001.safetensors", "lm_head.weight": "model-00001.safetensors"}
+    }
+    (d / "ck" / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+ENG = [*ENGINE, "--output-dir", "{d}/out"]
+OUT = ["--output-dir", "{d}/out"]
+LATE_TRACE = "arrival_s,input_tokens,output_tokens\n0,16,4\n100000,16,4\n"
+FIT = ["fit-chunks", *TINY, "--smooth-factors", "0.5", "--plot", ""]
+
+CASES_RUNS: list[Case] = [
+    # --- sweep: configurations resolved at load time -------------------------------------------------
+    _sweep("sweep-axis-unknown-model", 'model = ["no-such-model"]', "space: model = no-such-model: model:"),
+    _sweep("sweep-axis-pp-too-deep", "pp = [100]", "space: pp = 100:"),
+    _sweep("sweep-axis-tp-not-divisor", "tp = [3]", "space: tp = 3: tensor_parallel_size"),
+    _sweep(
+        "sweep-axis-missing-profile", '"cost.profile_dir" = ["/nonexistent"]', "space: cost.profile_dir = /nonexistent"
+    ),
+    _sweep("sweep-one-bad-axis-value", "pp = [1, 100]\nmax_num_seqs = [4, 8]", "space: pp = 100:"),
+    _sweep(
+        "sweep-axis-request-rate",
+        '"workload.request_rate" = [1, 2]',
+        "space.workload.request_rate: the sweep searches the request rate; remove this axis",
+    ),
+    _sweep("sweep-table-axis-request-rate", "workload = [{request_rate = 1}]", "space.workload.request_rate"),
+    _sweep(
+        "sweep-base-trace",
+        "pp = [1]",
+        "base.workload.trace: the sweep searches the request rate of a synthetic workload",
+        workload='trace = "t.csv"\n',
+    ),
+    # --- plot / compare: damaged run directories --------------------------------------------------------
+    _plot("plot-summary-list", "run/summary.json: a JSON list, not an object", summary_json="[1]\n"),
+    _plot(
+        "plot-summary-text-number", "run/summary.json: request_throughput", summary_json='{"request_throughput": "x"}'
+    ),
+    _plot("plot-config-list", "run/config.json: a JSON list", config_json="[1]\n"),
+    _plot("plot-config-rate-text", "workload.request_rate", config_json='{"workload": {"request_rate": "fast"}}'),
+    _plot(
+        "plot-requests-short-row",
+        "run/requests.csv: line 2 has 2 fields",
+        requests_csv="request_id,status,ttft_ms,tpot_ms,e2el_ms\n1,finished\n",
+    ),
+    _plot(
+        "plot-requests-text-latency",
+        "run/requests.csv: line 2: ttft_ms",
+        requests_csv="request_id,status,ttft_ms,tpot_ms,e2el_ms\n1,finished,fast,1,2\n",
+    ),
+    _plot(
+        "plot-requests-not-utf8",
+        "run/requests.csv: not UTF-8",
+        requests_csv=b"request_id,status,ttft_ms,tpot_ms,e2el_ms\n1,finished,1,1,\xe9\n",
+    ),
+    _plot("plot-timeline-no-start", "run/timeline.csv: no start_s", timeline_csv="track,kind\nx,y\n"),
+    _plot("plot-timeline-text", "run/timeline.csv: line 2: end_s", timeline_csv="track,kind,start_s,end_s\nw,w,0,x\n"),
+    _plot("plot-timeseries-ragged", "run/timeseries.csv: line 2 has 1 fields", timeseries_csv="t_start_s,t_end_s\n1\n"),
+    _plot("plot-timeseries-empty", "run/timeseries.csv: empty", timeseries_csv=""),
+    _plot("plot-timeseries-text", "run/timeseries.csv: line 2", timeseries_csv="t_start_s,t_end_s\n0,x\n"),
+    _plot("plot-timeseries-bad-stage", "stageN_busy", timeseries_csv="t_start_s,t_end_s,stageX_busy\n0,1,0.5\n"),
+    _compare("compare-summary-list", "run/summary.json", summary_json="[1]\n"),
+    _compare("compare-requests-short-row", "run/requests.csv", requests_csv="status,ttft_ms,tpot_ms,e2el_ms\nx\n"),
+    # --- plot / compare: output paths, checked before drawing --------------------------------------------
+    Case(
+        "plot-output-is-dir",
+        ["plot", "{d}/run", "--output", "{d}/dir.png"],
+        "--output:",
+        _both(run_dir(), _dir("dir.png")),
+    ),
+    Case("plot-output-in-proc", ["plot", "{d}/run", "--output", "/proc/ppsim-x.png"], "--output:", run_dir()),
+    Case(
+        "compare-outdir-is-file",
+        ["compare", "{d}/run", "{d}/run", "--output-dir", "{d}/f"],
+        "--output-dir:",
+        _both(run_dir(), _files(f="x")),
+    ),
+    Case(
+        "compare-output-in-proc",
+        ["compare", "{d}/run", "{d}/run", "--output", "/proc/ppsim-x.png"],
+        "--output:",
+        run_dir(),
+    ),
+    # --- fit-chunks ------------------------------------------------------------------------------------
+    Case("fit-chunks-inf", [*FIT, "--chunk-sizes", "inf"], "--chunk-sizes"),
+    Case("fit-chunks-nan", [*FIT, "--chunk-sizes", "nan"], "--chunk-sizes"),
+    Case("fit-chunks-below-block", [*FIT, "--chunk-sizes", "1"], "--chunk-sizes: 1 tokens"),
+    Case("fit-chunks-absurd", [*FIT, "--chunk-sizes", "1000000000000000"], "--chunk-sizes: 1000000000000000"),
+    Case(
+        "fit-chunks-plot-in-proc",
+        ["fit-chunks", *TINY, "--chunk-sizes", "64", "--smooth-factors", "0.5", "--plot", "/proc/ppsim-x.png"],
+        "--plot:",
+    ),
+    # --- engine: refused before the stages are spawned ---------------------------------------------------
+    Case(
+        "engine-startup-timeout-huge", [*ENG, "--startup-timeout-s", "1e300"], "--startup-timeout-s", needs_torch=True
+    ),
+    Case("engine-stage-timeout-huge", [*ENG, "--stage-timeout-s", "1e9"], "--stage-timeout-s", needs_torch=True),
+    Case("engine-threads-huge", [*ENG, "--threads-per-stage", "100000"], "--threads-per-stage", needs_torch=True),
+    Case(
+        "engine-checkpoint-index-not-table",
+        [*ENG, "--checkpoint", "{d}/ck"],
+        "--checkpoint: ",
+        _files(**{"ck__model.safetensors.index.json": '{"weight_map": 5}'}),
+        needs_torch=True,
+    ),
+    Case(
+        "engine-checkpoint-random-bytes",
+        [*ENG, "--checkpoint", "{d}/ck"],
+        "not a readable safetensors file",
+        _files(**{"ck__model.safetensors": bytes(range(256)) * 4}),
+        needs_torch=True,
+    ),
+    Case(
+        "engine-checkpoint-empty",
+        [*ENG, "--checkpoint", "{d}/ck"],
+        "not a readable safetensors file",
+        _files(**{"ck__model.safetensors": b""}),
+        needs_torch=True,
+    ),
+    Case(
+        "engine-checkpoint-shard-missing",
+        [*ENG, "--checkpoint", "{d}/ck"],
+        "is missing",
+        _files(**{"ck__model.safetensors.index.json": '{"weight_map": {"a": "model-00001.safetensors"}}'}),
+        needs_torch=True,
+    ),
+    Case(
+        "engine-checkpoint-index-lists-absent-tensor",
+        [*ENG, "--checkpoint", "{d}/ck"],
+        "'lm_head.weight' in model-00001.safetensors, which does not hold it",
+        _checkpoint_without,
+        needs_torch=True,
+    ),
+    Case(
+        "engine-trace-arrives-late",
+        ["engine", "--model", "tiny", "-pp", "2", "--trace", "{d}/t.csv", *OUT],
+        "--trace: its last request arrives at 100000 s",
+        _files(**{"t.csv": LATE_TRACE}),
+        needs_torch=True,
+    ),
+    Case(
+        "engine-rate-spreads-past-an-hour",
+        [*ENG, "--num-prompts", "100", "--request-rate", "0.001"],
+        "--request-rate: 0.001 req/s",
+        needs_torch=True,
+    ),
+    # --- output and input paths ----------------------------------------------------------------------------
+    Case("outdir-symlink-loop", ["simulate", *TINY, "--output-dir", "{d}/loopA"], "--output-dir: ", _loop),
+    Case("outdir-under-symlink-loop", ["simulate", *TINY, "--output-dir", "{d}/loopA/x"], "symlink loop", _loop),
+    Case("outdir-name-too-long", ["simulate", *TINY, "--output-dir", "{d}/" + "a" * 300], "--output-dir: a name in"),
+    Case("trace-path-newline", ["simulate", "--model", "tiny", "--trace", "{d}/no\nsuch.csv", *OUT], "no\\nsuch.csv"),
+    Case("config-path-newline", ["simulate", *TINY, "--config", "{d}/c\n.toml", *OUT], "c\\n.toml"),
+    Case("profile-path-newline", ["simulate", *TINY, "--profile", "{d}/p\nq", *OUT], "p\\nq"),
+    Case(
+        "outdir-newline-under-file",
+        ["simulate", *TINY, "--output-dir", "{d}/f/a\nb"],
+        "--output-dir: ",
+        _files(f="x"),
+    ),
+]

@@ -1,0 +1,106 @@
+"""Every bad input of tests/bad_inputs_config.py ends in one line naming the field, exit 2, nothing
+written; and the legitimate neighbours of those inputs are still accepted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ppsim.config import build_scenario
+from ppsim.errors import PPSimError
+from ppsim.models.shape import from_hf_config, load_hf_config
+from tests.bad_inputs import run_case
+from tests.bad_inputs_config import CASES_CONFIG
+
+
+@pytest.mark.parametrize("case", CASES_CONFIG, ids=[c.id for c in CASES_CONFIG])
+def test_bad_input_is_refused_in_one_line(case, tmp_path):
+    if case.needs_torch:
+        pytest.importorskip("torch")
+    end = run_case(case, tmp_path)
+    assert end.kind == "refused", f"{end.kind} (exit {end.code}): {end.stderr}"
+    assert case.fragment in end.stderr, end.stderr
+    assert len(end.stderr) < 1000, end.stderr[:300]  # a value quoted in the line is cut short
+
+
+def _tiny(**extra: object) -> dict:
+    cfg, _ = load_hf_config("tiny")
+    return {**cfg, **extra}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"num_key_value_heads": 8},  # MHA
+        {"num_key_value_heads": 1},  # MQA
+        {"num_key_value_heads": None, "head_dim": None},  # null: the defaults
+        {"num_hidden_layers": 8.0, "head_dim": 32.0},  # JSON whole numbers written as floats
+        {"torch_dtype": "bf16"},
+        {"torch_dtype": None, "dtype": "float16"},  # newer transformers write "dtype"
+        {"quantization_config": {}},
+    ],
+)
+def test_legitimate_hf_configs_still_load(extra):
+    m = from_hf_config(_tiny(**extra), "t")
+    assert m.num_layers == 8 and m.num_heads % m.num_kv_heads == 0
+
+
+@pytest.mark.parametrize(
+    "quant,dtype",
+    [
+        ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8"),
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "fp4"),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}},
+            },
+            "fp8",
+        ),
+    ],
+)
+def test_modelled_quantization_formats_load(quant, dtype):
+    assert from_hf_config(_tiny(quantization_config=quant), "t").weight_dtype == dtype
+
+
+def test_integer_compressed_tensors_is_refused():
+    q = {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int"}}}}
+    with pytest.raises(PPSimError, match="quantization_config: quant_method 'compressed-tensors'"):
+        from_hf_config(_tiny(quantization_config=q), "t")
+
+
+def test_same_knob_flat_and_in_table_with_one_value_is_accepted(tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps({"engine": {"max_num_batched_tokens": 64, "policy": {"max_num_batched_tokens": 64}}}))
+    assert build_scenario(str(p), {"model": "tiny"}).engine.step_token_budget == 64
+
+
+def test_a_flag_still_overrides_the_files_table(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text('[engine.policy]\nkind = "vllm-batch-queue"\nmax_num_batched_tokens = 128\n')
+    s = build_scenario(str(p), {"model": "tiny", "engine": {"max_num_batched_tokens": 256}})
+    assert s.engine.step_token_budget == 256
+
+
+def test_bounds_leave_the_presets_and_real_values_alone():
+    s = build_scenario(
+        None,
+        {
+            "hardware": {"name": "big", "peak_tflops": 20000, "hbm_bandwidth_gbps": 20000, "memory_gib": 1024},
+            "workload": {"num_prompts": 1000, "request_rate": 1e-4, "burstiness": 0.01},
+            "engine": {"policy": {"kind": "sglang-ring", "pp_async_batch_depth": 8}},
+        },
+    )
+    assert s.workload.request_rate == 1e-4
+
+
+def test_a_production_traces_other_columns_are_ignored(tmp_path):
+    """Request ids, timestamps and the like ride along; only near misses of ppsim's columns are refused."""
+    from ppsim.workload import read_trace
+
+    p = tmp_path / "t.csv"
+    p.write_text("request_id,arrival_s,input_tokens,output_tokens,ttft_ms\nr0,0,16,4,12.5\nr1,0.5,8,2,9\n")
+    w = read_trace(str(p))
+    assert len(w) == 2

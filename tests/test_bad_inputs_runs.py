@@ -1,0 +1,63 @@
+"""Every bad input of tests/bad_inputs_runs.py ends in one line naming the field, exit 2, nothing written;
+and the checks behind them pass what ppsim itself writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ppsim.cli import main
+from tests.bad_inputs import run_case
+from tests.bad_inputs_runs import CASES_RUNS, run_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("case", CASES_RUNS, ids=[c.id for c in CASES_RUNS])
+def test_bad_input_is_refused_in_one_line(case, tmp_path):
+    if case.needs_torch:
+        pytest.importorskip("torch")
+    end = run_case(case, tmp_path)
+    assert end.kind == "refused", f"{end.kind} (exit {end.code}): {end.stderr}"
+    assert case.fragment in end.stderr, end.stderr
+    assert not list(tmp_path.glob(".*.tmp*")) and not list(tmp_path.glob(".*.old-*"))
+
+
+def test_the_undamaged_run_directory_plots_and_compares(tmp_path, capsys):
+    """The cases above damage one file each of this directory; whole, it is drawn."""
+    run_dir()(tmp_path)
+    run = str(tmp_path / "run")
+    assert main(["plot", run, "--output", str(tmp_path / "p.png")]) == 0
+    assert main(["compare", run, run, "--output-dir", str(tmp_path / "cmp")]) == 0
+    assert (tmp_path / "p.png").stat().st_size > 10_000 and (tmp_path / "cmp" / "compare.png").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp", "p.png", "run"]  # probes leave nothing
+
+
+def test_space_resolves_each_model_once_and_passes_configs_that_do_not_fit(tmp_path, monkeypatch):
+    """Resolving a space loads each model once however many configurations use it; a configuration
+    that does not fit in memory is a result of the sweep (no-fit), not bad input."""
+    import ppsim.sweep.resolve as resolve
+    from ppsim.sweep.space import load_space
+
+    calls = []
+    real = resolve.load_model
+    monkeypatch.setattr(resolve, "load_model", lambda m: calls.append(m) or real(m))
+    sp = load_space(ROOT / "experiments" / "spaces" / "llama2-70b-vidur.toml")
+    assert len(sp.configs) == 216 and calls == ["llama-2-70b"]
+    f = tmp_path / "s.toml"
+    f.write_text(
+        '[base]\nmodel = "llama-2-70b"\n[base.workload]\nnum_prompts = 4\n[space]\ntp = [1, 8]\n'
+        "[slo]\np99_ttft_ms = 1000\n"
+    )
+    assert len(load_space(f).configs) == 2  # tp = 1: 70B weights on one H100 do not fit
+
+
+def test_error_lines_escape_control_characters(tmp_path, capsys):
+    out = ["--output-dir", str(tmp_path / "out")]
+    assert main(["simulate", "--model", "tiny", "--trace", f"{tmp_path}/a\nb\tc\u2028.csv", *out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a\\nb\\tc\\u2028.csv" in err, err
+    assert main(["simulate", "--model", "tiny", "--output-dir", f"{tmp_path}/a\x00b"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\\x00" in err and "\x00" not in err, err
