@@ -11,7 +11,10 @@ process and sorts the ending into one of:
 - ``other``: any other exit code or message.
 
 ``python tests/bad_inputs.py`` prints every case's ending and the counts (the figure quoted in
-docs/reliability.md); ``tests/test_bad_inputs.py`` asserts that every case is ``refused``.
+docs/reliability.md), this table's and those of ``tests/bad_inputs_config.py`` (model configs, traces,
+bounds), ``tests/bad_inputs_profiles.py`` (profiles, Vidur files, calibrate) and ``tests/bad_inputs_runs.py``
+(sweeps, run directories, fit-chunks, engine, paths); ``tests/test_bad_inputs*.py`` assert that every case
+is ``refused``.
 """
 
 from __future__ import annotations
@@ -316,9 +319,14 @@ def main() -> int:
     import os
     import tempfile
 
+    from tests.bad_inputs_config import CASES_CONFIG
+    from tests.bad_inputs_profiles import CASES_PROFILES
+    from tests.bad_inputs_runs import CASES_RUNS
+
     counts: dict[str, int] = {}
     start, skip = os.environ.get("BAD_INPUTS_FROM"), set(os.environ.get("BAD_INPUTS_SKIP", "").split(","))
-    cases = CASES[[c.id for c in CASES].index(start) :] if start else CASES
+    every = CASES + CASES_CONFIG + CASES_PROFILES + CASES_RUNS
+    cases = every[[c.id for c in every].index(start) :] if start else every
     for case in cases:
         if case.id in skip:
             print(f"{case.id:<34}skipped")

@@ -234,3 +234,17 @@ def test_live_factor_is_the_engine_over_the_same_steps_alone_per_depth_after_the
         assert bare.stage_time(spec, plan) == pytest.approx(cost.stage_time(spec, plan))
         assert bare.idle_time(spec, 4e-3) == cost.idle_time(spec, 4e-3)
     assert cost.live_factor == 1.0  # a profile without live runs: the model as fitted
+
+
+def test_without_live_finds_the_factor_under_a_ring_policys_wrapper():
+    """A ring policy's cost model wraps the profile's (RingReturnCost): --without-live must still remove it."""
+    from calibration.calibrate import plan_of
+    from experiments.validation.replay_adjusted import WithoutLive, live_factor_of
+    from ppsim.cost.ring import RingReturnCost
+
+    live = OpFit("live_stage", "interp", "stages", {"xs": [1.0, 2.0], "ys": [1.05, 1.2]})
+    cost = ProfiledCost(Profile({}, {**base_fits(), "live_stage": live}), SHAPE, None, 1, pp=2)
+    ring = RingReturnCost(cost, 0.0, 0.0, 2)
+    assert live_factor_of(ring) == pytest.approx(1.2) and live_factor_of(object()) == 1.0
+    stage, plan = StageSpec(0, 0, 2, True, False), plan_of("99:1;50:1")
+    assert WithoutLive(ring).stage_time(stage, plan) == pytest.approx(ring.stage_time(stage, plan) / 1.2)

@@ -50,11 +50,18 @@ class WithoutIdle(ScaledCompute):
         return 0.0
 
 
+def live_factor_of(cost: object) -> float:
+    """The profiled model's ``live_factor`` under any wrappers (a ring policy's return path, ...)."""
+    while not hasattr(cost, "live_factor") and hasattr(cost, "inner"):
+        cost = cost.inner
+    return float(getattr(cost, "live_factor", 1.0))
+
+
 class WithoutLive(ScaledCompute):
     """The profile's cost model without its ``live_stage`` factor (stages as timed alone); idle unscaled."""
 
     def __init__(self, inner: object) -> None:
-        super().__init__(inner, 1.0 / getattr(inner, "live_factor", 1.0))
+        super().__init__(inner, 1.0 / live_factor_of(inner))
 
     def idle_time(self, stage: object, gap_s: float) -> float:
         return self.inner.idle_time(stage, gap_s)
