@@ -9,10 +9,12 @@ import os
 from pathlib import Path
 
 import pytest
-from bad_inputs import CASES, TINY, run_case
 
 from ppsim.cli import main
 from ppsim.outputs import MARKER, write_result_set
+from tests.bad_inputs import TINY, all_cases, run_case
+
+CASES = all_cases()  # tests/bad_inputs.py and the tables of tests/bad_inputs_{config,profiles,runs}.py
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -22,6 +24,7 @@ def test_bad_input_is_refused_in_one_line(case, tmp_path):
     end = run_case(case, tmp_path)
     assert end.kind == "refused", f"{end.kind} (exit {end.code}): {end.stderr}"
     assert case.fragment in end.stderr, end.stderr
+    assert len(end.stderr) < 1000, end.stderr[:300]  # a value quoted in the line is cut short
     assert not list(tmp_path.glob(".*.tmp*")) and not list(tmp_path.glob(".*.old-*"))
 
 
