@@ -45,6 +45,7 @@ SAMPLE_FIELDS = [
     "inner",
     "items",
     "alone_s",
+    "run",
 ]
 
 

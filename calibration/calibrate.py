@@ -222,21 +222,30 @@ def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
     pipeline depth (``interp`` over the stage count, 1 and 2). The stage model is fitted on stages
     timed alone; the engine's stage runs between the engine core's work, its messages and (at two
     stages) the other stage's. Over ``live<n>`` rows that carry ``alone_s``
-    (:func:`calibration.core_path.live_steps`, :func:`calibration.stage_step.time_live_alone`): the
-    ratio of sums, after taking off the idle-gap charge that the simulator makes on its own
-    (``stage_idle``; the hot loop has no gaps). Model-free: the stage model's own error on these plans
-    does not enter. None without such rows."""
+    (:func:`calibration.core_path.live_steps`, :func:`calibration.stage_step.time_live_alone`): per
+    live run the ratio of sums, after taking off the idle-gap charge that the simulator makes on its
+    own (``stage_idle``; the hot loop has no gaps), and per depth the median over the runs (three
+    each): this VM's speed flips within seconds, and one run of a calibration came out 1.21 and the
+    next 1.51 against steps timed alone after both. Model-free: the stage model's own error on these
+    plans does not enter. None without such rows."""
     xs, ys = [], []
     for n in (1, 2):
-        sel = [r for r in rows if r["split"] == f"live{n}" and r.get("alone_s")]
-        if not sel:
-            continue
-        idle = sum(cost.idle_time(stage_spec(r), float(r["gap_s"])) for r in sel)
-        measured, alone = sum(float(r["median_s"]) for r in sel), sum(float(r["alone_s"]) for r in sel)
-        if alone > 0 and measured > idle:
+        by_run: dict[int, list[dict[str, Any]]] = {}
+        for r in rows:
+            if r["split"] == f"live{n}" and r.get("alone_s"):
+                by_run.setdefault(int(r.get("run", 0)), []).append(r)
+        factors = [f for f in (_live_ratio(cost, sel) for sel in by_run.values()) if f is not None]
+        if factors:
             xs.append(float(n))
-            ys.append((measured - idle) / alone)
+            ys.append(float(np.median(factors)))
     return OpFit("live_stage", "interp", "stages", {"xs": xs, "ys": ys}) if xs else None
+
+
+def _live_ratio(cost: ProfiledCost, sel: list[dict[str, Any]]) -> float | None:
+    """One live run's (stage computes - the idle charge) / the same steps alone, ratio of sums."""
+    idle = sum(cost.idle_time(stage_spec(r), float(r["gap_s"])) for r in sel)
+    measured, alone = sum(float(r["median_s"]) for r in sel), sum(float(r["alone_s"]) for r in sel)
+    return (measured - idle) / alone if alone > 0 and measured > idle else None
 
 
 def heldout_errors(cost: ProfiledCost, rows: list[dict[str, Any]], stat: str = "median") -> list[dict[str, Any]]:
@@ -347,13 +356,10 @@ def calibrate(
     rows += [{**r, "split": "micro"} for r in micro]
     log("engine core and control path on the live engine (one stage, 32 requests)")
     from calibration.core_path import profile_core_path
-
-    live = profile_core_path(model, device, threads or 1)
-    log("the live runs' stage steps again, each alone in a hot loop (the live engine's factor)")
     from calibration.stage_step import time_live_alone
 
-    time_live_alone(prof.stages, timer, live)
-    rows += live
+    # each live run's stage steps timed again alone right after it (the live engine's factor)
+    rows += profile_core_path(model, device, threads or 1, lambda live: time_live_alone(prof.stages, timer, live))
     if probes:
         probes.append(cpu_probe()[0])
         steps.append(stage_probe())

@@ -42,10 +42,12 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+LIVE_RUNS = 3  # live runs per pipeline depth whose stage computes are timed alone too (calibrate.fit_live)
 WORKLOAD = {
     "num_prompts": 32,
     "request_rate": float("inf"),
@@ -189,24 +191,42 @@ def rows_of(paths: dict[str, list[tuple[int, float]]], x: str = "n") -> list[dic
     return rows
 
 
-def profile_core_path(model: str, device: str, threads: int) -> list[dict[str, Any]]:
+def profile_core_path(
+    model: str, device: str, threads: int, alone: Callable[[list[dict[str, Any]]], None] | None = None
+) -> list[dict[str, Any]]:
     """Run the live engine on the calibration workload; rows ``schedule``/``update``/``launch``/``return``
     at one stage, and where the model has two layers: ``launch_multi`` and ``handoff`` at two stages
     (the core puts a step message on every stage's queue, and their feeder threads share its GIL; the
-    stages hand hidden states over), ``ring_launch``/``ring_return`` at two stages with the ring."""
+    stages hand hidden states over), ``ring_launch``/``ring_return`` at two stages with the ring.
+
+    Every run's stage computes are kept too (:func:`live_steps`, ``run`` numbering the runs), three
+    runs per depth, and ``alone`` (given: calibration's :func:`calibration.stage_step.time_live_alone`)
+    times some of them again right after their own run, so that live and alone see the same host."""
     from engine.run import run_engine
     from ppsim.models.shape import load_model
 
+    runs: list[Any] = []
+
+    def live(run: Any) -> list[dict[str, Any]]:
+        rows = [{**r, "run": len(runs)} for r in live_steps(run)]
+        runs.append(run)
+        if alone is not None:
+            alone(rows)
+        return rows
+
     run = run_engine(calibration_scenario(model, device, threads), None)
-    rows = rows_of(step_paths(list(run.ops))) + live_steps(run)
-    rows += live_steps(run_engine(calibration_scenario(model, device, threads), None))
+    rows = rows_of(step_paths(list(run.ops))) + live(run)
+    for _ in range(LIVE_RUNS - 1):
+        rows += live(run_engine(calibration_scenario(model, device, threads), None))
     if load_model(model).num_layers >= 2:
         pp2 = run_engine(calibration_scenario(model, device, threads, pp=2), None)
         two = list(pp2.ops)
-        rows += rows_of({"launch_multi": step_paths(two).get("launch", [])}) + live_steps(pp2)
+        rows += rows_of({"launch_multi": step_paths(two).get("launch", [])}) + live(pp2)
         rows += [{**r, "split": "live"} for r in rows_of({"handoff": handoffs(two)}, x="bytes")]
         ring_run = run_engine(calibration_scenario(model, device, threads, 2, "trtllm-slots"), None)
         ring = step_paths(list(ring_run.ops))
         rows += rows_of({"ring_launch": ring.get("launch", []), "ring_return": ring.get("return", [])})
-        rows += live_steps(ring_run)
+        rows += live(ring_run)
+        for _ in range(LIVE_RUNS - 2):
+            rows += live(run_engine(calibration_scenario(model, device, threads, pp=2), None))
     return rows

@@ -221,6 +221,9 @@ def test_live_factor_is_the_engine_over_the_same_steps_alone_per_depth_after_the
     f = fit_live(cost, rows)
     assert f.coef["xs"] == [1.0, 2.0] and f.coef["ys"] == pytest.approx([1.04, 1.13])
     assert fit_live(cost, [r for r in rows if r["split"] == "live1"]).coef["ys"] == pytest.approx([1.04])
+    # one run in a slow spell of the host among three: the median over the runs, not its ratio
+    runs = [{**r, "run": k} for k, f in enumerate((1.04, 1.5, 1.06)) for r in _live_rows(cost, f, 1, 0.5e-3)]
+    assert fit_live(cost, runs).coef["ys"] == pytest.approx([1.06])
     assert fit_live(cost, [{k: v for k, v in r.items() if k != "alone_s"} for r in rows]) is None
     assert fit_live(cost, []) is None
     plan, full, first = plan_of(PLANS[2]), StageSpec(0, 0, 3, True, True), StageSpec(0, 0, 3, True, False)
