@@ -213,7 +213,7 @@ def _live_rows(cost: ProfiledCost, factor: float, stages: int, gap_s: float) -> 
 
 def test_live_factor_is_the_engine_over_the_same_steps_alone_per_depth_after_the_idle_charge():
     from calibration.calibrate import fit_live, plan_of
-    from experiments.validation.replay_adjusted import WithoutLive
+    from experiments.validation.replay_adjusted import WithLive
 
     idle = OpFit("stage_idle", "interp", "gap_s", {"xs": [0.0, 0.01], "ys": [0.0, 0.4e-3], "per": "step"})
     cost = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": idle}), SHAPE, None, 1)
@@ -230,19 +230,18 @@ def test_live_factor_is_the_engine_over_the_same_steps_alone_per_depth_after_the
     charged = {**base_fits(), "stage_idle": idle, "live_stage": f}
     for pp, spec, factor in ((1, full, 1.04), (2, first, 1.13), (4, first, 1.13)):
         scaled = ProfiledCost(Profile({}, charged), SHAPE, None, 1, pp=pp)
-        assert scaled.live_factor == pytest.approx(factor)
-        assert scaled.stage_time(spec, plan) == pytest.approx(factor * cost.stage_time(spec, plan))
-        assert scaled.idle_time(spec, 4e-3) == cost.idle_time(spec, 4e-3)  # the idle charge is not scaled
-        bare = WithoutLive(scaled)  # replay_adjusted.py --without-live: the stages as timed alone
-        assert bare.stage_time(spec, plan) == pytest.approx(cost.stage_time(spec, plan))
-        assert bare.idle_time(spec, 4e-3) == cost.idle_time(spec, 4e-3)
+        assert scaled.live_factor == pytest.approx(factor)  # measured and reported, not charged
+        assert scaled.stage_time(spec, plan) == cost.stage_time(spec, plan)
+        charged_live = WithLive(scaled)  # replay_adjusted.py --with-live
+        assert charged_live.stage_time(spec, plan) == pytest.approx(factor * cost.stage_time(spec, plan))
+        assert charged_live.idle_time(spec, 4e-3) == cost.idle_time(spec, 4e-3)  # the idle charge is not scaled
     assert cost.live_factor == 1.0  # a profile without live runs: the model as fitted
 
 
-def test_without_live_finds_the_factor_under_a_ring_policys_wrapper():
-    """A ring policy's cost model wraps the profile's (RingReturnCost): --without-live must still remove it."""
+def test_with_live_finds_the_factor_under_a_ring_policys_wrapper():
+    """A ring policy's cost model wraps the profile's (RingReturnCost): --with-live must still find it."""
     from calibration.calibrate import plan_of
-    from experiments.validation.replay_adjusted import WithoutLive, live_factor_of
+    from experiments.validation.replay_adjusted import WithLive, live_factor_of
     from ppsim.cost.ring import RingReturnCost
 
     live = OpFit("live_stage", "interp", "stages", {"xs": [1.0, 2.0], "ys": [1.05, 1.2]})
@@ -250,4 +249,4 @@ def test_without_live_finds_the_factor_under_a_ring_policys_wrapper():
     ring = RingReturnCost(cost, 0.0, 0.0, 2)
     assert live_factor_of(ring) == pytest.approx(1.2) and live_factor_of(object()) == 1.0
     stage, plan = StageSpec(0, 0, 2, True, False), plan_of("99:1;50:1")
-    assert WithoutLive(ring).stage_time(stage, plan) == pytest.approx(ring.stage_time(stage, plan) / 1.2)
+    assert WithLive(ring).stage_time(stage, plan) == pytest.approx(ring.stage_time(stage, plan) * 1.2)

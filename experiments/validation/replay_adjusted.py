@@ -14,10 +14,11 @@ its mean speed, which with two or more micro-batches in flight costs latency tha
 
 ``--without-idle`` adds the prediction again with the profile's ``stage_idle`` charge removed (the step
 after an idle gap costs what a back-to-back one does): what that calibration term is worth on these runs.
-A prediction like the first, not a replay. ``--without-live`` likewise removes the profile's
-``live_stage`` factor (the live engine's stage compute over the stage model, ``calibrate.fit_live``).
+A prediction like the first, not a replay. ``--with-live`` predicts with the profile's ``live_stage``
+factor charged (the live engine's stage compute over the same steps alone, ``calibrate.fit_live``;
+measured by calibration, not charged by the simulator).
 
-Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--without-idle] [--without-live] DIR [...]
+Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--without-idle] [--with-live] DIR [...]
 """
 
 from __future__ import annotations
@@ -57,19 +58,18 @@ def live_factor_of(cost: object) -> float:
     return float(getattr(cost, "live_factor", 1.0))
 
 
-class WithoutLive(ScaledCompute):
-    """The profile's cost model without its ``live_stage`` factor (stages as timed alone); idle unscaled."""
+class WithLive(ScaledCompute):
+    """The profile's cost model with its ``live_stage`` factor charged on every stage compute (the
+    simulator measures it but does not charge it); idle unscaled."""
 
     def __init__(self, inner: object) -> None:
-        super().__init__(inner, 1.0 / live_factor_of(inner))
+        super().__init__(inner, live_factor_of(inner))
 
     def idle_time(self, stage: object, gap_s: float) -> float:
         return self.inner.idle_time(stage, gap_s)
 
 
-def replay(
-    d: Path, draws: int = 0, without_idle: bool = False, without_live: bool = False
-) -> dict[str, dict[str, float]]:
+def replay(d: Path, draws: int = 0, without_idle: bool = False, with_live: bool = False) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
     v = json.loads((d / "validation.json").read_text())
@@ -86,8 +86,8 @@ def replay(
         out[f"jittered {k}"] = pick(jittered(prep, steps, v["engine_summaries"], seed=k)["rows"])
     if without_idle:
         out["without idle"] = pick(replay_with(prep, WithoutIdle(prep.cost), v["engine_summaries"])["rows"])
-    if without_live:
-        out["without live"] = pick(replay_with(prep, WithoutLive(prep.cost), v["engine_summaries"])["rows"])
+    if with_live:
+        out["with live"] = pick(replay_with(prep, WithLive(prep.cost), v["engine_summaries"])["rows"])
     return out
 
 
@@ -107,9 +107,9 @@ def main(argv: list[str]) -> None:
         help="also predict with the profile's stage_idle charge removed (what that term is worth on these runs)",
     )
     ap.add_argument(
-        "--without-live",
+        "--with-live",
         action="store_true",
-        help="also predict with the profile's live_stage factor removed (stages as calibration timed them alone)",
+        help="also predict with the profile's live_stage factor charged on every stage compute",
     )
     args = ap.parse_args(argv)
     problem = f"--jitter-draws: {args.jitter_draws} is negative; give 0 or more" if args.jitter_draws < 0 else None
@@ -122,10 +122,10 @@ def main(argv: list[str]) -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
-    res = {Path(d).name: replay(Path(d), args.jitter_draws, args.without_idle, args.without_live) for d in args.dirs}
+    res = {Path(d).name: replay(Path(d), args.jitter_draws, args.without_idle, args.with_live) for d in args.dirs}
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["without idle"] if args.without_idle else []
-    kinds += ["without live"] if args.without_live else []
+    kinds += ["with live"] if args.with_live else []
     head = "".join(f"{m[:14]:>16s}" for m in METRICS)
     print(f"{'scenario':40s} {'factor':>7s} {head}")
     for name, r in res.items():

@@ -264,7 +264,9 @@ class ProfiledCost:
         self._launch = self._launch or self.p.fits.get("launch")
         # the engine's own stage-to-stage transfer beyond the link ping-pong (calibration/core_path.py)
         self.handoff_s = max(self.p.fits["handoff"].coef["c0"], 0.0) if "handoff" in self.p.fits else 0.0
-        # the live engine's stage compute over the stage model, at this depth (calibrate.fit_live)
+        # the live engine's stage compute over the same steps alone, at this depth (calibrate.fit_live):
+        # measured and reported, not charged (on four held-out checks it moved with the host's speed and
+        # made two of them worse; docs/validation.md mechanism 10); replay_adjusted.py --with-live applies it
         live = self.p.fits.get("live_stage")
         self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
         if tp > 1 and "all_reduce" not in profile.fits and tp_link is None:
@@ -386,7 +388,7 @@ class ProfiledCost:
             return [0.0] * len(stages)
         T, R = plan.num_tokens, len(plan.items)
         base = self.layer_base_time(plan)
-        memo, live = self._stage_terms, self.live_factor
+        memo = self._stage_terms
         out = []
         for stage in stages:
             key = (stage.start_layer, stage.end_layer, stage.is_first, stage.is_last, T, R)
@@ -407,8 +409,6 @@ class ProfiledCost:
                 t += emb
             if last is not None:
                 t += last
-            if live != 1.0:
-                t *= live
             out.append(t)
         return out
 
