@@ -490,5 +490,5 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         at = ", ".join(
             f"{x:.0f} stage{'s' if x > 1 else ''} x{y:.3f}" for x, y in zip(live["xs"], live["ys"], strict=True)
         )
-        lines.append(f"live engine's stage compute over the same steps alone (charged as live_stage): {at}")
+        lines.append(f"live engine's stage compute over the same steps alone (live_stage, reported, not charged): {at}")
     return "\n".join(lines)
