@@ -101,8 +101,7 @@ def check_checkpoint(ckpt_dir: str | Path, flag: str = "--checkpoint") -> None:
 
 def _key_files(ckpt: Path) -> dict[str, Path]:
     if (ckpt / INDEX).is_file():
-        weight_map = json.loads((ckpt / INDEX).read_text())["weight_map"]
-        return {k: ckpt / f for k, f in weight_map.items()}
+        return _read_index(ckpt, "checkpoint")  # the index as the parent checked it
     if (ckpt / SINGLE).is_file():
         with safe_open(str(ckpt / SINGLE), framework="pt") as f:
             return {k: ckpt / SINGLE for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
