@@ -9,7 +9,7 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ppsim.errors import PPSimError
 from ppsim.fileio import read_mapping, short_repr
@@ -23,6 +23,7 @@ from ppsim.policies import (  # noqa: F401 - POLICY_KNOBS re-exported (tests, to
     VllmBatchQueue,
     policy_table,
 )
+from ppsim.typed import Model
 
 # Bounds on what would otherwise be unbounded (a typo of a few zeros must not allocate terabytes):
 MAX_NUM_PROMPTS = 10_000_000  # requests in one run
@@ -36,7 +37,7 @@ MIN_BURSTINESS = 1e-3  # gamma shape; below this almost every gap is 0 and a rar
 MIN_EFFICIENCY = 1e-3  # achieved / peak; 0.1 % of peak is already far below any real kernel
 
 
-class _Frozen(BaseModel):
+class _Frozen(Model):
     # inf and nan are refused everywhere, except where a field says what infinity means
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 

@@ -68,6 +68,52 @@ def read_text(path: str | Path, flag: str, limit_bytes: int = MAX_MAPPING_BYTES)
     return text
 
 
+class DuplicateKey(ValueError):
+    """A mapping key given twice in one file (JSON and YAML parsers keep the last one silently)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise DuplicateKey(f"key {short_repr(k)} appears twice in one object; keep one")
+        seen[k] = v
+    return seen
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` that refuses a key given twice in one object."""
+    return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
+def loads_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (a ``<<`` merge may still be
+    overridden by the mapping's own keys, as YAML says)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                dup = key in seen
+            except TypeError:  # an unhashable key: the constructor below names it
+                continue
+            if dup:
+                line = key_node.start_mark.line + 1
+                raise DuplicateKey(f"key {short_repr(key)} appears twice in one mapping (line {line}); keep one")
+            seen.add(key)
+        return loader.construct_mapping(node, deep=deep)
+
+    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_mapping(path: str | Path, flag: str, what: str, suffixes: tuple[str, ...] = SUFFIXES) -> dict[str, Any]:
     """The mapping in ``path`` (by suffix; anything else is read as JSON if ``.json`` is allowed)."""
     p = Path(path)
@@ -80,11 +126,9 @@ def read_mapping(path: str | Path, flag: str, what: str, suffixes: tuple[str, ..
 
             data = tomllib.loads(text)
         elif p.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
+            data = loads_yaml(text)
         else:
-            data = json.loads(text)
+            data = loads_json(text)
     except Exception as err:  # noqa: BLE001 - any parse error becomes one line
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise PPSimError(f"{flag}: cannot parse {path}: {first}") from None

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
+
+from ppsim.typed import Model
 
 # Upper bounds: a value past them is a typo (or milliseconds), and past them torch or the OS fails inside
 # a stage process (a timeout overflows a C int, a thread pool cannot be created), after the spawn.
@@ -19,7 +21,7 @@ MAX_TIMEOUT_S = 86400.0  # one day
 MAX_THREADS_PER_STAGE = 1024
 
 
-class LiveEngineConfig(BaseModel):
+class LiveEngineConfig(Model):
     """Engine settings that the simulator does not have (``engine.run.EngineOptions`` is this class)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ppsim.hardware.presets import DeviceSpec
 from ppsim.policy.pipelines import PipeOptions
+from ppsim.typed import TaggedModel
 
 DEFAULT_POLICY = "vllm-batch-queue"
 TRTLLM_MAX_NUM_TOKENS = 8192  # tensorrt_llm/llmapi/llm_args.py::BaseLlmArgs.max_num_tokens
@@ -54,7 +55,7 @@ def sglang_chunked_prefill_size(memory_gib: float) -> int:
     return 16384
 
 
-class Policy(BaseModel):
+class Policy(TaggedModel):
     """What every policy object has; a subclass adds its knobs (fields) and overrides what differs."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)

@@ -31,6 +31,11 @@ def _hf(**extra: object) -> Callable[[Path], None]:
     return _files(**{"config.json": json.dumps({k: v for k, v in cfg.items() if v is not None})})
 
 
+_HF_TEXT = json.dumps(
+    {"hidden_size": 256, "intermediate_size": 704, "num_hidden_layers": 8, "vocab_size": 2048, "num_attention_heads": 8}
+)
+
+
 def _toml(text: str) -> Callable[[Path], None]:
     return _files(**{"c.toml": text})
 
@@ -160,5 +165,44 @@ CASES_CONFIG: list[Case] = [
             "[engine]\nmax_num_batched_tokens = 64\n[engine.policy]\n"
             'kind = "vllm-batch-queue"\nmax_num_batched_tokens = 128\n'
         ),
+    ),
+    # --- lax values: pydantic reads true as 1 -----------------------------------------------------
+    Case(
+        "int-field-true",
+        CONFIG,
+        "engine.max_num_seqs: expects a number, not true",
+        _toml("[engine]\nmax_num_seqs = true\n"),
+    ),
+    Case(
+        "rate-false",
+        CONFIG,
+        "workload.request_rate: expects a number, not false",
+        _toml("[workload]\nrequest_rate = false\n"),
+    ),
+    Case(
+        "policy-knob-true",
+        CONFIG,
+        "pp_async_batch_depth: expects a number",
+        _toml('[engine.policy]\nkind = "sglang-ring"\npp_async_batch_depth = true\n'),
+    ),
+    Case("device-memory-true", CONFIG, "memory_gib: expects a number", _toml(HW.format(100, 1000, "true"))),
+    # --- a key given twice: the parsers keep the last one silently ---------------------------------
+    Case(
+        "yaml-duplicate-key",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "key 'max_num_seqs' appears twice in one mapping (line 3)",
+        _files(**{"c.yaml": "engine:\n  max_num_seqs: 4\n  max_num_seqs: 8\n"}),
+    ),
+    Case(
+        "json-duplicate-key",
+        [*SIM, *TINY, "--config", "{d}/c.json"],
+        "key 'seed' appears twice",
+        _files(**{"c.json": '{"workload": {"seed": 1, "seed": 2}}'}),
+    ),
+    Case(
+        "hf-duplicate-key",
+        HF_MODEL,
+        "key 'hidden_size' appears twice",
+        _files(**{"config.json": _HF_TEXT[:-1] + ', "hidden_size": 512}'}),
     ),
 ]

@@ -79,3 +79,24 @@ def test_profile_dir_alone_selects_the_profiled_model():
     s = build_scenario(None, {"model": "tiny", "cost": {"profile_dir": "some/profile"}})
     assert s.cost.kind == "profile" and s.cost.profile_dir == "some/profile"
     assert build_scenario(None, {"model": "tiny"}).cost.kind == "analytic"
+
+
+def test_yaml_merge_keys_may_still_be_overridden(tmp_path):
+    """Duplicate keys are refused, but YAML's ``<<`` merge is not a duplicate: the mapping's own key wins."""
+    y = tmp_path / "s.yaml"
+    y.write_text("base: &b\n  num_prompts: 4\n  seed: 1\nworkload:\n  <<: *b\n  seed: 7\n")
+    from ppsim.fileio import read_mapping
+
+    data = read_mapping(str(y), "--config", "fields")
+    assert data["workload"] == {"num_prompts": 4, "seed": 7}
+
+
+def test_numbers_refuse_bools_and_bools_still_take_them():
+    from ppsim.typed import takes_numbers_not_bools
+
+    assert takes_numbers_not_bools(int) and takes_numbers_not_bools(float | None)
+    assert takes_numbers_not_bools(float | str)
+    assert not takes_numbers_not_bools(bool) and not takes_numbers_not_bools(bool | None)
+    assert not takes_numbers_not_bools(str) and not takes_numbers_not_bools(int | bool)
+    s = build_scenario(None, {"engine": {"enable_chunked_prefill": False, "max_num_seqs": 8}})
+    assert s.engine.max_num_seqs == 8 and s.engine.policy.enable_chunked_prefill is False

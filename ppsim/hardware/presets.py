@@ -15,9 +15,10 @@ HBM3, 4.0 TB/s, 148 TFLOP/s BF16, 296 FP8 dense), RTX PRO 6000 Blackwell Server 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from ppsim.errors import PPSimError
+from ppsim.typed import Model
 
 # Bounds on custom devices and links: far outside any real part, so that a unit mistake (memory in bytes,
 # bandwidth in bytes/s or a value meant as a divisor) is refused instead of allocating a KV pool of
@@ -31,7 +32,7 @@ MAX_MEMORY_GIB = 4096.0  # 4 TiB
 MAX_LATENCY_US = 1e7  # 10 s
 
 
-class DeviceSpec(BaseModel):
+class DeviceSpec(Model):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
@@ -63,7 +64,7 @@ class DeviceSpec(BaseModel):
         return self.peak_tflops
 
 
-class LinkSpec(BaseModel):
+class LinkSpec(Model):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str

@@ -15,14 +15,13 @@ activation dtype (``torch_dtype``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ppsim.errors import PPSimError
-from ppsim.fileio import read_text, short_repr
+from ppsim.fileio import loads_json, read_text, short_repr
 from ppsim.models.dtypes import (
     KV_BYTES,
     WEIGHT_BYTES,
@@ -368,7 +367,7 @@ def load_hf_config(model: str) -> tuple[dict, str]:
         )
     text = read_text(path, "model")
     try:
-        cfg = json.loads(text)
+        cfg = loads_json(text)
     except (ValueError, RecursionError) as err:  # json.JSONDecodeError is a ValueError
         raise PPSimError(f"model: cannot read {path}: {str(err)[:200]}") from None
     if not isinstance(cfg, dict):
