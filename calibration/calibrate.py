@@ -124,17 +124,21 @@ def stage_spec(r: dict[str, Any]) -> StageSpec:
 
 
 def fit_stage_glue(
-    fits: dict[str, OpFit], meta: dict[str, Any], shape: ModelShape, rows: list[dict[str, Any]], stat: str
+    fits: dict[str, OpFit],
+    meta: dict[str, Any],
+    shape: ModelShape,
+    rows: list[dict[str, Any]],
+    stat: str,
+    relative: bool = False,
 ) -> tuple[dict[str, OpFit], list[dict[str, Any]]]:
     """The glue between the operators and the engine's stage steps, in three least-squares fits on
     (1, tokens, requests): ``layer_glue`` per layer from middle stages (measured minus the operators'
     prediction, over the stage's layers), then ``first_glue`` and ``last_glue`` from first and last
     stages (measured minus the prediction with ``layer_glue``). Returns the fits and per-sample gaps.
 
-    Each fit minimises the stage step's relative error, not its error in seconds: the samples run from
-    a one-token decode (6 ms on the tiny model) to a 512-token prefill (160 ms), and the plain fit let
-    the long steps set the intercept, which put the one-request decode step, the one a light load runs
-    most, 40% above its own sample (docs/calibration.md, "The glue's fit")."""
+    ``relative`` minimises each stage step's relative error instead of its error in seconds (tried on
+    2026-11-30 and not kept: better on the runs it was chosen on, worse on two fresh held-out draws;
+    ``experiments/validation/glue_fit.py``, docs/calibration.md "The glue's fit")."""
     out: dict[str, OpFit] = {}
     gaps: list[dict[str, Any]] = []
     for name, kind in (("layer_glue", "stage_mid"), ("first_glue", "stage_first"), ("last_glue", "stage_last")):
@@ -160,7 +164,7 @@ def fit_stage_glue(
                     "gap_rel": (measured - pred) / measured,
                 }
             )
-        out[name] = _ols_tok_req(name, T, R, y, scale)
+        out[name] = _ols_tok_req(name, T, R, y, scale if relative else None)
     return out, gaps
 
 
@@ -412,13 +416,18 @@ def calibrate(
     return analyse_and_write(rows, shape, meta, out)
 
 
-def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[str, Any], out: str) -> dict[str, Any]:
+def analyse_and_write(
+    rows: list[dict[str, Any]], shape: ModelShape, meta: dict[str, Any], out: str, relative_glue: bool = False
+) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     if any(r["split"] == "stage" for r in rows):
-        glue, gaps = fit_stage_glue(fits, meta, shape, [r for r in rows if r["split"] == "stage"], stat)
-        note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
+        stage_rows = [r for r in rows if r["split"] == "stage"]
+        glue, gaps = fit_stage_glue(fits, meta, shape, stage_rows, stat, relative_glue)
+        note = "OLS of the engine's stage steps minus the operators' prediction (calibration/stage_step.py)"
+        if relative_glue:
+            note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
     else:  # an artifact from before stage steps were timed
         cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
         g, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"], stat)
@@ -460,8 +469,9 @@ def analyse_and_write(rows: list[dict[str, Any]], shape: ModelShape, meta: dict[
     return meta
 
 
-def refit(profile_dir: str) -> dict[str, Any]:
-    """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place."""
+def refit(profile_dir: str, relative_glue: bool = False) -> dict[str, Any]:
+    """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place
+    (``relative_glue``: :func:`fit_stage_glue`'s relative form)."""
     import json
     from pathlib import Path
 
@@ -469,7 +479,7 @@ def refit(profile_dir: str) -> dict[str, Any]:
 
     meta = json.loads((Path(profile_dir) / "meta.json").read_text())
     shape = ModelShape(**meta["model"])
-    return analyse_and_write(read_samples(profile_dir), shape, meta, profile_dir)
+    return analyse_and_write(read_samples(profile_dir), shape, meta, profile_dir, relative_glue)
 
 
 def pct(v: float | None) -> str:
