@@ -17,23 +17,20 @@ TRACE_RUN = [*SIM, "--model", "tiny", "-pp", "2", "--trace", "{d}/t.csv"]
 HEADER = "arrival_s,input_tokens,output_tokens\n"
 
 
+HF_BASE: dict[str, object] = {
+    "hidden_size": 256,
+    "intermediate_size": 704,
+    "num_hidden_layers": 8,
+    "vocab_size": 2048,
+    "num_attention_heads": 8,
+    "torch_dtype": "float32",
+}
+
+
 def _hf(**extra: object) -> Callable[[Path], None]:
     """A tiny Llama ``config.json`` with ``extra`` fields set (``None`` removes one)."""
-    cfg: dict[str, object] = {
-        "hidden_size": 256,
-        "intermediate_size": 704,
-        "num_hidden_layers": 8,
-        "vocab_size": 2048,
-        "num_attention_heads": 8,
-        "torch_dtype": "float32",
-    }
-    cfg.update(extra)
+    cfg = {**HF_BASE, **extra}
     return _files(**{"config.json": json.dumps({k: v for k, v in cfg.items() if v is not None})})
-
-
-_HF_TEXT = json.dumps(
-    {"hidden_size": 256, "intermediate_size": 704, "num_hidden_layers": 8, "vocab_size": 2048, "num_attention_heads": 8}
-)
 
 
 def _toml(text: str) -> Callable[[Path], None]:
@@ -203,6 +200,6 @@ CASES_CONFIG: list[Case] = [
         "hf-duplicate-key",
         HF_MODEL,
         "key 'hidden_size' appears twice",
-        _files(**{"config.json": _HF_TEXT[:-1] + ', "hidden_size": 512}'}),
+        _files(**{"config.json": json.dumps(HF_BASE)[:-1] + ', "hidden_size": 512}'}),
     ),
 ]
