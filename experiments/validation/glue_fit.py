@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import json
 import shutil
 import statistics
@@ -30,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from calibration import calibrate as cal
-from ppsim.config import build_scenario
+from experiments.validation.replay_adjusted import prepared
 from ppsim.cost.base import StageSpec
 from ppsim.cost.profiled import ProfiledCost, read_profile
-from ppsim.deployment import prepare
 from ppsim.models.shape import load_model
 from ppsim.policy.plan import PlanItem, make_plan
 from ppsim.validate.run import replay_with
@@ -87,13 +85,9 @@ def step_errors(
 
 
 def replay_errors(run: Path, profiles: dict[str, Path]) -> dict[str, dict[str, float]]:
-    v = json.loads((run / "validation.json").read_text())
     out = {}
     for way, prof in profiles.items():
-        sc = dict(v["scenario"])
-        sc["cost"] = {**sc["cost"], "profile_dir": str(prof)}
-        prep = prepare(build_scenario(None, sc))
-        prep = dataclasses.replace(prep, num_blocks=int(v["engine_summaries"][0]["kv_num_blocks"]))
+        v, prep = prepared(run, str(prof))
         rows = replay_with(prep, prep.cost, v["engine_summaries"])["rows"]
         out[way] = {r["metric"]: r["error"] for r in rows if r["metric"] in (*METRICS, "pipeline_bubble_fraction")}
     return out

@@ -69,12 +69,21 @@ class WithLive(ScaledCompute):
         return self.inner.idle_time(stage, gap_s)
 
 
+def prepared(d: Path, profile: str | None = None) -> tuple[dict, object]:
+    """A finished run's ``validation.json`` and its scenario prepared as the simulator ran it (the
+    engine's KV pool), with ``profile`` in place of the run's own profile if given."""
+    v = json.loads((d / "validation.json").read_text())
+    sc = dict(v["scenario"])
+    if profile is not None:
+        sc["cost"] = {**sc["cost"], "profile_dir": profile}
+    blocks = int(v["engine_summaries"][0]["kv_num_blocks"])
+    return v, dataclasses.replace(prepare(build_scenario(None, sc)), num_blocks=blocks)
+
+
 def replay(d: Path, draws: int = 0, without_idle: bool = False, with_live: bool = False) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
-    v = json.loads((d / "validation.json").read_text())
-    s = build_scenario(None, v["scenario"])
-    prep = dataclasses.replace(prepare(s), num_blocks=int(v["engine_summaries"][0]["kv_num_blocks"]))
+    v, prep = prepared(d)
     steps = [
         {"measured_s": float(r["measured_s"]), "predicted_s": float(r["predicted_s"])}
         for r in csv.DictReader((d / "step_costs.csv").open())
