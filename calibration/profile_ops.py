@@ -9,6 +9,16 @@ and the real layer; a mixture-of-experts model adds the MoE operators of :mod:`c
 (router and shared experts over tokens, grouped experts over (pairs, distinct experts)). ``split``
 marks samples used for fitting ("fit"), for the stage glue fits ("stage") and for the held-out
 check ("heldout"), which never enter a fit.
+
+Operators with weights (:data:`STACKED_OPS`, ``lm_head``, the MoE operators) and attention (each
+layer its own KV) run on every layer of the profiler's stack in turn and report the time per
+layer: an engine stage reads each layer's weights once per step, so by the next step the caches
+have lost them. Timed on one layer over and
+over, the tiny model's GEMMs ran from the CPU's caches: a 256 x 704 projection of one token took
+19 us there against 88 us cycling through distinct weights, and `dense-1024`'s (1024 x 2816) 225
+against 684 us; at 64 tokens, compute-bound, 4.4 against 4.7 ms (2-vCPU EPYC, one thread). The
+stage glue, linear in tokens and requests, could not absorb a gap that large at one token and gone
+at a hundred, and the decode steps of few requests came out 13-34% short on held-out runs.
 """
 
 from __future__ import annotations
@@ -29,6 +39,12 @@ from ppsim.cost.profiled import REQ_OPS
 from ppsim.cost.profiled import TOKEN_OPS as LAYER_TOKEN_OPS
 
 TOKEN_OPS = (*LAYER_TOKEN_OPS, "embedding")  # timed per token
+STACKED_OPS = ("attn_qkv", "attn_o_proj", "mlp_gate_up", "mlp_down")  # token operators that read weights
+
+
+def _in_turn(fns: list[Callable[[], object]]) -> Callable[[], object]:
+    """One call runs every function once, in order (one operator on each layer of a stack)."""
+    return lambda: [f() for f in fns]
 
 
 @dataclass(frozen=True)
@@ -50,8 +66,11 @@ def _prod(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, int], ...]
 
 # Plan spec: "+"-joined items; "P<chunk>@<prefix>" a prefill chunk, "D<batch>x<ctx>" that many decodes with
 # contexts spread ragged over [ctx/2, 3ctx/2]. Held-out points sit between grid points.
+# Every token count up to 16 (decode steps of few requests): a CPU GEMM handles rows in blocks of 4
+# and the rest on a slower path, so 3 rows cost more than 4 (1024 x 2816 on the project's VM, cycling
+# weights: 1.64 ms at 3 rows, 1.20 ms at 4), which no interpolation between powers of two shows.
 FULL = Grid(
-    tokens=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+    tokens=(*range(1, 17), 20, 24, 28, 32, 64, 128, 256, 512, 1024),
     prefill=_prod((8, 32, 128, 256, 512), (0, 128, 512, 1536)),
     decode=_prod((1, 4, 16, 32, 64), (16, 128, 512, 1536)),
     reqs=(1, 4, 16, 64, 256),
@@ -68,13 +87,13 @@ FULL = Grid(
         "P32@128+D32x512",
         "P512@0",
     ),
-    heldout_tokens=(3, 48, 384, 768),
+    heldout_tokens=(23, 48, 384, 768),
     heldout_prefill=((96, 384), (384, 64), (24, 1024)),
     heldout_decode=((8, 384), (48, 96), (24, 1024)),
     heldout_plans=("D8x384", "D48x128", "P96@0", "P384@256", "P128@0+D24x384", "P64@64+D8x1024"),
 )
 QUICK = Grid(
-    tokens=(1, 8, 32, 128, 512),
+    tokens=(1, 2, 3, 4, 8, 32, 128, 512),
     prefill=_prod((16, 128, 512), (0, 512)),
     decode=_prod((1, 8, 32), (32, 512)),
     reqs=(1, 16, 64),
@@ -128,6 +147,7 @@ class Task:
     plan: str = ""
     seqs: list[Seq] = field(default_factory=list)
     paired: bool = False  # ``make()`` returns a function that measures one sample itself (seconds)
+    layers: int = 1  # ``make()``'s function runs the operator on this many distinct layers in turn
 
 
 class OpProfiler:
@@ -148,7 +168,12 @@ class OpProfiler:
         return torch.randn(*dims, device=self.dev).to(self.L.dt)
 
     def token_fn(self, op: str, T: int) -> Callable[[], object]:
-        L, s = self.L, self.L.s
+        if op in STACKED_OPS:
+            return _in_turn([self._layer_token_fn(layer, op, T) for layer in self.stack])
+        return self._layer_token_fn(self.L, op, T)
+
+    def _layer_token_fn(self, L: Layer, op: str, T: int) -> Callable[[], object]:
+        s = L.s
         x = self._x(T, s.hidden_size)
         pos = torch.arange(T, device=self.dev) % 4096
         fns: dict[str, Callable[[], Callable[[], object]]] = {
@@ -176,8 +201,8 @@ class OpProfiler:
         x = self._x(R, s.hidden_size)
         if op == "final_norm":
             return lambda: L.rms_norm(x, L.ln1)
-        if op == "lm_head":
-            return lambda: L.lm_head(x)
+        if op == "lm_head":  # after a stage's layers streamed through the caches: cold, as STACKED_OPS
+            return _in_turn([lambda layer=layer: layer.lm_head(x) for layer in self.stack])
         if op == "sampling":
             logits = self._x(R, s.vocab_size)
             return lambda: L.sample(logits)
@@ -190,8 +215,8 @@ class OpProfiler:
         s, T = self.L.s, sum(sq.n for sq in seqs)
         q = self._x(T, s.num_heads, s.head_dim)
         k, v = self._x(T, s.num_kv_heads, s.head_dim), self._x(T, s.num_kv_heads, s.head_dim)
-        kv = self.L.kv(seqs)
-        return lambda: self.L.attend(q, k, v, kv)
+        kvs = [layer.kv(seqs) for layer in self.stack]  # each layer its own KV, as in a stage's cache
+        return _in_turn([lambda kv=kv: self.L.attend(q, k, v, kv) for kv in kvs])
 
     # --- the task list -----------------------------------------------------------------------
     def tasks(self, g: Grid) -> list[Task]:
@@ -201,8 +226,9 @@ class OpProfiler:
             ("heldout", g.heldout_tokens, g.heldout_prefill, g.heldout_decode, g.heldout_plans),
         ):
             for op in TOKEN_OPS:
+                n = len(self.stack) if op in STACKED_OPS else 1
                 for T in toks:
-                    out.append(Task(op, split, {"tokens": T}, lambda op=op, T=T: self.token_fn(op, T)))
+                    out.append(Task(op, split, {"tokens": T}, lambda op=op, T=T: self.token_fn(op, T), layers=n))
             for c, p in pre:
                 seqs = [Seq(p, c)]
                 out.append(
@@ -211,17 +237,20 @@ class OpProfiler:
                         split,
                         {"chunk": c, "prefix": p, "tokens": c},
                         lambda seqs=seqs: self.attn_fn(seqs),
+                        layers=len(self.stack),
                     )
                 )
             for b, ctx in dec:
                 seqs = parse_plan(f"D{b}x{ctx}", self.rng) if split == "heldout" else [Seq(ctx - 1, 1)] * b
-                out.append(Task("attn_decode", split, plan_features(seqs), lambda seqs=seqs: self.attn_fn(seqs)))
+                attn = lambda seqs=seqs: self.attn_fn(seqs)  # noqa: E731
+                out.append(Task("attn_decode", split, plan_features(seqs), attn, layers=len(self.stack)))
             for spec in plans:  # held-out: whole-model stages (PP=1), predicted from every fit
                 out.append(self._stage_task("stage_full", spec, split))
             out += self.moe_tasks(split, toks)
         for op in REQ_OPS:
+            n = len(self.stack) if op == "lm_head" else 1
             for R in g.reqs:
-                out.append(Task(op, "fit", {"reqs": R}, lambda op=op, R=R: self.req_fn(op, R)))
+                out.append(Task(op, "fit", {"reqs": R}, lambda op=op, R=R: self.req_fn(op, R), layers=n))
         for spec in g.layer_plans:
             out.extend(self._stage_task(kind, spec, "stage") for kind in ("stage_first", "stage_mid", "stage_last"))
         if self.timer.clock == "thread":  # idle gaps cost nothing on this clock; the step after them does
@@ -249,17 +278,15 @@ class OpProfiler:
         h = self.L.s.hidden_size
         moes = [layer.moe for layer in self.stack]
 
-        def stacked(fns: list[Callable[[], object]]) -> Callable[[], object]:
-            return lambda: [f() for f in fns]
-
         out = [
             Task(
                 op,
                 split,
                 {"tokens": T},
-                lambda op=op, T=T: stacked(
+                lambda op=op, T=T: _in_turn(
                     [moe_fns(m, x)[op] for m, x in zip(moes, [self._x(T, h)] * len(moes), strict=True)]
                 ),
+                layers=len(moes),
             )
             for op in moe_fns(moes[0], self._x(1, h))
             for T in tokens
@@ -270,7 +297,8 @@ class OpProfiler:
                     "moe_experts",
                     split,
                     pt,
-                    lambda pt=pt: stacked([experts_fn(m, self._x(pt["tokens"], h), pt["experts"]) for m in moes]),
+                    lambda pt=pt: _in_turn([experts_fn(m, self._x(pt["tokens"], h), pt["experts"]) for m in moes]),
+                    layers=len(moes),
                 )
             )
         return out
@@ -300,8 +328,8 @@ class OpProfiler:
                     raw[i] += xs
         rows = []
         for t, xs, k in zip(tasks, raw, inner, strict=True):
-            if t.op.startswith("moe_"):  # a stack of layers ran; report per layer (stage steps: per step)
-                xs = [x / len(self.stack) for x in xs]
+            if t.layers > 1:  # a stack of layers ran; report per layer (stage steps: per step)
+                xs = [x / t.layers for x in xs]
             tm = summarize(xs, k)
             rows.append(
                 {
