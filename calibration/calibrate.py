@@ -129,16 +129,18 @@ def fit_stage_glue(
     shape: ModelShape,
     rows: list[dict[str, Any]],
     stat: str,
-    relative: bool = False,
+    relative: bool = True,
 ) -> tuple[dict[str, OpFit], list[dict[str, Any]]]:
     """The glue between the operators and the engine's stage steps, in three least-squares fits on
     (1, tokens, requests): ``layer_glue`` per layer from middle stages (measured minus the operators'
     prediction, over the stage's layers), then ``first_glue`` and ``last_glue`` from first and last
     stages (measured minus the prediction with ``layer_glue``). Returns the fits and per-sample gaps.
 
-    ``relative`` minimises each stage step's relative error instead of its error in seconds (tried on
-    2026-11-30 and not kept: better on the runs it was chosen on, worse on two fresh held-out draws;
-    ``experiments/validation/glue_fit.py``, docs/calibration.md "The glue's fit")."""
+    ``relative`` (the default) minimises each stage step's relative error; ``False`` its error in
+    seconds, which the large prefill steps dominate. Once the operators were timed cold (2026-12-01)
+    the fit in seconds put the small decode steps 13-17% short in-sample (``tiny``) and a held-out
+    draw's decodes 19% short; docs/calibration.md "The glue's fit",
+    ``experiments/validation/glue_fit.py`` compares the two on finished runs."""
     out: dict[str, OpFit] = {}
     gaps: list[dict[str, Any]] = []
     for name, kind in (("layer_glue", "stage_mid"), ("first_glue", "stage_first"), ("last_glue", "stage_last")):
@@ -417,7 +419,7 @@ def calibrate(
 
 
 def analyse_and_write(
-    rows: list[dict[str, Any]], shape: ModelShape, meta: dict[str, Any], out: str, relative_glue: bool = False
+    rows: list[dict[str, Any]], shape: ModelShape, meta: dict[str, Any], out: str, relative_glue: bool = True
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact."""
     stat = meta.get("statistic", "median")
@@ -425,9 +427,9 @@ def analyse_and_write(
     if any(r["split"] == "stage" for r in rows):
         stage_rows = [r for r in rows if r["split"] == "stage"]
         glue, gaps = fit_stage_glue(fits, meta, shape, stage_rows, stat, relative_glue)
-        note = "OLS of the engine's stage steps minus the operators' prediction (calibration/stage_step.py)"
-        if relative_glue:
-            note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
+        note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
+        if not relative_glue:
+            note = "OLS of the engine's stage steps minus the operators' prediction (calibration/stage_step.py)"
     else:  # an artifact from before stage steps were timed
         cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
         g, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"], stat)
@@ -469,9 +471,9 @@ def analyse_and_write(
     return meta
 
 
-def refit(profile_dir: str, relative_glue: bool = False) -> dict[str, Any]:
+def refit(profile_dir: str, relative_glue: bool = True) -> dict[str, Any]:
     """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place
-    (``relative_glue``: :func:`fit_stage_glue`'s relative form)."""
+    (``relative_glue=False``: :func:`fit_stage_glue` in seconds)."""
     import json
     from pathlib import Path
 

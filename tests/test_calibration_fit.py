@@ -68,3 +68,31 @@ def test_form_selection_by_cross_validation():
     tab, s2 = fit_select("h", ("linear_floor", "interp"), "tokens", {"tokens": x}, curved)
     assert tab.form == "interp" and set(s2["cv_median_abs_rel_err_by_form"]) == {"linear_floor", "interp"}
     assert tab.at(64) == pytest.approx(curved[6])
+
+
+def test_a_table_through_every_count_beats_a_line_on_a_saw_tooth():
+    """A CPU GEMM's time saw-tooths with the token count (rows in blocks of 4, the rest on a slower
+    path: 3 rows cost more than 4). Through every count from 1 to 16 the table answers each query with
+    its own sample, so its cross-validation skips those points (a left-out 3 interpolated between 2 and
+    4 is no query the table meets) and the table wins; the straight line misses the tooth."""
+    from calibration.fit import _answered_by_table, fit_select
+
+    x = np.array([*range(1, 17), 20, 24, 28, 32, 64, 128, 256, 512], float)
+    blocks, rest = np.ceil(x / 4), x % 4
+    y = 1e-6 * (30 + 25 * blocks + np.select([rest == 1, rest == 2, rest == 3], [20, 22, 45], 0))
+    answered = _answered_by_table(x)
+    assert answered[:15].all() and not answered[15:].any()  # 1..15; 16 has a query (17-19) beside it
+    fit, stats = fit_select("gate_up", ("linear_floor", "interp"), "tokens", {"tokens": x}, y)
+    assert fit.form == "interp"
+    assert fit.at(3) == pytest.approx(y[2]) and fit.at(3) > fit.at(4)
+    line = OpFit("l", "linear_floor", "tokens", fit_linear_floor(x, y))
+    assert abs(line.at(3) - y[2]) / y[2] > 0.15  # what a line through the tooth predicts at 3 rows
+    assert stats["cv_median_abs_rel_err_by_form"]["interp"] < stats["cv_median_abs_rel_err_by_form"]["linear_floor"]
+
+
+def test_a_sparse_or_fractional_grid_is_cross_validated_whole():
+    from calibration.fit import _answered_by_table
+
+    assert not _answered_by_table(np.array([1, 2, 4, 8, 16], float))[1:].any()
+    assert _answered_by_table(np.array([1, 2, 4, 8, 16], float))[0]  # 1 and 2: no count below 1
+    assert not _answered_by_table(np.array([0.5, 1.5, 2.5], float)).any()
