@@ -16,17 +16,8 @@ import statistics
 from pathlib import Path
 
 from experiments.validation.replay_adjusted import prepared
+from experiments.validation.tables import SHOWN as METRICS
 from ppsim.validate.run import replay_with
-
-METRICS = (
-    "output_throughput",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "mean_tpot_ms",
-    "median_e2el_ms",
-    "p99_e2el_ms",
-    "pipeline_bubble_fraction",
-)
 
 
 def errors(d: Path, profile: str) -> dict[str, float]:
