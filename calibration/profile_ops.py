@@ -13,12 +13,12 @@ check ("heldout"), which never enter a fit.
 Operators with weights (:data:`STACKED_OPS`, ``lm_head``, the MoE operators) and attention (each
 layer its own KV) run on every layer of the profiler's stack in turn and report the time per
 layer: an engine stage reads each layer's weights once per step, so by the next step the caches
-have lost them. Timed on one layer over and
-over, the tiny model's GEMMs ran from the CPU's caches: a 256 x 704 projection of one token took
-19 us there against 88 us cycling through distinct weights, and `dense-1024`'s (1024 x 2816) 225
-against 684 us; at 64 tokens, compute-bound, 4.4 against 4.7 ms (2-vCPU EPYC, one thread). The
-stage glue, linear in tokens and requests, could not absorb a gap that large at one token and gone
-at a hundred, and the decode steps of few requests came out 13-34% short on held-out runs.
+have lost them. Timed on one layer over and over, the GEMMs ran from the CPU's caches: a 256 x 704
+projection of one token (tiny) took 19 us there against 88 us cycling through distinct weights,
+1024 x 2816 (dense-1024) 225 against 684 us; at 64 tokens, compute-bound, 4.4 against 4.7 ms (2-vCPU
+EPYC, one thread, ``benchmarks/bench_gemm_cache.py``). The stage glue, linear in tokens and
+requests, could not absorb a gap that large at one token and gone at a hundred: dense-1024's decode
+steps of few requests came out 13-34% short on held-out runs.
 """
 
 from __future__ import annotations
