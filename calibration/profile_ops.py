@@ -18,7 +18,7 @@ projection of one token (tiny) took 19 us there against 88 us cycling through di
 1024 x 2816 (dense-1024) 225 against 684 us; at 64 tokens, compute-bound, 4.4 against 4.7 ms (2-vCPU
 EPYC, one thread, ``benchmarks/bench_gemm_cache.py``). The stage glue, linear in tokens and
 requests, could not absorb a gap that large at one token and gone at a hundred: dense-1024's decode
-steps of few requests came out 13-34% short on held-out runs.
+steps of few requests came out 5-34% short on held-out runs.
 """
 
 from __future__ import annotations
