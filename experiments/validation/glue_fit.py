@@ -8,7 +8,9 @@ under ``--work``; the engine runs take no part in either fit). Per way, it print
 - the step-level error: every engine stage compute of the runs (``step_costs.csv``) against the
   prediction with that way's glue. The glue depends only on the stage and the step's token and
   request counts, so the recorded prediction is moved by each way's glue minus the glue of the
-  profile as it was (``--profile``'s own ``fits.json``, what the runs were predicted with); runs recorded
+  profile as it was (``--profile``'s own ``fits.json``, what the runs were predicted with; the
+  operators refitted by the current code must be the profile's own, so for a profile calibrated before
+  the operators' fitting last changed, 2026-12-01, trust the replay below, not this); runs recorded
   while the simulator charged the profile's ``live_stage`` factor (2026-11-30, until commit 421d23a:
   held-out seeds 21-24, dense-1024 seed 21, the MoE runs of that day) need ``--recorded-with-live``
   to take it off first (the stage time for that is taken on a plan rebuilt from the row's counts);
@@ -31,13 +33,13 @@ from typing import Any
 
 from calibration import calibrate as cal
 from experiments.validation.replay_adjusted import prepared
+from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
 from ppsim.cost.base import StageSpec
 from ppsim.cost.profiled import ProfiledCost, read_profile
 from ppsim.models.shape import load_model
 from ppsim.policy.plan import PlanItem, make_plan
 from ppsim.validate.run import replay_with
 
-METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_e2el_ms", "p99_e2el_ms")
 WAYS = ("seconds", "relative")
 GLUES = ("layer_glue", "first_glue", "last_glue")
 

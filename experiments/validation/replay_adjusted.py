@@ -31,12 +31,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
 from ppsim.config import build_scenario
 from ppsim.cost.scaled import ScaledCompute
 from ppsim.deployment import prepare
 from ppsim.validate.run import jittered, replay_with, speed_adjusted
-
-METRICS = ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_e2el_ms", "p99_e2el_ms")
 
 
 class WithoutIdle(ScaledCompute):
