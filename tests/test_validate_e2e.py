@@ -60,6 +60,13 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     assert 0.0 <= v["step_cost"]["preempted_share"] <= 1.0
     assert [r["metric"] for r in adj["rows"]] == [r["metric"] for r in v["rows"]]
     assert "speed-adjusted replay (the engine's stages ran x" in r.stdout
+    # part 6: each stage's span split the same way on both sides, and the hand-over on a free receiver
+    path = v["path"]
+    assert set(path["stages"]) == {"0", "1"} and set(path["handover"]) == {"0->1"}
+    for side in ("engine", "sim"):
+        st = path["stages"]["0"][side]
+        assert st["busy_s"] + st["idle_others_s"] + st["idle_pipeline_s"] == pytest.approx(st["span_s"], abs=1e-9)
+    assert "where each stage's time went" in r.stdout and "hand-over 0->1 on a free receiver" in r.stdout
     assert (out / "latency_cdf.png").stat().st_size > 1000
     trace = json.loads((out / "trace_combined.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}

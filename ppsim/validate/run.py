@@ -30,6 +30,7 @@ from ppsim.report.dashboard import drawn_dashboards, series_files
 from ppsim.sim.executor import simulate
 from ppsim.validate.compare import compare_summaries, per_request_errors, verdict
 from ppsim.validate.host import HostGuard, host_line
+from ppsim.validate.path import format_path, summarize_path
 from ppsim.validate.report import format_table, validation_files
 from ppsim.validate.steps import format_steps, step_costs, summarize_steps
 
@@ -131,6 +132,7 @@ def validate(
         "rows": [r.to_dict() for r in rows],
         "speed_adjusted": speed_adjusted(prep, steps, [r.summary for r in runs]),
         "per_request": per_request_errors([r.requests for r in runs], res.requests),
+        "path": summarize_path([r.ops for r in runs], res.ops),
         "verdict": verdict(rows),
         "host": host.to_dict(),
         "engine_cpu": usage,
@@ -218,6 +220,8 @@ def format_report(payload: dict[str, Any]) -> str:
             f"prediction: the scheduling and path alone): median |error| {adj['verdict']['median_abs_error']:.1%}, "
             + ", ".join(f"{r['metric']} {r['error']:+.1%}" for r in adj["rows"] if r["metric"] in ADJUSTED_SHOWN)
         )
+    if payload.get("path"):
+        lines.append(format_path(payload["path"]))
     if "host" in payload:
         lines.append(host_line(payload["host"]))
     return "\n".join(lines)

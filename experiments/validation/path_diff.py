@@ -1,0 +1,74 @@
+"""Where each stage's time went, engine against simulator, for finished ``ppsim validate`` dirs.
+
+``ppsim validate`` prints this as part 6 of its report (:mod:`ppsim.validate.path`); this script
+recomputes it from the dirs' ``engine-N/stage_ops.csv`` and ``sim/stage_ops.csv`` (dirs written before
+the part existed, or the runs of ``experiments/validation/run.py``), one table per dir, then per dir
+the seconds by which the engine's span exceeds the simulator's and how they split: compute, idle
+beside other stages, idle pipeline (at light load the spans are set by the arrivals and nearly equal,
+while the engine's extra compute shows as less idle time).
+
+Run: python experiments/validation/path_diff.py DIR [...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+from ppsim.metrics.records import OpRecord
+from ppsim.validate.path import SPLIT, format_path, summarize_path
+
+
+def read_ops(path: Path) -> list[OpRecord]:
+    """The stage computes and sends of one ``stage_ops.csv``."""
+    with path.open(newline="") as f:
+        return [
+            OpRecord(
+                r["track"],
+                r["kind"],
+                int(r["step_id"]),
+                float(r["start_s"]),
+                float(r["end_s"]),
+                int(r["num_tokens"]),
+                int(r["num_reqs"]),
+            )
+            for r in csv.DictReader(f)
+        ]
+
+
+def path_of(d: Path) -> dict:
+    engine = [read_ops(p) for p in sorted(d.glob("engine-*/stage_ops.csv"))]
+    sim = d / "sim" / "stage_ops.csv"
+    if not engine or not sim.is_file():
+        raise SystemExit(f"{d}: no engine-N/stage_ops.csv or sim/stage_ops.csv; pass a ppsim validate output dir")
+    return summarize_path(engine, read_ops(sim))
+
+
+def differences(p: dict) -> str:
+    """Per stage: engine span - simulator span, and the same difference of each part, seconds."""
+    out = []
+    for s, d in p.get("stages", {}).items():
+        e, m = d["engine"], d["sim"]
+        parts = " / ".join(f"{e[k] - m[k]:+.3f}" for k in SPLIT)
+        out.append(f"stage {s} {e['span_s'] - m['span_s']:+.3f} s ({parts})")
+    return "; ".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dirs", nargs="+", type=Path, help="ppsim validate output dirs")
+    args = ap.parse_args(argv)
+    summary = []
+    for d in args.dirs:
+        p = path_of(d)
+        print(f"## {d.name}\n{format_path(p)}\n")
+        summary.append(f"{d.name}: {differences(p)}")
+    print("engine span - simulator span, s (busy / idle beside other stages / idle pipeline):")
+    print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

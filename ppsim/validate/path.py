@@ -1,0 +1,168 @@
+"""Where each stage's time went, engine against simulator: computes, idle beside other stages, idle pipeline.
+
+The step-level error (:mod:`ppsim.validate.steps`) judges the cost of each compute; this judges the
+rest of a stage's wall clock. Over one run, a stage's span (its first compute's start to its last
+compute's end) splits exactly into
+
+- ``busy_s``: the sum of its computes,
+- ``idle_others_s``: idle while at least one other stage computes (waiting for its input or for the
+  step after a hand-over),
+- ``idle_pipeline_s``: idle while no stage computes (the engine core's path, transfers, the sampled
+  tokens' return, and gaps with no request in the system),
+
+so the engine's span minus the simulator's is the sum of the three differences: more computes or
+slower ones, against a longer path. The **hand-over** is the one path latency that needs no model of
+the policy: stage k's compute of a step ending, to stage k + 1's compute of the same step starting,
+counted only where stage k + 1 computed nothing in between (it was free: no queueing in the figure).
+Its median and mean (the mean carries the tail: a pipeline's cycle adds means) check the link and
+hand-over calibration on the run's own transfers.
+
+Pure functions of :class:`OpRecord` lists; the engine's figures are the mean over its repeats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ppsim.metrics.records import OpRecord
+
+SPLIT = ("busy_s", "idle_others_s", "idle_pipeline_s")
+LABELS = {"busy_s": "computes", "idle_others_s": "idle while others compute", "idle_pipeline_s": "idle pipeline"}
+
+
+def _computes(ops: Sequence[OpRecord]) -> dict[int, list[tuple[float, float, int]]]:
+    """Stage -> its computes as (start, end, step id), by start."""
+    out: dict[int, list[tuple[float, float, int]]] = {}
+    for op in ops:
+        if op.kind == "compute" and op.track.startswith("stage"):
+            out.setdefault(int(op.track[len("stage") :]), []).append((op.start_s, op.end_s, op.step_id))
+    return {s: sorted(v) for s, v in out.items()}
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _covered(a: float, b: float, union: list[tuple[float, float]]) -> float:
+    """Seconds of [a, b) inside the (merged, sorted) intervals."""
+    i = int(np.searchsorted([x for x, _ in union], a, side="right")) - 1
+    tot = 0.0
+    for x, y in union[max(i, 0) :]:
+        if x >= b:
+            break
+        tot += max(0.0, min(b, y) - max(a, x))
+    return tot
+
+
+def stage_split(ops: Sequence[OpRecord]) -> dict[int, dict[str, float]]:
+    """Per stage of one run: computes, span_s and its split into busy, idle beside others, idle pipeline."""
+    comps = _computes(ops)
+    out = {}
+    for s, mine in comps.items():
+        others = _union([(a, b) for t, v in comps.items() if t != s for a, b, _ in v])
+        busy = sum(b - a for a, b, _ in mine)
+        gaps = [(mine[k][1], mine[k + 1][0]) for k in range(len(mine) - 1) if mine[k + 1][0] > mine[k][1]]
+        beside = sum(_covered(a, b, others) for a, b in gaps)
+        span = mine[-1][1] - mine[0][0]
+        out[s] = {
+            "computes": float(len(mine)),
+            "span_s": span,
+            "busy_s": busy,
+            "idle_others_s": beside,
+            "idle_pipeline_s": span - busy - beside,
+        }
+    return out
+
+
+def handovers(ops: Sequence[OpRecord]) -> dict[int, list[float]]:
+    """Link k (stage k -> k + 1) -> the hand-over seconds of every step whose receiver was free."""
+    comps = _computes(ops)
+    out: dict[int, list[float]] = {}
+    for k in sorted(comps):
+        nxt = comps.get(k + 1)
+        if not nxt:
+            continue
+        at = {sid: (a, i) for i, (a, _, sid) in enumerate(nxt)}
+        lat = []
+        for _, end, sid in comps[k]:
+            if sid not in at:
+                continue
+            start, i = at[sid]
+            if start >= end and (i == 0 or nxt[i - 1][1] <= end):  # free from the sender's end on
+                lat.append(start - end)
+        out[k] = lat
+    return out
+
+
+def _latency(xs: list[float]) -> dict[str, float] | None:
+    if not xs:
+        return None
+    return {"n": float(len(xs)), "median_ms": float(np.median(xs) * 1e3), "mean_ms": float(np.mean(xs) * 1e3)}
+
+
+def summarize_path(engine_runs: Sequence[Sequence[OpRecord]], sim: Sequence[OpRecord]) -> dict[str, Any]:
+    """Per stage the split of the engine (mean over its runs) and of the simulator; per link the
+    hand-over on a free receiver (engine runs pooled). Empty when either side has no compute."""
+    eng = [stage_split(r) for r in engine_runs]
+    sim_split = stage_split(sim)
+    if not sim_split or not any(eng):
+        return {}
+    stages: dict[str, Any] = {}
+    for s in sorted(sim_split):
+        runs = [e[s] for e in eng if s in e]
+        if runs:
+            mean = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+            stages[str(s)] = {"engine": mean, "sim": sim_split[s]}
+    links: dict[str, Any] = {}
+    sim_h = handovers(sim)
+    eng_h: dict[int, list[float]] = {}
+    for r in engine_runs:
+        for k, v in handovers(r).items():
+            eng_h.setdefault(k, []).extend(v)
+    for k in sorted(set(sim_h) | set(eng_h)):
+        links[f"{k}->{k + 1}"] = {"engine": _latency(eng_h.get(k, [])), "sim": _latency(sim_h.get(k, []))}
+    return {"stages": stages, "handover": links}
+
+
+def format_path(p: dict[str, Any]) -> str:
+    """The table of part 6 of the report, one line per stage, then one per link's hand-over."""
+    if not p:
+        return "where the time went: no stage computes to compare"
+    head = (
+        f"{'stage':<7}{'computes':>15}{'mean compute':>18}{'busy s':>15}{'idle beside others':>19}"
+        f"{'idle pipeline':>17}{'span s':>15}"
+    )
+    title = " where each stage's time went (engine mean over runs / simulator) "
+    lines = [f"{title:=^{len(head)}}", head]
+    lines.append("-" * len(head))
+    for s, d in p["stages"].items():
+        e, m = d["engine"], d["sim"]
+        mean_e = e["busy_s"] / e["computes"] * 1e3 if e["computes"] else 0.0
+        mean_m = m["busy_s"] / m["computes"] * 1e3 if m["computes"] else 0.0
+        lines.append(
+            f"{s:<7}{e['computes']:>7.0f} /{m['computes']:>6.0f}{mean_e:>8.2f} /{mean_m:>6.2f}ms"
+            f"{e['busy_s']:>7.2f} /{m['busy_s']:>6.2f}{e['idle_others_s']:>11.2f} /{m['idle_others_s']:>6.2f}"
+            f"{e['idle_pipeline_s']:>9.2f} /{m['idle_pipeline_s']:>6.2f}{e['span_s']:>7.2f} /{m['span_s']:>6.2f}"
+        )
+    lines.append("=" * len(head))
+    for s, d in p["stages"].items():
+        e, m = d["engine"], d["sim"]
+        parts = ", ".join(f"{LABELS[k]} {e[k] - m[k]:+.3f} s" for k in SPLIT)
+        lines.append(f"stage {s}: engine span - simulator span {e['span_s'] - m['span_s']:+.3f} s = {parts}")
+    for k, d in p["handover"].items():
+        e, m = d["engine"], d["sim"]
+        if e and m:
+            lines.append(
+                f"hand-over {k} on a free receiver: engine median {e['median_ms']:.3f} ms, mean {e['mean_ms']:.3f} ms "
+                f"({e['n']:.0f}); simulator {m['median_ms']:.3f} / {m['mean_ms']:.3f} ms ({m['n']:.0f})"
+            )
+    return "\n".join(lines)
