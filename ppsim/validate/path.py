@@ -52,11 +52,10 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return merged
 
 
-def _covered(a: float, b: float, union: list[tuple[float, float]]) -> float:
-    """Seconds of [a, b) inside the (merged, sorted) intervals."""
-    i = int(np.searchsorted([x for x, _ in union], a, side="right")) - 1
+def _covered(a: float, b: float, union: list[tuple[float, float]], starts: np.ndarray) -> float:
+    """Seconds of [a, b) inside the (merged, sorted) intervals; ``starts`` their start times."""
     tot = 0.0
-    for x, y in union[max(i, 0) :]:
+    for x, y in union[max(int(np.searchsorted(starts, a, side="right")) - 1, 0) :]:
         if x >= b:
             break
         tot += max(0.0, min(b, y) - max(a, x))
@@ -69,9 +68,10 @@ def stage_split(ops: Sequence[OpRecord]) -> dict[int, dict[str, float]]:
     out = {}
     for s, mine in comps.items():
         others = _union([(a, b) for t, v in comps.items() if t != s for a, b, _ in v])
+        starts = np.array([a for a, _ in others])
         busy = sum(b - a for a, b, _ in mine)
         gaps = [(mine[k][1], mine[k + 1][0]) for k in range(len(mine) - 1) if mine[k + 1][0] > mine[k][1]]
-        beside = sum(_covered(a, b, others) for a, b in gaps)
+        beside = sum(_covered(a, b, others, starts) for a, b in gaps)
         span = mine[-1][1] - mine[0][0]
         out[s] = {
             "computes": float(len(mine)),
