@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from ppsim.validate.path import handover_steps
+
 LIVE_RUNS = 3  # live runs per pipeline depth whose stage computes are timed alone too (calibrate.fit_live)
 WORKLOAD = {
     "num_prompts": 32,
@@ -105,26 +107,14 @@ def step_paths(ops: list[Any]) -> dict[str, list[tuple[int, float]]]:
 
 def handoffs(ops: list[Any]) -> list[tuple[int, float]]:
     """``[(bytes, seconds)]``: each stage-to-stage send's sender compute end -> receiver compute start,
-    where the receiver had finished its previous step before the sender finished (it was waiting)."""
-    comp: dict[str, dict[int, Any]] = defaultdict(dict)
-    for o in ops:
-        if o.kind == "compute":
-            comp[o.track][o.step_id] = o
-    prev_end: dict[tuple[str, int], float] = {}
-    for track, steps in comp.items():
-        order = sorted(steps.values(), key=lambda o: o.start_s)
-        for a, b in zip(order, order[1:], strict=False):
-            prev_end[(track, b.step_id)] = a.end_s
-    out = []
-    for o in ops:
-        if o.kind != "send" or not o.track.startswith("link") or "->" not in o.track:
-            continue
-        src, dst = (f"stage{k}" for k in o.track[4:].split("->"))
-        a, b = comp[src].get(o.step_id), comp[dst].get(o.step_id)
-        if a is None or b is None or prev_end.get((dst, o.step_id), -1.0) > a.end_s:
-            continue
-        out.append((int(o.nbytes), b.start_s - a.end_s))
-    return out
+    where the receiver had finished its previous step before the sender finished (it was waiting):
+    :func:`ppsim.validate.path.handover_steps`, with the payload of the step's send."""
+    sent = {
+        (int(o.track[4:].split("->")[0]), o.step_id): o.nbytes
+        for o in ops
+        if o.kind == "send" and o.track.startswith("link") and "->" in o.track
+    }
+    return [(int(sent[(k, sid)]), s) for k, sid, s in handover_steps(ops) if (k, sid) in sent]
 
 
 def live_steps(run: Any) -> list[dict[str, Any]]:

@@ -13,29 +13,11 @@ Run: python experiments/validation/path_diff.py DIR [...]
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
-from ppsim.metrics.records import OpRecord
+from experiments.validation.control_path import read_ops
 from ppsim.validate.path import SPLIT, format_path, summarize_path
-
-
-def read_ops(path: Path) -> list[OpRecord]:
-    """The stage computes and sends of one ``stage_ops.csv``."""
-    with path.open(newline="") as f:
-        return [
-            OpRecord(
-                r["track"],
-                r["kind"],
-                int(r["step_id"]),
-                float(r["start_s"]),
-                float(r["end_s"]),
-                int(r["num_tokens"]),
-                int(r["num_reqs"]),
-            )
-            for r in csv.DictReader(f)
-        ]
 
 
 def path_of(d: Path) -> dict:

@@ -83,23 +83,31 @@ def stage_split(ops: Sequence[OpRecord]) -> dict[int, dict[str, float]]:
     return out
 
 
-def handovers(ops: Sequence[OpRecord]) -> dict[int, list[float]]:
-    """Link k (stage k -> k + 1) -> the hand-over seconds of every step whose receiver was free."""
+def handover_steps(ops: Sequence[OpRecord]) -> list[tuple[int, int, float]]:
+    """(link k, step id, seconds) of every hand-over on a free receiver: stage k's compute of the step
+    ending -> stage k + 1's compute of it starting, where stage k + 1 had finished its previous compute
+    by then (it was waiting, so the gap is the path, not a queue)."""
     comps = _computes(ops)
-    out: dict[int, list[float]] = {}
+    out = []
     for k in sorted(comps):
         nxt = comps.get(k + 1)
         if not nxt:
             continue
         at = {sid: (a, i) for i, (a, _, sid) in enumerate(nxt)}
-        lat = []
         for _, end, sid in comps[k]:
-            if sid not in at:
-                continue
-            start, i = at[sid]
-            if start >= end and (i == 0 or nxt[i - 1][1] <= end):  # free from the sender's end on
-                lat.append(start - end)
-        out[k] = lat
+            if sid in at:
+                start, i = at[sid]
+                if start >= end and (i == 0 or nxt[i - 1][1] <= end):
+                    out.append((k, sid, start - end))
+    return out
+
+
+def handovers(ops: Sequence[OpRecord]) -> dict[int, list[float]]:
+    """Link k (stage k -> k + 1) -> the hand-over seconds of every step whose receiver was free."""
+    stages = _computes(ops)
+    out: dict[int, list[float]] = {k: [] for k in stages if k + 1 in stages}
+    for k, _, s in handover_steps(ops):
+        out[k].append(s)
     return out
 
 
