@@ -31,7 +31,7 @@ from engine.checkpoint import check_checkpoint, has_checkpoint
 from engine.executor import EngineExecutor, EngineResult, data_path
 from engine.kvcache import PagedKVCache
 from engine.launcher import StageFault, StageGroup, init_method
-from engine.transport import DataPath
+from engine.transport import DataPath, switch_interval
 from engine.worker import StageConfig
 from ppsim.config import Scenario, scenario_json
 from ppsim.deployment import Prepared, kv_figures, prepare
@@ -264,7 +264,7 @@ def run_engine(
     cfgs = _fault_plan(opts, stage_configs(prep, opts))
     prompts = make_prompts(prep.requests, prep.shape.vocab_size, s.seed)
     t_spawn = time.perf_counter()
-    with StageGroup(cfgs) as group:
+    with StageGroup(cfgs) as group, switch_interval():  # the core's feeder threads (engine/transport.py)
         ready = group.wait_ready(opts.startup_timeout_s)
         offsets = _clock_offsets(ready, t_spawn, time.perf_counter())
         warm = [ready[r][1] for r in sorted(ready)]

@@ -21,6 +21,7 @@ import os
 import queue
 import resource
 import signal
+import sys
 import time
 import traceback
 from collections import deque
@@ -36,7 +37,17 @@ from engine.datapath import RingForwarder, RingSender, TokenBroadcast
 from engine.kvcache import PagedKVCache, set_attention_backends
 from engine.model import StageModel, build_stage, torch_dtype
 from engine.step import forward_step
-from engine.transport import DataPath, Flush, SampledMsg, StageLink, StageTimes, StepItem, StepMsg, Stop
+from engine.transport import (
+    SWITCH_INTERVAL_S,
+    DataPath,
+    Flush,
+    SampledMsg,
+    StageLink,
+    StageTimes,
+    StepItem,
+    StepMsg,
+    Stop,
+)
 from ppsim.models.shape import ModelShape
 
 PREPOST = 4  # receives posted ahead of the current micro-batch
@@ -326,6 +337,7 @@ def _startup_fault(cfg: StageConfig) -> None:
 def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
     """Entry point of a stage process (``torch.multiprocessing`` spawn target)."""
     _die_with_parent()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # the result queue's feeder thread (engine/transport.py)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(cfg.threads)
     try:

@@ -76,9 +76,35 @@ def test_pp2_matches_reference_and_simulator_schema(tmp_path):
     assert {int(k): v for k, v in tokens.items()} == reference(s)
 
 
-def test_pp1_matches_reference():
+def test_pp1_matches_reference(monkeypatch):
+    """Also: the engine core ran at the engine's thread switch interval and gave the caller's back."""
+    import sys
+
+    import engine.run as er
+    from engine.transport import SWITCH_INTERVAL_S, switch_interval
+
+    seen, before = [], sys.getswitchinterval()
+
+    def spy(seconds=SWITCH_INTERVAL_S):
+        seen.append(seconds)
+        return switch_interval(seconds)
+
+    monkeypatch.setattr(er, "switch_interval", spy)
     s = scenario(pp=1, policy="vllm-sync")
     check_run(run_engine(s), s)
+    assert seen == [SWITCH_INTERVAL_S] and sys.getswitchinterval() == before
+
+
+def test_switch_interval_is_restored_even_on_error():
+    import sys
+
+    from engine.transport import switch_interval
+
+    before = sys.getswitchinterval()
+    with pytest.raises(RuntimeError), switch_interval(0.0003):
+        assert sys.getswitchinterval() == pytest.approx(0.0003)
+        raise RuntimeError("a fault inside the run")
+    assert sys.getswitchinterval() == before
 
 
 @pytest.mark.parametrize(
