@@ -5,7 +5,8 @@ simulator; this backend supplies wall-clock time and the stage processes:
 
 * ``Cpu``: nothing to wait (real CPU time passes inside the generator; it is recorded on the "core" track).
 * ``Launch(plan)``: one :class:`StepMsg` per stage with the plan's items and their block tables
-  (``pool.block_table``); token ids to the first stage only. Non-blocking. Empty plans are done at once.
+  (``pool.block_table``; a request cancelled since the schedule runs on the scratch block,
+  :func:`block_table_for`); token ids to the first stage only. Non-blocking. Empty plans are done at once.
 * ``Await(plan)``: block until the last stage's sampled tokens for ``plan`` arrive, watching for
   stage faults and for no progress within ``stage_timeout_s``.
 * ``Poll(plan)``: drain arrived results without blocking; reply whether ``plan`` is back.
@@ -36,9 +37,21 @@ from ppsim.metrics.ledger import Ledger
 from ppsim.metrics.records import OpRecord, RequestRecord
 from ppsim.metrics.series import SeriesRecorder
 from ppsim.policy.actions import Cpu
+from ppsim.policy.kv import BlockPool
 from ppsim.policy.pipelines import build_core, pipe_options
-from ppsim.policy.plan import StepPlan
+from ppsim.policy.plan import PlanItem, StepPlan
 from ppsim.policy.requests import TokenOutput
+
+
+def block_table_for(pool: BlockPool, it: PlanItem, live: bool, scratch_block: int) -> tuple[int, ...]:
+    """The block table the stages get for ``it``: its request's own, or, for a request cancelled
+    between the plan's schedule and its launch (the driver takes the client's cancellations before
+    every action, so its blocks are already freed), the scratch block for its whole context. The
+    stages run its tokens anyway, as the simulator charges them and as vLLM runs a batch whose request
+    was aborted after it was scheduled; their keys and values go to a block no request holds."""
+    if live:
+        return tuple(pool.block_table(it.req_id))
+    return (scratch_block,) * pool.blocks_for(it.start + it.num_tokens)
 
 
 def data_path(prep: Prepared) -> DataPath:
@@ -93,6 +106,7 @@ class EngineExecutor:
         self.offsets = clock_offsets  # add to a stage's perf_counter reading to get this process's
         self.num_stages = len(prep.topology.stages)
         self.pool = prep.block_pool()
+        self.scratch_block = prep.num_blocks  # the stages' caches hold one block beyond the pool's (stage_configs)
         core = build_core(prep.knobs(), self.pool)
         self.scheduler = core.scheduler
         self.ledger = Ledger(prep.requests, keep_tokens=True)
@@ -231,10 +245,10 @@ class EngineExecutor:
             return
         now = self.now()
         items, ids, holes = [], [], []
+        live, pool, scratch = self.driver.live, self.pool, self.scratch_block
         for it in plan.items:
-            items.append(
-                StepItem(it.req_id, it.start, it.num_tokens, it.samples, tuple(self.pool.block_table(it.req_id)))
-            )
+            table = block_table_for(pool, it, it.req_id in live, scratch)
+            items.append(StepItem(it.req_id, it.start, it.num_tokens, it.samples, table))
             seq = self.prompts[it.req_id] + self.tokens[it.req_id]
             for pos in range(it.start, it.start + it.num_tokens):
                 if pos >= len(seq):  # async scheduling: sampled by an earlier step, maybe still in flight

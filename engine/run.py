@@ -172,7 +172,7 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
             shape,
             st.start_layer,
             st.end_layer,
-            prep.num_blocks,
+            prep.num_blocks + 1,  # + the scratch block (engine/executor.py block_table_for)
             s.engine.block_size,
             s.seed,
             ckpt,

@@ -150,3 +150,50 @@ def test_aborts_free_kv_on_every_stage():
     prompts = make_prompts(reqs, 2048, s.seed)
     assert run.result.tokens[2] == reference_generate(full, prompts[2], 5)
     assert run.result.tokens[0] == reference_generate(full, prompts[0], 3)
+
+
+def test_cancel_between_schedule_and_launch_runs_on_the_scratch_block(monkeypatch):
+    """The driver takes the client's cancellations before every action, so one can land between a
+    plan's schedule and its launch, after its blocks were freed (a held-out draw, seed 34, died on it:
+    "block table holds 0 tokens"). Forced here at the launch of request 1's second prefill chunk: the
+    stages run the chunk on the scratch block, the request ends cancelled, the others match the reference."""
+    from engine.executor import EngineExecutor
+
+    launch, hit = EngineExecutor.launch, []
+
+    def cancel_first(self, plan):
+        if not hit and any(it.req_id == 1 and it.start > 0 for it in plan.items):
+            hit.append(plan.step_id)
+            self.driver.abort(1, self.now())  # as _before_action's client pump would
+        launch(self, plan)
+
+    monkeypatch.setattr(EngineExecutor, "launch", cancel_first)
+    s = scenario()
+    reqs = [Request(0, 0.0, 30, 6), Request(1, 0.0, 200, 4), Request(2, 0.0, 25, 5)]
+    run = run_engine(s, options=EngineOptions(kv_num_blocks=64), requests=reqs)
+    assert hit, "request 1's second chunk was never launched"
+    assert {r.req_id: r.status for r in run.requests} == {0: "finished", 1: "aborted", 2: "finished"}
+    assert run.info["kv_blocks_used_at_end"] == 0
+    full = build_stage(prepare(s).shape, 0, 8, True, True, s.seed, torch.float32)
+    prompts = make_prompts(reqs, 2048, s.seed)
+    assert run.result.tokens[0] == reference_generate(full, prompts[0], 6)
+    assert run.result.tokens[2] == reference_generate(full, prompts[2], 5)
+
+
+def test_block_table_for_a_cancelled_request_covers_its_context_on_the_scratch_block():
+    from engine.executor import block_table_for
+    from engine.kvcache import build_batch
+    from engine.transport import StepItem
+    from ppsim.policy.kv import BlockPool
+    from ppsim.policy.plan import PlanItem
+
+    pool = BlockPool(num_blocks=8, block_size=16)
+    assert pool.allocate(7, 40)
+    it = PlanItem(7, 32, 8, True, True)
+    own = block_table_for(pool, it, True, scratch_block=8)
+    assert len(own) == 3 and 8 not in own
+    pool.free(7)
+    table = block_table_for(pool, it, False, scratch_block=8)
+    assert table == (8, 8, 8)
+    batch = build_batch((StepItem(7, 32, 8, True, table),), block_size=16)
+    assert batch.num_tokens == 8 and int(batch.slots.min()) >= 8 * 16 and int(batch.slots.max()) < 9 * 16
