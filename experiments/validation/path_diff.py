@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from experiments.validation.control_path import read_ops
-from ppsim.validate.path import SPLIT, format_path, summarize_path
+from ppsim.validate.path import SPLIT, format_path, span_differences, summarize_path
 
 
 def path_of(d: Path) -> dict:
@@ -30,12 +30,10 @@ def path_of(d: Path) -> dict:
 
 def differences(p: dict) -> str:
     """Per stage: engine span - simulator span, and the same difference of each part, seconds."""
-    out = []
-    for s, d in p.get("stages", {}).items():
-        e, m = d["engine"], d["sim"]
-        parts = " / ".join(f"{e[k] - m[k]:+.3f}" for k in SPLIT)
-        out.append(f"stage {s} {e['span_s'] - m['span_s']:+.3f} s ({parts})")
-    return "; ".join(out)
+    return "; ".join(
+        f"stage {s} {d['span_s']:+.3f} s ({' / '.join(f'{d[k]:+.3f}' for k in SPLIT)})"
+        for s, d in span_differences(p).items()
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

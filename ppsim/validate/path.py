@@ -87,7 +87,10 @@ def handover_steps(ops: Sequence[OpRecord]) -> list[tuple[int, int, float]]:
     """(link k, step id, seconds) of every hand-over on a free receiver: stage k's compute of the step
     ending -> stage k + 1's compute of it starting, where stage k + 1 had finished its previous compute
     by then (it was waiting, so the gap is the path, not a queue)."""
-    comps = _computes(ops)
+    return _handover_steps(_computes(ops))
+
+
+def _handover_steps(comps: dict[int, list[tuple[float, float, int]]]) -> list[tuple[int, int, float]]:
     out = []
     for k in sorted(comps):
         nxt = comps.get(k + 1)
@@ -106,7 +109,7 @@ def handovers(ops: Sequence[OpRecord]) -> dict[int, list[float]]:
     """Link k (stage k -> k + 1) -> the hand-over seconds of every step whose receiver was free."""
     stages = _computes(ops)
     out: dict[int, list[float]] = {k: [] for k in stages if k + 1 in stages}
-    for k, _, s in handover_steps(ops):
+    for k, _, s in _handover_steps(stages):
         out[k].append(s)
     return out
 
@@ -141,6 +144,11 @@ def summarize_path(engine_runs: Sequence[Sequence[OpRecord]], sim: Sequence[OpRe
     return {"stages": stages, "handover": links}
 
 
+def span_differences(p: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per stage: engine minus simulator of its span (``span_s``) and of each part of :data:`SPLIT`."""
+    return {s: {k: d["engine"][k] - d["sim"][k] for k in ("span_s", *SPLIT)} for s, d in p.get("stages", {}).items()}
+
+
 def format_path(p: dict[str, Any]) -> str:
     """The table of part 6 of the report, one line per stage, then one per link's hand-over."""
     if not p:
@@ -162,10 +170,9 @@ def format_path(p: dict[str, Any]) -> str:
             f"{e['idle_pipeline_s']:>9.2f} /{m['idle_pipeline_s']:>6.2f}{e['span_s']:>7.2f} /{m['span_s']:>6.2f}"
         )
     lines.append("=" * len(head))
-    for s, d in p["stages"].items():
-        e, m = d["engine"], d["sim"]
-        parts = ", ".join(f"{LABELS[k]} {e[k] - m[k]:+.3f} s" for k in SPLIT)
-        lines.append(f"stage {s}: engine span - simulator span {e['span_s'] - m['span_s']:+.3f} s = {parts}")
+    for s, diff in span_differences(p).items():
+        parts = ", ".join(f"{LABELS[k]} {diff[k]:+.3f} s" for k in SPLIT)
+        lines.append(f"stage {s}: engine span - simulator span {diff['span_s']:+.3f} s = {parts}")
     for k, d in p["handover"].items():
         e, m = d["engine"], d["sim"]
         if e and m:
