@@ -258,6 +258,40 @@ def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
     return OpFit("live_stage", "interp", "stages", {"xs": xs, "ys": ys}) if xs else None
 
 
+SPREAD_QUANTILES = 32  # the stage_spread table: this many quantiles of the pooled ratios
+
+
+def fit_spread(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
+    """``stage_spread``: the live engine's step-to-step spread of stage computes at two stages, mean one.
+    Over ``live2`` rows that carry ``alone_s`` (as :func:`fit_live`): each step's (live - the idle
+    charge) / the same step alone, over its run's ratio of sums (:func:`_live_ratio`: the run's level,
+    which moves with the host and is not charged, comes out), pooled over the runs and divided by their
+    mean; the table keeps ``SPREAD_QUANTILES`` quantiles (``xs`` the levels, ``ys`` the ratios, mean
+    exactly one). The pipelines multiply each compute at PP > 1 by one of them, drawn by (stage, step):
+    with two or more micro-batches in flight a slow step holds the next stage and the micro-batch
+    behind it. None without such rows."""
+    by_run: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["split"] == "live2" and r.get("alone_s"):
+            by_run.setdefault(int(r.get("run", 0)), []).append(r)
+    ratios: list[float] = []
+    for sel in by_run.values():
+        level = _live_ratio(cost, sel)
+        if level is None:
+            continue
+        for r in sel:
+            live = float(r["median_s"]) - cost.idle_time(stage_spec(r), float(r["gap_s"]))
+            if live > 0:
+                ratios.append(live / float(r["alone_s"]) / level)
+    if len(ratios) < SPREAD_QUANTILES:
+        return None
+    a = np.asarray(ratios) / float(np.mean(ratios))
+    levels = (np.arange(SPREAD_QUANTILES) + 0.5) / SPREAD_QUANTILES
+    ys = np.quantile(a, levels)
+    ys = ys / float(np.mean(ys))
+    return OpFit("stage_spread", "interp", "quantile", {"xs": levels.tolist(), "ys": ys.tolist()})
+
+
 def _live_ratio(cost: ProfiledCost, sel: list[dict[str, Any]]) -> float | None:
     """One live run's (stage computes - the idle charge) / the same steps alone, ratio of sums."""
     idle = sum(cost.idle_time(stage_spec(r), float(r["gap_s"])) for r in sel)
@@ -446,6 +480,9 @@ def analyse_and_write(
     live = fit_live(cost, rows)  # after the held-out scores: those are of stages timed alone
     if live is not None:
         fits["live_stage"] = live
+    spread = fit_spread(cost, rows)
+    if spread is not None:
+        fits["stage_spread"] = spread
     whole = ("layer", *KINDS)
     meta = {
         **meta,
@@ -465,6 +502,8 @@ def analyse_and_write(
         fj["handoff"].update({"note": "live engine's stage transfer minus send_recv, seconds per transfer"})
     if live is not None:
         fj["live_stage"].update({"note": "live engine's stage compute / the same steps alone, by pipeline stages"})
+    if spread is not None:
+        fj["stage_spread"].update({"note": "live engine's step-to-step stage compute spread at two stages, mean one"})
     for name in glue:
         fj[name].update({"n_samples": sum(1 for g in gaps if g["stage"] in ("layer", GLUE_KIND[name])), "note": note})
     write_artifact(out, meta, fj, rows)
@@ -514,4 +553,11 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
             f"{x:.0f} stage{'s' if x > 1 else ''} x{y:.3f}" for x, y in zip(live["xs"], live["ys"], strict=True)
         )
         lines.append(f"live engine's stage compute over the same steps alone (live_stage, reported, not charged): {at}")
+    spread = fits.get("stage_spread", {}).get("coef")
+    if spread:
+        ys = spread["ys"]
+        lines.append(
+            f"live engine's step-to-step spread at two stages (stage_spread, charged at PP > 1): "
+            f"sd {float(np.std(ys)):.3f}, from {ys[0]:.2f} to {ys[-1]:.2f}"
+        )
     return "\n".join(lines)

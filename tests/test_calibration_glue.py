@@ -275,3 +275,43 @@ def test_with_live_finds_the_factor_under_a_ring_policys_wrapper():
     assert live_factor_of(ring) == pytest.approx(1.2) and live_factor_of(object()) == 1.0
     stage, plan = StageSpec(0, 0, 2, True, False), plan_of("99:1;50:1")
     assert WithLive(ring).stage_time(stage, plan) == pytest.approx(ring.stage_time(stage, plan) * 1.2)
+
+
+def test_spread_is_each_steps_ratio_over_its_runs_level_mean_one_and_charged_at_pp2_only():
+    """``stage_spread``: per live2 step (live - idle charge) / alone over the run's ratio of sums, pooled,
+    mean one; ProfiledCost draws it per (stage, step) at PP > 1 only, and the mean model is untouched."""
+    from calibration.calibrate import SPREAD_QUANTILES, fit_spread, plan_of
+    from ppsim.cost.ring import RingReturnCost
+    from ppsim.cost.scaled import JitteredCompute
+
+    idle = OpFit("stage_idle", "interp", "gap_s", {"xs": [0.0, 0.01], "ys": [0.0, 0.4e-3], "per": "step"})
+    cost = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": idle}), SHAPE, None, 1)
+    # two runs at different levels (1.1 and 1.5), the same spread of steps about them: 0.8x and 1.2x
+    spec, rows = StageSpec(1, 3, 6, False, True), []
+    for run, level in enumerate((1.1, 1.5)):
+        for k in range(3 * SPREAD_QUANTILES):
+            items = PLANS[k % len(PLANS)]
+            alone = cost.stage_time(spec, plan_of(items))
+            t = level * (0.8 if k % 2 else 1.2) * alone + cost.idle_time(spec, 4e-3)
+            row = {"op": "stage_last", "split": "live2", "items": items, "layers": 3, "start_layer": 3}
+            rows.append({**row, "gap_s": 4e-3, "median_s": t, "alone_s": alone, "run": run})
+    f = fit_spread(cost, rows)
+    ys = f.coef["ys"]
+    assert f.name == "stage_spread" and f.x == "quantile" and len(ys) == SPREAD_QUANTILES
+    assert sum(ys) / len(ys) == pytest.approx(1.0) and ys == sorted(ys) and min(ys) > 0
+    # the steps' spread is kept (0.8 : 1.2 about their mean), the runs' levels are not
+    assert ys[0] == pytest.approx(0.8, abs=0.05) and ys[-1] == pytest.approx(1.2, abs=0.05)
+    assert fit_spread(cost, [r for r in rows if r["split"] != "live2"]) is None
+    assert fit_spread(cost, rows[:10]) is None  # too few steps for the table
+    plan = plan_of(PLANS[2])
+    fits = {**base_fits(), "stage_idle": idle, "stage_spread": f}
+    one = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=1)
+    assert one.spread is None  # at one stage a mean-one spread moves no mean: not charged
+    two = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=2, seed=4)
+    draws = [two.spread(s, k) for s in (0, 1) for k in range(400)]
+    assert set(draws) <= set(ys) and min(draws) == ys[0] and max(draws) == ys[-1]
+    assert sum(draws) / len(draws) == pytest.approx(1.0, abs=0.05)
+    assert two.stage_time(spec, plan) == cost.stage_time(spec, plan)  # the mean (the step-level check)
+    assert [ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=2, seed=5).spread(0, k) for k in range(40)] != draws[:40]
+    assert RingReturnCost(two, 0.0, 0.0, 2).spread(1, 7) == two.spread(1, 7)  # a ring policy's wrapper
+    assert JitteredCompute(two, [1.0]).spread is None  # the engine's own ratios replace it

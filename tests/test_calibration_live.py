@@ -49,7 +49,7 @@ def test_quick_calibrate_cli(quick_profile):
     assert meta["model"]["hidden_size"] == 256 and meta["torch_version"] == torch.__version__
     fits = json.loads((out / "fits.json").read_text())
     glue = ("layer_glue", "first_glue", "last_glue")
-    derived = (*glue, "stage_idle", "live_stage")  # fitted from engine stages, not by leave-one-out
+    derived = (*glue, "stage_idle", "live_stage", "stage_spread")  # fitted from engine stages, not by leave-one-out
     assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in derived)
     assert fits["stage_idle"]["form"] == "interp" and fits["stage_idle"]["coef"]["xs"][0] == 0.0
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
@@ -70,6 +70,10 @@ def test_quick_calibrate_cli(quick_profile):
     live = fits["live_stage"]["coef"]
     assert live["xs"] == [1.0, 2.0] and all(0.2 < y < 5.0 for y in live["ys"])  # any host: the same code, timed twice
     assert "live_stage" in text
+    # their step-to-step spread at two stages, about each run's level: a mean-one table the simulator draws from
+    ys = fits["stage_spread"]["coef"]["ys"]
+    assert fits["stage_spread"]["form"] == "interp" and len(ys) == 32 and sum(ys) / 32 == pytest.approx(1.0)
+    assert ys == sorted(ys) and 0 < ys[0] < 1 < ys[-1] and "stage_spread" in text
 
 
 def test_link_profiler_two_processes():

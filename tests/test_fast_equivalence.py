@@ -260,3 +260,32 @@ def test_idle_gaps_cost_the_same_on_both_paths(policy: str, name: str) -> None:
     plain, _ = _run(policy, name, reference=False)
     if policy != "no-pp":
         assert [o.end_s for o in fast.ops] != [o.end_s for o in plain.ops]  # the penalty was charged
+
+
+class SpreadCost:
+    """A cost model with a step-to-step spread of stage computes (a profile's ``stage_spread``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def spread(self, stage: int, step_id: int) -> float:
+        from ppsim.cost.scaled import draw
+
+        return draw([0.6, 0.9, 1.0, 1.5], 5, stage, step_id)
+
+
+@pytest.mark.parametrize("name", ["mixed-aborts", "pp2-offline"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_spread_computes_are_the_same_on_both_paths(policy: str, name: str) -> None:
+    """Drawn per (stage, step), the spread gives the closed form and the per-event reference one answer,
+    with the idle penalty charged on top (the gap follows the spread compute before it)."""
+    both = lambda c: SpreadCost(IdleCost(c))  # noqa: E731
+    ref, rs = _run(policy, name, True, wrap=both)
+    fast, fs = _run(policy, name, False, wrap=both)
+    assert_same(ref, fast, rs, fs)
+    plain, _ = _run(policy, name, reference=False, wrap=IdleCost)
+    if policy != "no-pp":
+        assert [o.end_s for o in fast.ops] != [o.end_s for o in plain.ops]  # the spread was charged

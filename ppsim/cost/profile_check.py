@@ -29,6 +29,7 @@ OP_FORMS = {
     "last_glue": ("tok_req",),
     "layer_glue": ("tok_req", *ONE_D_FORMS),
     "stage_idle": ("interp",),
+    "stage_spread": ("interp",),
 }
 # Fits of a difference, whose terms may be negative: the glue (least squares of stage steps minus the
 # operators), ``handoff`` (live transfer minus ``send_recv``; charged as max(c0, 0)) and ``stage_idle``

@@ -22,7 +22,10 @@ network data lacks, times the two all-reduces as the roofline's ring all-reduce 
 (Vidur's RMSNorm table). ``first_glue`` and ``last_glue`` (form ``tok_req``, from ``ppsim
 calibrate``'s engine stage steps) add what a first or last engine stage runs beyond those operators.
 Every stage pays ``prepare_inputs`` per step. ``send_recv`` times a stage-to-stage send;
-``schedule`` and ``update`` are the engine core's CPU per step.
+``schedule`` and ``update`` are the engine core's CPU per step. ``stage_spread`` (``ppsim calibrate``'s
+live engine runs at two stages) is the live engine's step-to-step spread of stage computes about their
+mean, a mean-one table: at PP > 1 the pipelines multiply each compute by one of its ratios, drawn by
+(scenario seed, stage, step id) (:attr:`ProfiledCost.spread`); ``stage_time`` stays the mean.
 
 Mixture-of-experts layers (``engine/moe.py``) replace the three ``mlp_*`` operators with
 ``moe_router`` (gate GEMM, softmax, top-k; over tokens), ``moe_experts`` (the grouped routed experts,
@@ -51,6 +54,7 @@ from typing import Any
 from ppsim.cost.analytic import AnalyticCost
 from ppsim.cost.base import StageSpec
 from ppsim.cost.profile_check import REFIT, fit_problem, meta_problem
+from ppsim.cost.scaled import draw
 from ppsim.errors import PPSimError
 from ppsim.hardware.presets import LinkSpec, resolve_link
 from ppsim.models.moe import expected_experts_touched_load
@@ -257,6 +261,7 @@ class ProfiledCost:
         tp_link: LinkSpec | None = None,
         moe_skew: float = 1.0,
         pp: int = 1,
+        seed: int = 0,
     ) -> None:
         self.p, self.shape, self.link, self.tp, self.tp_link = profile, shape, link, tp, tp_link
         # at PP > 1 the engine core puts a step message on every stage's queue (``launch_multi``)
@@ -269,6 +274,13 @@ class ProfiledCost:
         # made two of them worse; docs/validation.md mechanism 10); replay_adjusted.py --with-live applies it
         live = self.p.fits.get("live_stage")
         self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
+        # the live engine's step-to-step spread of stage computes (mean one, calibrate.fit_spread): at PP > 1
+        # the pipelines multiply each compute by one ratio drawn by (seed, stage, step id), as in-flight
+        # micro-batches pay for a slow step that a mean cannot show; at one stage it would move no mean
+        spread = self.p.fits.get("stage_spread") if pp > 1 else None
+        self.spread_ratios = [float(y) for y in spread.coef["ys"]] if spread is not None else []
+        self.seed = seed
+        self.spread = self._spread if self.spread_ratios else None
         if tp > 1 and "all_reduce" not in profile.fits and tp_link is None:
             raise PPSimError("profile: no all_reduce operator and no tp_link preset; set cluster.tp_link")
         self.launch_latency_s = launch_latency_s  # when the profile has no measured control path
@@ -435,6 +447,10 @@ class ProfiledCost:
                 last += f["last_glue"].tok_req(T, R)
         return nl, dense, moe, prep, emb, last
 
+    def _spread(self, stage: int, step_id: int) -> float:
+        """The spread ratio the pipelines multiply stage ``stage``'s compute of step ``step_id`` by."""
+        return draw(self.spread_ratios, self.seed, stage, step_id)
+
     @property
     def has_idle(self) -> bool:
         """Whether the profile measured ``stage_idle`` (the pipelines then charge :meth:`idle_time`)."""
@@ -529,6 +545,7 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
         tp_link,
         moe_skew=scenario.cost.moe_routing_skew,
         pp=scenario.cluster.pipeline_parallel_size,
+        seed=scenario.seed,
     )
 
 

@@ -59,6 +59,11 @@ class RingReturnCost:
     def has_idle(self) -> bool:
         return bool(getattr(self.inner, "has_idle", False))
 
+    @property
+    def spread(self):  # noqa: ANN201
+        """The inner model's step-to-step spread of stage computes (a profile's ``stage_spread``), if any."""
+        return getattr(self.inner, "spread", None)
+
     def idle_time(self, stage: StageSpec, gap_s: float) -> float:
         return self.inner.idle_time(stage, gap_s)
 

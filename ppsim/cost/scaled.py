@@ -5,7 +5,8 @@ over the profile's prediction for the same plans (summed over every micro-batch 
 the replay's error is what remains once the host's speed during the run is known: the scheduling,
 the pipeline and the control path. It is not a prediction (``factor`` comes from the run it is
 compared with); the prediction's error is the unadjusted one. Transfers and the engine core's path
-are wall-clock measurements of their own and are not scaled.
+are wall-clock measurements of their own and are not scaled; a profile's step-to-step spread
+(``spread``) is kept, so the replay draws it as the prediction does.
 """
 
 from __future__ import annotations
@@ -48,12 +49,21 @@ def _mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def draw(ratios: list[float], seed: int, stage: int, step_id: int) -> float:
+    """One of ``ratios``, picked by (``seed``, stage, step id) alone: the closed-form and per-event
+    pipelines, which time a stage's computes in different orders, draw alike."""
+    return ratios[_mix((seed << 40) ^ (stage << 32) ^ (step_id & 0xFFFFFFFF)) % len(ratios)]
+
+
 class JitteredCompute(ScaledCompute):
     """Every stage compute times one of ``ratios``, picked by (``seed``, stage, step id): the engine's own
     spread of measured over predicted stage time, replayed. A diagnostic like :class:`ScaledCompute`
     (the ratios come from the runs it is compared with): with two or more micro-batches in flight a
     slow step also delays the others, which a mean (``ScaledCompute``) cannot show. The pick depends
-    only on the stage and the step, so the closed-form and per-event pipelines draw alike."""
+    only on the stage and the step, so the closed-form and per-event pipelines draw alike. Its ratios
+    replace a profile's own ``stage_spread`` (:attr:`spread` None: drawn once, not twice)."""
+
+    spread = None
 
     def __init__(self, inner: Any, ratios: list[float], seed: int = 0) -> None:
         if not ratios or min(ratios) <= 0:
@@ -62,7 +72,7 @@ class JitteredCompute(ScaledCompute):
         self.ratios, self.seed = list(ratios), seed
 
     def ratio(self, stage: int, step_id: int) -> float:
-        return self.ratios[_mix((self.seed << 40) ^ (stage << 32) ^ (step_id & 0xFFFFFFFF)) % len(self.ratios)]
+        return draw(self.ratios, self.seed, stage, step_id)
 
     def stage_time(self, stage: StageSpec, plan: StepPlan) -> float:
         return self.ratio(stage.index, plan.step_id) * self.inner.stage_time(stage, plan)

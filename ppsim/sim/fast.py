@@ -7,7 +7,7 @@ known and, stage by stage::
 
     start[m][s] = max(arrival[m][s], end[m-1][s], token_ready(deps) if s == 0,
                       send_free[s] unless sends overlap compute)
-    end[m][s]   = start[m][s] + stage_time(s, m) [+ idle_time(s, start[m][s] - end[m-1][s])]
+    end[m][s]   = start[m][s] + stage_time(s, m) [x spread(s, m)] [+ idle_time(s, start[m][s] - end[m-1][s])]
     send[m][s]  = [max(end[m][s], send_free[s]), + link_time)   -> arrival[m][s+1] = its end
     return      = end[m][last] + return_time            (the one SimPy event: ``done``)
 
@@ -102,6 +102,8 @@ class FastPipeline:
         self.stage_times = getattr(cost, "stage_times", None)
         # a step after the stage idled costs more (a profile's stage_idle): gap = start - previous end
         self.idle = cost.idle_time if getattr(cost, "has_idle", False) else None
+        # each compute drawn from the live engine's step-to-step spread (a profile's stage_spread, PP > 1)
+        self.spread = getattr(cost, "spread", None)
         self.messages: dict[int, tuple[float, float]] = {}  # requests -> (launch_time, return_time)
         self.seams: dict[int, tuple[float, float]] = {}  # tokens -> (seam bytes, link time)
         self.ret0: float | None = None  # an empty plan's return message (a pure function of the count)
@@ -238,6 +240,8 @@ class FastPipeline:
             if not self.overlap_sends and start < send_free[i]:
                 start = send_free[i]
             dur = times[i] if times is not None else cost.stage_time(st, plan)
+            if self.spread is not None:
+                dur *= self.spread(i, step)
             if self.idle is not None:
                 dur += self.idle(st, start - stage_free[i])
             end = start + dur

@@ -10,7 +10,9 @@ A stage takes micro-batches in order. With vLLM's worker it waits for its previo
 before computing the next one (``_pp_send_work`` is waited at the start of ``execute_model``), so a
 send overlaps only the time until the next micro-batch arrives; with ``overlap_sends`` (SGLang,
 TensorRT-LLM: they wait on the previous send only before the next send) the send overlaps the next
-compute. A link carries one send at a time, each taking ``cost.link_time(seam bytes)``. The last
+compute. A link carries one send at a time, each taking ``cost.link_time(seam bytes)``. Where the cost
+model has a ``spread`` (a profile's ``stage_spread`` at PP > 1), each compute is ``stage_time`` times
+``spread(stage, step id)``: the live engine's step-to-step variation, drawn by the step alone. The last
 stage samples and returns the tokens to the engine core after ``cost.return_time``.
 
 A plan with ``deps`` (async scheduling) starts on the first stage only once the sampled tokens of
@@ -67,6 +69,7 @@ class PipelineSim:
         self.send_free = [0.0] * len(stages)  # when each stage's previous send (or broadcast) completes
         self.stage_end = [0.0] * len(stages)  # when each stage's previous compute ended (idle gaps)
         self.idle = cost.idle_time if getattr(cost, "has_idle", False) else None
+        self.spread = getattr(cost, "spread", None)  # a profile's stage_spread: one ratio per (stage, step)
         self.defer_outputs = defer_outputs
         self.held: dict[int, StepPlan] = {}  # finished on the last stage, outputs not yet sent (deferral)
         self.last_arrived = -1  # newest step id that reached the last stage
@@ -155,6 +158,8 @@ class PipelineSim:
                 yield env.timeout(free[i] - env.now)
             start = env.now
             dur = cost.stage_time(st, plan)
+            if self.spread is not None:
+                dur *= self.spread(st.index, plan.step_id)
             if self.idle is not None:  # a step after the stage idled costs more (a profile's stage_idle)
                 dur += self.idle(st, start - self.stage_end[i])
             yield env.timeout(dur)
