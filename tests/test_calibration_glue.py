@@ -315,3 +315,7 @@ def test_spread_is_each_steps_ratio_over_its_runs_level_mean_one_and_charged_at_
     assert [ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=2, seed=5).spread(0, k) for k in range(40)] != draws[:40]
     assert RingReturnCost(two, 0.0, 0.0, 2).spread(1, 7) == two.spread(1, 7)  # a ring policy's wrapper
     assert JitteredCompute(two, [1.0]).spread is None  # the engine's own ratios replace it
+    from experiments.validation.replay_adjusted import WithoutSpread
+
+    bare = WithoutSpread(two, 1.5)  # replay_adjusted.py --without-spread: every compute its mean (x factor)
+    assert bare.spread is None and bare.stage_time(spec, plan) == pytest.approx(1.5 * two.stage_time(spec, plan))

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from ppsim.config import build_scenario
 from ppsim.metrics.records import OpRecord
 from ppsim.run import run_scenario
-from ppsim.validate.path import format_path, handovers, stage_split, summarize_path
+from ppsim.validate.path import format_path, handovers, stage_split, summarize_path, turnarounds
 
 
 def _c(stage, step, a, b):
@@ -62,7 +62,7 @@ def test_the_split_adds_up_to_the_span(ops):
     for d in stage_split(ops).values():
         assert d["busy_s"] + d["idle_others_s"] + d["idle_pipeline_s"] == pytest.approx(d["span_s"], abs=1e-12)
         assert d["idle_others_s"] >= 0 and d["idle_pipeline_s"] >= -1e-12 and d["busy_s"] > 0
-    for lat in handovers(ops).values():
+    for lat in (*handovers(ops).values(), *turnarounds(ops).values()):
         assert all(x >= 0 for x in lat)
 
 
@@ -87,3 +87,15 @@ def test_simulated_handover_is_the_link_time_with_one_micro_batch_in_flight():
     text = format_path(p)
     assert "stage 1: engine span - simulator span +0.000 s" in text and "hand-over 0->1" in text
     assert summarize_path([], ops) == {} and "no stage computes" in format_path({})
+
+
+def test_turnaround_is_the_restart_of_a_receiver_whose_input_waited():
+    """Stage 1 busy with step 9 until 6 ms while step 0 left stage 0 at 4 ms: its restart at 6.2 ms is a
+    0.2 ms turnaround (not a hand-over); a sender done less than TURN_MARGIN_S before does not count."""
+    ms = 1e-3
+    ops = [_c(0, 0, 0, 4 * ms), _c(1, 9, 3 * ms, 6 * ms), _c(1, 0, 6.2 * ms, 9 * ms), _c(0, 1, 4 * ms, 8.5 * ms)]
+    ops.append(_c(1, 1, 9.3 * ms, 12 * ms))  # step 1 left stage 0 at 8.5, 0.5 ms before stage 1 freed
+    assert turnarounds(ops) == {0: pytest.approx([0.2 * ms])} and handovers(ops) == {0: []}
+    p = summarize_path([ops], ops)
+    assert p["turnaround"]["0->1"]["engine"] == pytest.approx({"n": 1.0, "median_ms": 0.2, "mean_ms": 0.2})
+    assert "turnaround of stage 1 with its input waiting: engine median 0.200 ms" in format_path(p)

@@ -14,11 +14,17 @@ its mean speed, which with two or more micro-batches in flight costs latency tha
 
 ``--without-idle`` adds the prediction again with the profile's ``stage_idle`` charge removed (the step
 after an idle gap costs what a back-to-back one does): what that calibration term is worth on these runs.
-A prediction like the first, not a replay. ``--with-live`` predicts with the profile's ``live_stage``
+A prediction like the first, not a replay. ``--without-spread`` adds the prediction and the replay
+again with the profile's ``stage_spread`` not drawn (every compute its mean, as before calibration
+measured the live engine's step-to-step spread): what that term is worth on the same runs.
+``--with-live`` predicts with the profile's ``live_stage``
 factor charged (the live engine's stage compute over the same steps alone, ``calibrate.fit_live``;
 measured by calibration, not charged by the simulator).
 
-Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--without-idle] [--with-live] DIR [...]
+The last column is the pipeline bubble's error in fraction points.
+
+Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--without-idle] [--without-spread]
+     [--with-live] DIR [...]
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from ppsim.cost.scaled import ScaledCompute
 from ppsim.deployment import prepare
 from ppsim.validate.run import jittered, replay_with, speed_adjusted
 
+BUBBLE = "pipeline_bubble_fraction"
+COLUMNS = (*METRICS, BUBBLE)
+
 
 class WithoutIdle(ScaledCompute):
     """The profile's cost model with no idle-gap penalty (``stage_idle`` of zero at every gap)."""
@@ -48,6 +57,15 @@ class WithoutIdle(ScaledCompute):
 
     def idle_time(self, stage: object, gap_s: float) -> float:
         return 0.0
+
+
+class WithoutSpread(ScaledCompute):
+    """The profile's cost model (times ``factor``) with no step-to-step spread: every compute its mean."""
+
+    spread = None
+
+    def __init__(self, inner: object, factor: float = 1.0) -> None:
+        super().__init__(inner, factor)
 
 
 def live_factor_of(cost: object) -> float:
@@ -79,7 +97,9 @@ def prepared(d: Path, profile: str | None = None) -> tuple[dict, object]:
     return v, dataclasses.replace(prepare(build_scenario(None, sc)), num_blocks=blocks)
 
 
-def replay(d: Path, draws: int = 0, without_idle: bool = False, with_live: bool = False) -> dict[str, dict[str, float]]:
+def replay(
+    d: Path, draws: int = 0, without_idle: bool = False, with_live: bool = False, without_spread: bool = False
+) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
     v, prep = prepared(d)
@@ -88,7 +108,7 @@ def replay(d: Path, draws: int = 0, without_idle: bool = False, with_live: bool 
         for r in csv.DictReader((d / "step_costs.csv").open())
     ]
     adj = speed_adjusted(prep, steps, v["engine_summaries"])
-    pick = lambda rows: {r["metric"]: r["error"] for r in rows if r["metric"] in METRICS}  # noqa: E731
+    pick = lambda rows: {r["metric"]: r["error"] for r in rows if r["metric"] in COLUMNS}  # noqa: E731
     out = {"predicted": pick(v["rows"]), "adjusted": pick(adj["rows"]), "factor": adj["factor"]}
     for k in range(draws):
         out[f"jittered {k}"] = pick(jittered(prep, steps, v["engine_summaries"], seed=k)["rows"])
@@ -96,6 +116,10 @@ def replay(d: Path, draws: int = 0, without_idle: bool = False, with_live: bool 
         out["without idle"] = pick(replay_with(prep, WithoutIdle(prep.cost), v["engine_summaries"])["rows"])
     if with_live:
         out["with live"] = pick(replay_with(prep, WithLive(prep.cost), v["engine_summaries"])["rows"])
+    if without_spread:
+        out["without spread"] = pick(replay_with(prep, WithoutSpread(prep.cost), v["engine_summaries"])["rows"])
+        bare = WithoutSpread(prep.cost, adj["factor"])
+        out["adjusted without spread"] = pick(replay_with(prep, bare, v["engine_summaries"])["rows"])
     return out
 
 
@@ -115,6 +139,11 @@ def main(argv: list[str]) -> None:
         help="also predict with the profile's stage_idle charge removed (what that term is worth on these runs)",
     )
     ap.add_argument(
+        "--without-spread",
+        action="store_true",
+        help="also predict and replay with the profile's stage_spread not drawn (every compute its mean)",
+    )
+    ap.add_argument(
         "--with-live",
         action="store_true",
         help="also predict with the profile's live_stage factor charged on every stage compute",
@@ -130,20 +159,32 @@ def main(argv: list[str]) -> None:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
-    res = {Path(d).name: replay(Path(d), args.jitter_draws, args.without_idle, args.with_live) for d in args.dirs}
+    res = {
+        Path(d).name: replay(Path(d), args.jitter_draws, args.without_idle, args.with_live, args.without_spread)
+        for d in args.dirs
+    }
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["without idle"] if args.without_idle else []
     kinds += ["with live"] if args.with_live else []
-    head = "".join(f"{m[:14]:>16s}" for m in METRICS)
+    kinds += ["without spread", "adjusted without spread"] if args.without_spread else []
+    head = "".join(f"{m[:14]:>16s}" for m in METRICS) + f"{'bubble (pts)':>14s}"
     print(f"{'scenario':40s} {'factor':>7s} {head}")
     for name, r in res.items():
-        print(f"{name:40s} {r['factor']:7.3f} " + "".join(f"{r['predicted'][m]:+16.1%}" for m in METRICS))
+        print(f"{name:40s} {r['factor']:7.3f} " + _cells(r["predicted"]))
         for kind in kinds[1:]:
             label = "  speed-adjusted" if kind == "adjusted" else f"  {kind}"
-            print(f"{label:40s} {'':7s} " + "".join(f"{r[kind][m]:+16.1%}" for m in METRICS))
+            print(f"{label:40s} {'':7s} " + _cells(r[kind]))
     for kind in kinds:
         med = "".join(f"{statistics.median(abs(r[kind][m]) for r in res.values()):16.1%}" for m in METRICS)
+        bub = [abs(r[kind][BUBBLE]) for r in res.values() if BUBBLE in r[kind]]
+        med += f"{statistics.median(bub):14.3f}" if bub else ""
         print(f"{'median |error| ' + kind:40s} {'':>7s} {med}")
+
+
+def _cells(errors: dict[str, float]) -> str:
+    """One row's latency errors (relative) and the bubble's (fraction points, where present)."""
+    bubble = f"{errors[BUBBLE]:+14.3f}" if BUBBLE in errors else ""
+    return "".join(f"{errors[m]:+16.1%}" for m in METRICS) + bubble
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ the policy: stage k's compute of a step ending, to stage k + 1's compute of the 
 counted only where stage k + 1 computed nothing in between (it was free: no queueing in the figure).
 Its median and mean (the mean carries the tail: a pipeline's cycle adds means) check the link and
 hand-over calibration on the run's own transfers.
+The **turnaround** is its other side: where stage k + 1 was still busy with an earlier step when
+stage k finished this one (by ``TURN_MARGIN_S`` or more: the input was there), stage k + 1's
+previous compute ending to this one starting, which the simulator makes zero (the next compute
+starts as the stage frees); the live engine's stage loop spends it sending the sampled tokens,
+taking the next step message and completing the receive.
 
 Pure functions of :class:`OpRecord` lists; the engine's figures are the mean over its repeats.
 """
@@ -105,6 +110,34 @@ def _handover_steps(comps: dict[int, list[tuple[float, float, int]]]) -> list[tu
     return out
 
 
+TURN_MARGIN_S = 1e-3  # a turnaround counts where the sender finished this long before the receiver was free
+
+
+def _turnaround_steps(comps: dict[int, list[tuple[float, float, int]]]) -> list[tuple[int, float]]:
+    """(link k, seconds) of every restart of stage k + 1 whose input waited: the previous compute's end
+    to this step's start, where stage k had finished the step ``TURN_MARGIN_S`` or more before that end."""
+    out = []
+    for k in sorted(comps):
+        nxt = comps.get(k + 1)
+        if not nxt:
+            continue
+        at = {sid: i for i, (_, _, sid) in enumerate(nxt)}
+        for _, end, sid in comps[k]:
+            i = at.get(sid)
+            if i and nxt[i - 1][1] >= end + TURN_MARGIN_S and nxt[i][0] >= nxt[i - 1][1]:
+                out.append((k, nxt[i][0] - nxt[i - 1][1]))
+    return out
+
+
+def turnarounds(ops: Sequence[OpRecord]) -> dict[int, list[float]]:
+    """Link k (stage k -> k + 1) -> stage k + 1's turnaround seconds wherever its input waited."""
+    stages = _computes(ops)
+    out: dict[int, list[float]] = {k: [] for k in stages if k + 1 in stages}
+    for k, t in _turnaround_steps(stages):
+        out[k].append(t)
+    return out
+
+
 def handovers(ops: Sequence[OpRecord]) -> dict[int, list[float]]:
     """Link k (stage k -> k + 1) -> the hand-over seconds of every step whose receiver was free."""
     stages = _computes(ops)
@@ -141,7 +174,15 @@ def summarize_path(engine_runs: Sequence[Sequence[OpRecord]], sim: Sequence[OpRe
             eng_h.setdefault(k, []).extend(v)
     for k in sorted(set(sim_h) | set(eng_h)):
         links[f"{k}->{k + 1}"] = {"engine": _latency(eng_h.get(k, [])), "sim": _latency(sim_h.get(k, []))}
-    return {"stages": stages, "handover": links}
+    turns: dict[str, Any] = {}
+    sim_t = turnarounds(sim)
+    eng_t: dict[int, list[float]] = {}
+    for r in engine_runs:
+        for k, v in turnarounds(r).items():
+            eng_t.setdefault(k, []).extend(v)
+    for k in sorted(set(sim_t) | set(eng_t)):
+        turns[f"{k}->{k + 1}"] = {"engine": _latency(eng_t.get(k, [])), "sim": _latency(sim_t.get(k, []))}
+    return {"stages": stages, "handover": links, "turnaround": turns}
 
 
 def span_differences(p: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -179,5 +220,13 @@ def format_path(p: dict[str, Any]) -> str:
             lines.append(
                 f"hand-over {k} on a free receiver: engine median {e['median_ms']:.3f} ms, mean {e['mean_ms']:.3f} ms "
                 f"({e['n']:.0f}); simulator {m['median_ms']:.3f} / {m['mean_ms']:.3f} ms ({m['n']:.0f})"
+            )
+    for k, d in p.get("turnaround", {}).items():
+        e, m = d["engine"], d["sim"]
+        if e:
+            sim = f"{m['median_ms']:.3f} / {m['mean_ms']:.3f} ms ({m['n']:.0f})" if m else "none"
+            lines.append(
+                f"turnaround of stage {k.split('->')[1]} with its input waiting: engine median {e['median_ms']:.3f} ms, "
+                f"mean {e['mean_ms']:.3f} ms ({e['n']:.0f}); simulator {sim}"
             )
     return "\n".join(lines)
