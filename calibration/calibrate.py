@@ -234,6 +234,14 @@ def fit_handoff(fits: dict[str, OpFit], rows: list[dict[str, Any]]) -> OpFit | N
     return OpFit("handoff", "linear", "bytes", {"c0": float(np.median(excess)), "c1": 0.0})
 
 
+def fit_turnaround(rows: list[dict[str, Any]]) -> OpFit | None:
+    """``turnaround``: seconds between a stage's two computes where its next input was already there
+    (``calibration/core_path.py``): the median over the turnarounds (each row's median, weighted by its
+    count), a constant per compute. None without rows."""
+    xs = [float(r["median_s"]) for r in rows for _ in range(int(r["repeats"]))]
+    return OpFit("turnaround", "linear", "stage", {"c0": float(np.median(xs)), "c1": 0.0}) if xs else None
+
+
 def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
     """``live_stage``: the live engine's stage compute over the same step timed alone in a hot loop, per
     pipeline depth (``interp`` over the stage count, 1 and 2). The stage model is fitted on stages
@@ -475,6 +483,9 @@ def analyse_and_write(
     handoff = fit_handoff(fits, [r for r in rows if r["op"] == "handoff"])
     if handoff is not None:
         fits["handoff"] = handoff
+    turnaround = fit_turnaround([r for r in rows if r["op"] == "turnaround"])
+    if turnaround is not None:
+        fits["turnaround"] = turnaround
     cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
     held = heldout_errors(cost, [r for r in rows if r["split"] == "heldout"], stat)
     live = fit_live(cost, rows)  # after the held-out scores: those are of stages timed alone
@@ -500,6 +511,8 @@ def analyse_and_write(
         fj["stage_idle"].update({"note": f"extra seconds of a stage step after an idle gap, per {per}"})
     if handoff is not None:
         fj["handoff"].update({"note": "live engine's stage transfer minus send_recv, seconds per transfer"})
+    if turnaround is not None:
+        fj["turnaround"].update({"note": "live engine's stage loop between computes, input waiting, seconds"})
     if live is not None:
         fj["live_stage"].update({"note": "live engine's stage compute / the same steps alone, by pipeline stages"})
     if spread is not None:

@@ -27,6 +27,11 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
   (``calibration/link.py``: two hot processes bouncing one buffer) under-counts by about 0.25 ms a
   step on this host (0.32-0.56 ms against 0.08-0.34 ms in validation traces). The profile keeps the
   median excess over ``send_recv`` (``calibrate.fit_handoff``), which every link transfer is charged.
+* ``turnaround``: from a fourth run at two stages with two micro-batches in flight (``vllm-batch-queue``
+  with ``--pp-throttle``), stage 1 restarting where its next input was already there (stage 0 finished
+  the step 1 ms or more before stage 1 freed: :func:`ppsim.validate.path.turnarounds`): the stage
+  loop's work between two computes (the sampled tokens sent, the next step message taken, the
+  receive completed), which the pipelines charge before a stage's next compute at PP > 1.
 * ``ring_launch`` and ``ring_return``: launch and return from a third run at two stages with the
   sampled-token ring (``trtllm-slots``: ``engine/datapath.py``'s ``RingSender`` -> rank 0's
   ``RingForwarder`` thread -> the core's queue): 0.64-0.88 ms per return in validation traces against
@@ -47,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ppsim.validate.path import handover_steps
+from ppsim.validate.path import handover_steps, turnarounds
 
 LIVE_RUNS = 3  # live runs per pipeline depth whose stage computes are timed alone too (calibrate.fit_live)
 WORKLOAD = {
@@ -59,7 +64,9 @@ WORKLOAD = {
 }
 
 
-def calibration_scenario(model: str, device: str, threads: int, pp: int = 1, policy: str = "vllm-sync"):  # noqa: ANN201
+def calibration_scenario(  # noqa: ANN201
+    model: str, device: str, threads: int, pp: int = 1, policy: str = "vllm-sync", throttle: bool = False
+):
     from ppsim.config import build_scenario
 
     return build_scenario(
@@ -68,7 +75,7 @@ def calibration_scenario(model: str, device: str, threads: int, pp: int = 1, pol
             "model": model,
             "seed": 0,
             "cluster": {"pipeline_parallel_size": pp},
-            "engine": {"policy": {"kind": policy}, "max_num_seqs": 16},
+            "engine": {"policy": {"kind": policy, **({"pp_throttle": True} if throttle else {})}, "max_num_seqs": 16},
             "workload": WORKLOAD,
             "live_engine": {"device": device, "threads_per_stage": threads},
         },
@@ -186,6 +193,7 @@ def profile_core_path(
 ) -> list[dict[str, Any]]:
     """Run the live engine on the calibration workload; rows ``schedule``/``update``/``launch``/``return``
     at one stage, and where the model has two layers: ``launch_multi`` and ``handoff`` at two stages
+    (``turnaround`` from a run with two micro-batches in flight)
     (the core puts a step message on every stage's queue, and their feeder threads share its GIL; the
     stages hand hidden states over), ``ring_launch``/``ring_return`` at two stages with the ring.
 
@@ -217,6 +225,9 @@ def profile_core_path(
         ring = step_paths(list(ring_run.ops))
         rows += rows_of({"ring_launch": ring.get("launch", []), "ring_return": ring.get("return", [])})
         rows += live(ring_run)
-        for _ in range(LIVE_RUNS - 2):
-            rows += live(run_engine(calibration_scenario(model, device, threads, pp=2), None))
+        for _ in range(LIVE_RUNS - 2):  # two micro-batches in flight: stage 1's input waits for it
+            queued = run_engine(calibration_scenario(model, device, threads, 2, "vllm-batch-queue", True), None)
+            turns = [(k + 1, t) for k, ts in turnarounds(list(queued.ops)).items() for t in ts]
+            rows += [{**r, "split": "live"} for r in rows_of({"turnaround": turns}, x="stage")]
+            rows += live(queued)
     return rows

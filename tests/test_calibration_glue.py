@@ -319,3 +319,21 @@ def test_spread_is_each_steps_ratio_over_its_runs_level_mean_one_and_charged_at_
 
     bare = WithoutSpread(two, 1.5)  # replay_adjusted.py --without-spread: every compute its mean (x factor)
     assert bare.spread is None and bare.stage_time(spec, plan) == pytest.approx(1.5 * two.stage_time(spec, plan))
+
+
+def test_turnaround_is_the_median_restart_and_charged_past_the_first_stage_at_pp2():
+    from calibration.calibrate import fit_turnaround
+    from ppsim.cost.ring import RingReturnCost
+
+    rows = [
+        {"op": "turnaround", "split": "live", "stage": 1, "median_s": 1.0e-3, "repeats": 5},
+        {"op": "turnaround", "split": "live", "stage": 2, "median_s": 3.0e-3, "repeats": 2},
+    ]
+    f = fit_turnaround(rows)
+    assert f.name == "turnaround" and f.coef["c0"] == pytest.approx(1.0e-3) and f.coef["c1"] == 0.0
+    assert fit_turnaround([]) is None
+    fits = {**base_fits(), "turnaround": f}
+    assert ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=1).turnaround_s == 0.0  # one stage: no restart
+    two = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=2)
+    assert two.turnaround_s == pytest.approx(1.0e-3) and RingReturnCost(two, 0.0, 0.0, 2).turnaround_s == 1.0e-3
+    assert ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1, pp=2).turnaround_s == 0.0

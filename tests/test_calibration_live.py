@@ -49,7 +49,8 @@ def test_quick_calibrate_cli(quick_profile):
     assert meta["model"]["hidden_size"] == 256 and meta["torch_version"] == torch.__version__
     fits = json.loads((out / "fits.json").read_text())
     glue = ("layer_glue", "first_glue", "last_glue")
-    derived = (*glue, "stage_idle", "live_stage", "stage_spread")  # fitted from engine stages, not by leave-one-out
+    # fitted from engine stages, not by leave-one-out
+    derived = (*glue, "stage_idle", "live_stage", "stage_spread", "turnaround")
     assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in derived)
     assert fits["stage_idle"]["form"] == "interp" and fits["stage_idle"]["coef"]["xs"][0] == 0.0
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
@@ -63,6 +64,8 @@ def test_quick_calibrate_cli(quick_profile):
     # and the sampled-token ring's launch and return
     assert any(r.startswith("handoff,live") for r in rows) and "handoff" not in fits
     assert all(fits[op]["form"] == "linear" for op in ("launch_multi", "ring_launch", "ring_return"))
+    # and, with two micro-batches in flight, stage 1 restarting on an input that waited for it
+    assert any(r.startswith("turnaround,live") for r in rows) and fits["turnaround"]["coef"]["c0"] >= 0.0
     # the live engine's stage computes at one and two stages, over the stage model: one factor per depth
     assert any(r.startswith("stage_full,live1") for r in rows) and any(r.startswith("stage_last,live2") for r in rows)
     alone = [r for r in read_samples(out) if str(r["split"]).startswith("live") and "alone_s" in r]

@@ -289,3 +289,43 @@ def test_spread_computes_are_the_same_on_both_paths(policy: str, name: str) -> N
     plain, _ = _run(policy, name, reference=False, wrap=IdleCost)
     if policy != "no-pp":
         assert [o.end_s for o in fast.ops] != [o.end_s for o in plain.ops]  # the spread was charged
+
+
+class TurnCost:
+    """A cost model whose stages past the first restart 0.3 ms after a compute (a profile's turnaround)."""
+
+    turnaround_s = 3e-4
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("name", ["mixed-aborts", "pp2-offline"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_turnaround_is_the_same_on_both_paths(policy: str, name: str) -> None:
+    """A stage past the first restarts no sooner than ``turnaround_s`` after its previous compute, alike
+    on both paths, with the spread and the idle penalty on top."""
+    wrap = lambda c: TurnCost(SpreadCost(IdleCost(c)))  # noqa: E731
+    ref, rs = _run(policy, name, True, wrap=wrap)
+    fast, fs = _run(policy, name, False, wrap=wrap)
+    assert_same(ref, fast, rs, fs)
+    plain, _ = _run(policy, name, reference=False, wrap=lambda c: SpreadCost(IdleCost(c)))
+    assert min(_restarts(fast), default=1.0) >= TurnCost.turnaround_s - 1e-12
+    if min(_restarts(plain), default=1.0) < TurnCost.turnaround_s:  # it binds: the runs differ
+        assert [o.end_s for o in fast.ops] != [o.end_s for o in plain.ops]
+
+
+def _restarts(res: SimResult) -> list[float]:
+    """Every gap between two computes of a stage past the first."""
+    comps: dict[str, list] = {}
+    for o in res.ops:
+        if o.kind == "compute" and o.track != "stage0":
+            comps.setdefault(o.track, []).append(o)
+    out = []
+    for cs in comps.values():
+        cs.sort(key=lambda o: o.start_s)
+        out += [b.start_s - a.end_s for a, b in zip(cs, cs[1:], strict=False)]
+    return out

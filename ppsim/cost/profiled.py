@@ -22,7 +22,9 @@ network data lacks, times the two all-reduces as the roofline's ring all-reduce 
 (Vidur's RMSNorm table). ``first_glue`` and ``last_glue`` (form ``tok_req``, from ``ppsim
 calibrate``'s engine stage steps) add what a first or last engine stage runs beyond those operators.
 Every stage pays ``prepare_inputs`` per step. ``send_recv`` times a stage-to-stage send;
-``schedule`` and ``update`` are the engine core's CPU per step. ``stage_spread`` (``ppsim calibrate``'s
+``schedule`` and ``update`` are the engine core's CPU per step; ``turnaround`` is a stage's loop between
+two computes where its next input was already there (charged at PP > 1 to every stage but the first).
+``stage_spread`` (``ppsim calibrate``'s
 live engine runs at two stages) is the live engine's step-to-step spread of stage computes about their
 mean, a mean-one table: at PP > 1 the pipelines multiply each compute by one of its ratios, drawn by
 (scenario seed, stage, step id) (:attr:`ProfiledCost.spread`); ``stage_time`` stays the mean.
@@ -269,6 +271,10 @@ class ProfiledCost:
         self._launch = self._launch or self.p.fits.get("launch")
         # the engine's own stage-to-stage transfer beyond the link ping-pong (calibration/core_path.py)
         self.handoff_s = max(self.p.fits["handoff"].coef["c0"], 0.0) if "handoff" in self.p.fits else 0.0
+        # a stage's loop between two computes where its input waited (calibration/core_path.py), at PP > 1:
+        # the pipelines start a stage past the first no sooner than this after its previous compute
+        turn = self.p.fits.get("turnaround") if pp > 1 else None
+        self.turnaround_s = max(turn.coef["c0"], 0.0) if turn is not None else 0.0
         # the live engine's stage compute over the same steps alone, at this depth (calibrate.fit_live):
         # measured and reported, not charged (on four held-out checks it moved with the host's speed and
         # made two of them worse; docs/validation.md mechanism 10); replay_adjusted.py --with-live applies it

@@ -60,6 +60,10 @@ class RingReturnCost:
         return bool(getattr(self.inner, "has_idle", False))
 
     @property
+    def turnaround_s(self) -> float:
+        return float(getattr(self.inner, "turnaround_s", 0.0))
+
+    @property
     def spread(self):  # noqa: ANN201
         """The inner model's step-to-step spread of stage computes (a profile's ``stage_spread``), if any."""
         return getattr(self.inner, "spread", None)

@@ -5,7 +5,7 @@ closed form. Every stage takes micro-batches in launch order and every link carr
 time in that order, so when micro-batch m is launched every earlier micro-batch's path is already
 known and, stage by stage::
 
-    start[m][s] = max(arrival[m][s], end[m-1][s], token_ready(deps) if s == 0,
+    start[m][s] = max(arrival[m][s], end[m-1][s] [+ turnaround if s > 0], token_ready(deps) if s == 0,
                       send_free[s] unless sends overlap compute)
     end[m][s]   = start[m][s] + stage_time(s, m) [x spread(s, m)] [+ idle_time(s, start[m][s] - end[m-1][s])]
     send[m][s]  = [max(end[m][s], send_free[s]), + link_time)   -> arrival[m][s+1] = its end
@@ -104,6 +104,8 @@ class FastPipeline:
         self.idle = cost.idle_time if getattr(cost, "has_idle", False) else None
         # each compute drawn from the live engine's step-to-step spread (a profile's stage_spread, PP > 1)
         self.spread = getattr(cost, "spread", None)
+        # a stage past the first restarts no sooner than this after its previous compute (a profile's turnaround)
+        self.turn = float(getattr(cost, "turnaround_s", 0.0) or 0.0)
         self.messages: dict[int, tuple[float, float]] = {}  # requests -> (launch_time, return_time)
         self.seams: dict[int, tuple[float, float]] = {}  # tokens -> (seam bytes, link time)
         self.ret0: float | None = None  # an empty plan's return message (a pure function of the count)
@@ -226,9 +228,13 @@ class FastPipeline:
             nbytes, link = seam
         batched = self.stage_times
         times = batched(self.stages, plan) if batched is not None else None
+        turn = self.turn
         for st in self.stages:
             i = st.index
-            start = t if t > stage_free[i] else stage_free[i]
+            free = stage_free[i]
+            if turn and i and free > 0.0:
+                free += turn
+            start = t if t > free else free
             if i == 0 and plan.deps:
                 ready = self.token_ready
                 for d in plan.deps:

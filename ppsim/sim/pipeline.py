@@ -12,7 +12,9 @@ send overlaps only the time until the next micro-batch arrives; with ``overlap_s
 TensorRT-LLM: they wait on the previous send only before the next send) the send overlaps the next
 compute. A link carries one send at a time, each taking ``cost.link_time(seam bytes)``. Where the cost
 model has a ``spread`` (a profile's ``stage_spread`` at PP > 1), each compute is ``stage_time`` times
-``spread(stage, step id)``: the live engine's step-to-step variation, drawn by the step alone. The last
+``spread(stage, step id)``: the live engine's step-to-step variation, drawn by the step alone. A stage
+past the first starts a compute no sooner than the cost model's ``turnaround_s`` after its previous one
+ended (the live engine's stage loop between two computes, where the input was already there). The last
 stage samples and returns the tokens to the engine core after ``cost.return_time``.
 
 A plan with ``deps`` (async scheduling) starts on the first stage only once the sampled tokens of
@@ -70,6 +72,7 @@ class PipelineSim:
         self.stage_end = [0.0] * len(stages)  # when each stage's previous compute ended (idle gaps)
         self.idle = cost.idle_time if getattr(cost, "has_idle", False) else None
         self.spread = getattr(cost, "spread", None)  # a profile's stage_spread: one ratio per (stage, step)
+        self.turn = float(getattr(cost, "turnaround_s", 0.0) or 0.0)  # a profile's turnaround
         self.defer_outputs = defer_outputs
         self.held: dict[int, StepPlan] = {}  # finished on the last stage, outputs not yet sent (deferral)
         self.last_arrived = -1  # newest step id that reached the last stage
@@ -156,6 +159,9 @@ class PipelineSim:
                         yield ev
             if env.now < free[i] and not self.overlap_sends:
                 yield env.timeout(free[i] - env.now)
+            back = self.stage_end[i] + self.turn  # a stage past the first restarts no sooner than this
+            if i and self.turn and self.stage_end[i] > 0.0 and env.now < back:
+                yield env.timeout(back - env.now)
             start = env.now
             dur = cost.stage_time(st, plan)
             if self.spread is not None:

@@ -225,8 +225,9 @@ def format_path(p: dict[str, Any]) -> str:
         e, m = d["engine"], d["sim"]
         if e:
             sim = f"{m['median_ms']:.3f} / {m['mean_ms']:.3f} ms ({m['n']:.0f})" if m else "none"
+            stage = k.split("->")[1]
             lines.append(
-                f"turnaround of stage {k.split('->')[1]} with its input waiting: engine median {e['median_ms']:.3f} ms, "
+                f"turnaround of stage {stage} with its input waiting: engine median {e['median_ms']:.3f} ms, "
                 f"mean {e['mean_ms']:.3f} ms ({e['n']:.0f}); simulator {sim}"
             )
     return "\n".join(lines)
