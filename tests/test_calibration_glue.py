@@ -337,3 +337,6 @@ def test_turnaround_is_the_median_restart_and_charged_past_the_first_stage_at_pp
     two = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=2)
     assert two.turnaround_s == pytest.approx(1.0e-3) and RingReturnCost(two, 0.0, 0.0, 2).turnaround_s == 1.0e-3
     assert ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1, pp=2).turnaround_s == 0.0
+    from experiments.validation.replay_adjusted import WithoutTurnaround
+
+    assert WithoutTurnaround(two).turnaround_s == 0.0  # replay_adjusted.py --without-turnaround

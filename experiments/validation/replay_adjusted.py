@@ -16,7 +16,9 @@ its mean speed, which with two or more micro-batches in flight costs latency tha
 after an idle gap costs what a back-to-back one does): what that calibration term is worth on these runs.
 A prediction like the first, not a replay. ``--without-spread`` adds the prediction and the replay
 again with the profile's ``stage_spread`` not drawn (every compute its mean, as before calibration
-measured the live engine's step-to-step spread): what that term is worth on the same runs.
+measured the live engine's step-to-step spread): what that term is worth on the same runs;
+``--without-turnaround`` the same for the profile's ``turnaround`` (a stage past the first restarting
+at once after a compute).
 ``--with-live`` predicts with the profile's ``live_stage``
 factor charged (the live engine's stage compute over the same steps alone, ``calibrate.fit_live``;
 measured by calibration, not charged by the simulator).
@@ -24,7 +26,7 @@ measured by calibration, not charged by the simulator).
 The last column is the pipeline bubble's error in fraction points.
 
 Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--without-idle] [--without-spread]
-     [--with-live] DIR [...]
+     [--without-turnaround] [--with-live] DIR [...]
 """
 
 from __future__ import annotations
@@ -68,6 +70,15 @@ class WithoutSpread(ScaledCompute):
         super().__init__(inner, factor)
 
 
+class WithoutTurnaround(ScaledCompute):
+    """The profile's cost model (times ``factor``) with no turnaround: a stage restarts at once."""
+
+    turnaround_s = 0.0
+
+    def __init__(self, inner: object, factor: float = 1.0) -> None:
+        super().__init__(inner, factor)
+
+
 def live_factor_of(cost: object) -> float:
     """The profiled model's ``live_factor`` under any wrappers (a ring policy's return path, ...)."""
     while not hasattr(cost, "live_factor") and hasattr(cost, "inner"):
@@ -98,7 +109,12 @@ def prepared(d: Path, profile: str | None = None) -> tuple[dict, object]:
 
 
 def replay(
-    d: Path, draws: int = 0, without_idle: bool = False, with_live: bool = False, without_spread: bool = False
+    d: Path,
+    draws: int = 0,
+    without_idle: bool = False,
+    with_live: bool = False,
+    without_spread: bool = False,
+    without_turnaround: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
@@ -120,6 +136,10 @@ def replay(
         out["without spread"] = pick(replay_with(prep, WithoutSpread(prep.cost), v["engine_summaries"])["rows"])
         bare = WithoutSpread(prep.cost, adj["factor"])
         out["adjusted without spread"] = pick(replay_with(prep, bare, v["engine_summaries"])["rows"])
+    if without_turnaround:
+        out["without turnaround"] = pick(replay_with(prep, WithoutTurnaround(prep.cost), v["engine_summaries"])["rows"])
+        bare = WithoutTurnaround(prep.cost, adj["factor"])
+        out["adjusted without turnaround"] = pick(replay_with(prep, bare, v["engine_summaries"])["rows"])
     return out
 
 
@@ -144,6 +164,11 @@ def main(argv: list[str]) -> None:
         help="also predict and replay with the profile's stage_spread not drawn (every compute its mean)",
     )
     ap.add_argument(
+        "--without-turnaround",
+        action="store_true",
+        help="also predict and replay with the profile's turnaround not charged (a stage restarts at once)",
+    )
+    ap.add_argument(
         "--with-live",
         action="store_true",
         help="also predict with the profile's live_stage factor charged on every stage compute",
@@ -160,13 +185,16 @@ def main(argv: list[str]) -> None:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)
     res = {
-        Path(d).name: replay(Path(d), args.jitter_draws, args.without_idle, args.with_live, args.without_spread)
+        Path(d).name: replay(
+            Path(d), args.jitter_draws, args.without_idle, args.with_live, args.without_spread, args.without_turnaround
+        )
         for d in args.dirs
     }
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["without idle"] if args.without_idle else []
     kinds += ["with live"] if args.with_live else []
     kinds += ["without spread", "adjusted without spread"] if args.without_spread else []
+    kinds += ["without turnaround", "adjusted without turnaround"] if args.without_turnaround else []
     head = "".join(f"{m[:14]:>16s}" for m in METRICS) + f"{'bubble (pts)':>14s}"
     print(f"{'scenario':40s} {'factor':>7s} {head}")
     for name, r in res.items():
