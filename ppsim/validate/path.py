@@ -27,7 +27,7 @@ Pure functions of :class:`OpRecord` lists; the engine's figures are the mean ove
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -166,23 +166,28 @@ def summarize_path(engine_runs: Sequence[Sequence[OpRecord]], sim: Sequence[OpRe
         if runs:
             mean = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
             stages[str(s)] = {"engine": mean, "sim": sim_split[s]}
-    links: dict[str, Any] = {}
-    sim_h = handovers(sim)
-    eng_h: dict[int, list[float]] = {}
+    return {
+        "stages": stages,
+        "handover": _per_link(handovers, engine_runs, sim),
+        "turnaround": _per_link(turnarounds, engine_runs, sim),
+    }
+
+
+def _per_link(
+    of: Callable[[Sequence[OpRecord]], dict[int, list[float]]],
+    engine_runs: Sequence[Sequence[OpRecord]],
+    sim: Sequence[OpRecord],
+) -> dict[str, Any]:
+    """``"k->k+1"`` -> the latencies ``of`` finds on that link: the engine's runs pooled, the simulator's."""
+    sim_x = of(sim)
+    eng_x: dict[int, list[float]] = {}
     for r in engine_runs:
-        for k, v in handovers(r).items():
-            eng_h.setdefault(k, []).extend(v)
-    for k in sorted(set(sim_h) | set(eng_h)):
-        links[f"{k}->{k + 1}"] = {"engine": _latency(eng_h.get(k, [])), "sim": _latency(sim_h.get(k, []))}
-    turns: dict[str, Any] = {}
-    sim_t = turnarounds(sim)
-    eng_t: dict[int, list[float]] = {}
-    for r in engine_runs:
-        for k, v in turnarounds(r).items():
-            eng_t.setdefault(k, []).extend(v)
-    for k in sorted(set(sim_t) | set(eng_t)):
-        turns[f"{k}->{k + 1}"] = {"engine": _latency(eng_t.get(k, [])), "sim": _latency(sim_t.get(k, []))}
-    return {"stages": stages, "handover": links, "turnaround": turns}
+        for k, v in of(r).items():
+            eng_x.setdefault(k, []).extend(v)
+    return {
+        f"{k}->{k + 1}": {"engine": _latency(eng_x.get(k, [])), "sim": _latency(sim_x.get(k, []))}
+        for k in sorted(set(sim_x) | set(eng_x))
+    }
 
 
 def span_differences(p: dict[str, Any]) -> dict[str, dict[str, float]]:
