@@ -13,9 +13,10 @@ torch thread, thread CPU time, the calibration's clock):
   the last) over the one-stage layout of the same layers
 
 Both are 1.0 if the model's composition holds. Per-round ratios, then their median. On this
-project's 2-vCPU VM (``dense-1024``, four rounds, 2026-12-01, 35 s): full / parts 0.94-1.08 median
-per plan (single rounds 0.90-1.20), halves / full 0.93-1.07 (0.80-1.16): no systematic gap beyond
-the host's round-to-round swing (the same step's time moved 30-40% between minutes that hour).
+project's 2-vCPU VM (``dense-1024``, four rounds, two runs on 2026-12-01, 35 s each): full / parts
+0.94-1.08 median per plan (single rounds 0.90-1.35), halves / full 0.88-1.13 (0.73-1.22), neither
+on one side of 1 in both runs: no systematic gap beyond the host's round-to-round swing (the same
+step's time moved 30-40% between minutes that hour).
 Meaningful on a quiet host.
 
 Run: python benchmarks/bench_stage_compose.py [--model tiny] [--stack 4] [--rounds 4]
@@ -26,13 +27,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-PLANS = {  # name: (prefix, new tokens) per sequence, as calibration's plans
-    "D1x128": [(127, 1)],
-    "D4x128": [(127, 1)] * 4,
-    "D16x256": [(255, 1)] * 16,
-    "P64@0": [(0, 64)],
-    "P64@0+D8x256": [(0, 64)] + [(255, 1)] * 8,
-}
+PLANS = ("D1x128", "D4x128", "D16x256", "P64@0", "P64@0+D8x256")  # calibration's plan specs
 
 
 def main() -> None:
@@ -43,9 +38,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="timer repeats per sample")
     a = ap.parse_args()
 
+    import numpy as np
     import torch
 
-    from calibration.layer import Seq
+    from calibration.profile_ops import parse_plan
     from calibration.stage_step import EngineStages
     from calibration.timer import Timer, summarize
     from ppsim.models.shape import load_model
@@ -64,11 +60,12 @@ def main() -> None:
         "half0": lambda s: stages.layout_step_fn(lo, mid, True, False, s),
         "half1": lambda s: stages.layout_step_fn(mid, hi, False, True, s),
     }
+    rng = np.random.default_rng(0)
+    plans = {spec: parse_plan(spec, rng) for spec in PLANS}  # the same requests for every part
     t: dict[tuple[str, str], list[float]] = {}
     with torch.inference_mode():
         for _ in range(a.rounds):
-            for name, spec in PLANS.items():
-                seqs = [Seq(p, n) for p, n in spec]
+            for name, seqs in plans.items():
                 for part, fn in fns.items():
                     xs, inner = timer.samples(fn(seqs))
                     t.setdefault((name, part), []).append(summarize(xs, inner).mean_s)
