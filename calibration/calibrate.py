@@ -565,7 +565,10 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         at = ", ".join(
             f"{x:.0f} stage{'s' if x > 1 else ''} x{y:.3f}" for x, y in zip(live["xs"], live["ys"], strict=True)
         )
-        lines.append(f"live engine's stage compute over the same steps alone (live_stage, reported, not charged): {at}")
+        lines.append(f"live engine's stage compute over the same steps alone (live_stage): {at}")
+        if len(live["xs"]) > 1 and live["xs"][0] == 1.0 and live["ys"][0] > 0:
+            ratio = live["ys"][-1] / live["ys"][0]
+            lines.append(f"charged at PP > 1: its depth ratio x{ratio:.3f} (the level: reported only)")
     spread = fits.get("stage_spread", {}).get("coef")
     if spread:
         ys = spread["ys"]

@@ -238,7 +238,7 @@ def _live_rows(cost: ProfiledCost, factor: float, stages: int, gap_s: float) -> 
 
 def test_live_factor_is_the_engine_over_the_same_steps_alone_per_depth_after_the_idle_charge():
     from calibration.calibrate import fit_live, plan_of
-    from experiments.validation.replay_adjusted import WithLive
+    from experiments.validation.replay_adjusted import WithLive, WithoutDepth
 
     idle = OpFit("stage_idle", "interp", "gap_s", {"xs": [0.0, 0.01], "ys": [0.0, 0.4e-3], "per": "step"})
     cost = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": idle}), SHAPE, None, 1)
@@ -255,12 +255,23 @@ def test_live_factor_is_the_engine_over_the_same_steps_alone_per_depth_after_the
     charged = {**base_fits(), "stage_idle": idle, "live_stage": f}
     for pp, spec, factor in ((1, full, 1.04), (2, first, 1.13), (4, first, 1.13)):
         scaled = ProfiledCost(Profile({}, charged), SHAPE, None, 1, pp=pp)
-        assert scaled.live_factor == pytest.approx(factor)  # measured and reported, not charged
-        assert scaled.stage_time(spec, plan) == cost.stage_time(spec, plan)
-        charged_live = WithLive(scaled)  # replay_adjusted.py --with-live
+        assert scaled.live_factor == pytest.approx(factor)  # measured and reported
+        # charged: its depth ratio (the level, common to both depths, moves with the host and is not)
+        depth = 1.0 if pp == 1 else 1.13 / 1.04
+        assert scaled.depth_factor == pytest.approx(depth)
+        assert scaled.stage_time(spec, plan) == pytest.approx(depth * cost.stage_time(spec, plan))
+        assert scaled.stage_times((spec,), plan) == [scaled.stage_time(spec, plan)]
+        assert scaled.idle_time(spec, 4e-3) == cost.idle_time(spec, 4e-3)  # the idle charge is not scaled
+        charged_live = WithLive(scaled)  # replay_adjusted.py --with-live: the level on top
         assert charged_live.stage_time(spec, plan) == pytest.approx(factor * cost.stage_time(spec, plan))
         assert charged_live.idle_time(spec, 4e-3) == cost.idle_time(spec, 4e-3)  # the idle charge is not scaled
-    assert cost.live_factor == 1.0  # a profile without live runs: the model as fitted
+        bare = WithoutDepth(scaled)  # replay_adjusted.py --without-depth: the stages-alone model
+        assert bare.stage_time(spec, plan) == pytest.approx(cost.stage_time(spec, plan))
+    assert cost.live_factor == 1.0 and cost.depth_factor == 1.0  # a profile without live runs: the model as fitted
+    # live runs at two stages only: no level to divide by, so nothing is charged
+    two = OpFit("live_stage", "interp", "stages", {"xs": [2.0], "ys": [1.2]})
+    only2 = ProfiledCost(Profile({}, {**base_fits(), "live_stage": two}), SHAPE, None, 1, pp=2)
+    assert only2.depth_factor == 1.0 and only2.stage_time(first, plan) == cost.stage_time(first, plan)
 
 
 def test_with_live_finds_the_factor_under_a_ring_policys_wrapper():
@@ -268,13 +279,16 @@ def test_with_live_finds_the_factor_under_a_ring_policys_wrapper():
     from calibration.calibrate import plan_of
     from experiments.validation.replay_adjusted import WithLive, live_factor_of
     from ppsim.cost.ring import RingReturnCost
+    from ppsim.validate.run import depth_factor_of
 
     live = OpFit("live_stage", "interp", "stages", {"xs": [1.0, 2.0], "ys": [1.05, 1.2]})
     cost = ProfiledCost(Profile({}, {**base_fits(), "live_stage": live}), SHAPE, None, 1, pp=2)
     ring = RingReturnCost(cost, 0.0, 0.0, 2)
     assert live_factor_of(ring) == pytest.approx(1.2) and live_factor_of(object()) == 1.0
+    assert depth_factor_of(ring) == pytest.approx(1.2 / 1.05) and depth_factor_of(object()) == 1.0
     stage, plan = StageSpec(0, 0, 2, True, False), plan_of("99:1;50:1")
-    assert WithLive(ring).stage_time(stage, plan) == pytest.approx(ring.stage_time(stage, plan) * 1.2)
+    # the ring's model already charges the depth ratio; --with-live adds the level, 1.05
+    assert WithLive(ring).stage_time(stage, plan) == pytest.approx(ring.stage_time(stage, plan) * 1.05)
 
 
 def test_spread_is_each_steps_ratio_over_its_runs_level_mean_one_and_charged_at_pp2_only():

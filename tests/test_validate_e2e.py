@@ -1,12 +1,17 @@
 """`ppsim validate` end to end on the tiny model: real engine processes vs the simulator."""
 
 import json
+import shutil
 
 import pytest
 
 
 def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
-    out = tmp_path / "val"
+    out, prof = tmp_path / "val", tmp_path / "profile"
+    shutil.copytree("profiles/tiny-cpu", prof)  # with a live factor: its depth ratio is charged at PP=2
+    fits = json.loads((prof / "fits.json").read_text())
+    fits["live_stage"] = {"form": "interp", "x": "stages", "coef": {"xs": [1.0, 2.0], "ys": [1.02, 1.122]}}
+    (prof / "fits.json").write_text(json.dumps(fits))
     r = ppsim_cli(
         "validate",
         "--model",
@@ -24,7 +29,7 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
         "--max-num-batched-tokens",
         "256",
         "--profile",
-        "profiles/tiny-cpu",
+        str(prof),
         "--repeats",
         "2",
         "--output-dir",
@@ -59,6 +64,14 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     assert all(int(r[col["preempted"]]) >= 0 for r in steps[1:])
     assert 0.0 <= v["step_cost"]["preempted_share"] <= 1.0
     assert [r["metric"] for r in adj["rows"]] == [r["metric"] for r in v["rows"]]
+    # the predictions charged the depth ratio (1.122 / 1.02) and say so; replay_adjusted.py scales the same model
+    from experiments.validation.replay_adjusted import replay
+
+    assert v["depth_factor"] == pytest.approx(1.1)
+    again = replay(out, without_depth=True)
+    assert again["factor"] == pytest.approx(adj["factor"]) and "predicted now" not in again
+    assert again["adjusted"] == {r["metric"]: r["error"] for r in adj["rows"] if r["metric"] in again["adjusted"]}
+    assert again["without depth"] != again["predicted"]
     assert "speed-adjusted replay (the engine's stages ran x" in r.stdout
     # part 6: each stage's span split the same way on both sides, and the hand-over on a free receiver
     path = v["path"]

@@ -19,14 +19,16 @@ again with the profile's ``stage_spread`` not drawn (every compute its mean, as 
 measured the live engine's step-to-step spread): what that term is worth on the same runs;
 ``--without-turnaround`` the same for the profile's ``turnaround`` (a stage past the first restarting
 at once after a compute).
-``--with-live`` predicts with the profile's ``live_stage``
+``--with-live`` predicts with the profile's whole ``live_stage``
 factor charged (the live engine's stage compute over the same steps alone, ``calibrate.fit_live``;
-measured by calibration, not charged by the simulator).
+the simulator charges only its depth ratio, live_stage(2) / live_stage(1), at PP > 1);
+``--without-depth`` predicts and replays without that ratio. Runs recorded before it was charged (no
+``depth_factor`` in ``validation.json``) get a "predicted now" row: the current model on the same runs.
 
 The last column is the pipeline bubble's error in fraction points.
 
 Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--without-idle] [--without-spread]
-     [--without-turnaround] [--with-live] DIR [...]
+     [--without-turnaround] [--with-live] [--without-depth] DIR [...]
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from experiments.validation.tables import RELATIVE as METRICS  # the latency met
 from ppsim.config import build_scenario
 from ppsim.cost.scaled import ScaledCompute
 from ppsim.deployment import prepare
-from ppsim.validate.run import jittered, replay_with, speed_adjusted
+from ppsim.validate.run import depth_factor_of, jittered, replay_with, speed_adjusted
 
 BUBBLE = "pipeline_bubble_fraction"
 COLUMNS = (*METRICS, BUBBLE)
@@ -86,12 +88,26 @@ def live_factor_of(cost: object) -> float:
     return float(getattr(cost, "live_factor", 1.0))
 
 
+class WithoutDepth(ScaledCompute):
+    """The profile's cost model (times ``factor``) with its depth ratio taken off the stage computes (a
+    stage at PP > 1 as fast as the stages-alone model says, as before the ratio was charged), or replaced
+    by ``depth``; the idle charge times ``factor``, as :class:`ScaledCompute` does."""
+
+    def __init__(self, inner: object, factor: float = 1.0, depth: float = 1.0) -> None:
+        super().__init__(inner, factor)
+        self.ratio = depth / depth_factor_of(inner)
+
+    def stage_time(self, stage: object, plan: object) -> float:
+        return self.factor * self.ratio * self.inner.stage_time(stage, plan)
+
+
 class WithLive(ScaledCompute):
-    """The profile's cost model with its ``live_stage`` factor charged on every stage compute (the
-    simulator measures it but does not charge it); idle unscaled."""
+    """The profile's cost model with its whole ``live_stage`` factor charged on every stage compute (the
+    simulator charges only its depth ratio, so this adds the level, ``live_stage`` at one stage); idle
+    unscaled."""
 
     def __init__(self, inner: object) -> None:
-        super().__init__(inner, live_factor_of(inner))
+        super().__init__(inner, live_factor_of(inner) / depth_factor_of(inner))
 
     def idle_time(self, stage: object, gap_s: float) -> float:
         return self.inner.idle_time(stage, gap_s)
@@ -115,30 +131,42 @@ def replay(
     with_live: bool = False,
     without_spread: bool = False,
     without_turnaround: bool = False,
+    without_depth: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
     v, prep = prepared(d)
+    # the model that made the runs' step_costs.csv predictions: the depth ratio they were recorded with
+    # (none before it was charged: no ``depth_factor`` in validation.json), so the speed factor scales it
+    then = float(v.get("depth_factor", 1.0))
+    recorded = prep.cost if then == depth_factor_of(prep.cost) else WithoutDepth(prep.cost, 1.0, then)
     steps = [
         {"measured_s": float(r["measured_s"]), "predicted_s": float(r["predicted_s"])}
         for r in csv.DictReader((d / "step_costs.csv").open())
     ]
-    adj = speed_adjusted(prep, steps, v["engine_summaries"])
+    rec = dataclasses.replace(prep, cost=recorded)
+    adj = speed_adjusted(rec, steps, v["engine_summaries"])
     pick = lambda rows: {r["metric"]: r["error"] for r in rows if r["metric"] in COLUMNS}  # noqa: E731
     out = {"predicted": pick(v["rows"]), "adjusted": pick(adj["rows"]), "factor": adj["factor"]}
+    if "depth_factor" not in v:  # recorded before the depth ratio: what the current model predicts for them
+        out["predicted now"] = pick(replay_with(prep, prep.cost, v["engine_summaries"])["rows"])
     for k in range(draws):
-        out[f"jittered {k}"] = pick(jittered(prep, steps, v["engine_summaries"], seed=k)["rows"])
+        out[f"jittered {k}"] = pick(jittered(rec, steps, v["engine_summaries"], seed=k)["rows"])
     if without_idle:
         out["without idle"] = pick(replay_with(prep, WithoutIdle(prep.cost), v["engine_summaries"])["rows"])
     if with_live:
         out["with live"] = pick(replay_with(prep, WithLive(prep.cost), v["engine_summaries"])["rows"])
+    if without_depth:
+        out["without depth"] = pick(replay_with(prep, WithoutDepth(prep.cost), v["engine_summaries"])["rows"])
+        bare = WithoutDepth(prep.cost, adj["factor"] * then)  # the factor against the model without it
+        out["adjusted without depth"] = pick(replay_with(prep, bare, v["engine_summaries"])["rows"])
     if without_spread:
         out["without spread"] = pick(replay_with(prep, WithoutSpread(prep.cost), v["engine_summaries"])["rows"])
-        bare = WithoutSpread(prep.cost, adj["factor"])
+        bare = WithoutSpread(recorded, adj["factor"])
         out["adjusted without spread"] = pick(replay_with(prep, bare, v["engine_summaries"])["rows"])
     if without_turnaround:
         out["without turnaround"] = pick(replay_with(prep, WithoutTurnaround(prep.cost), v["engine_summaries"])["rows"])
-        bare = WithoutTurnaround(prep.cost, adj["factor"])
+        bare = WithoutTurnaround(recorded, adj["factor"])
         out["adjusted without turnaround"] = pick(replay_with(prep, bare, v["engine_summaries"])["rows"])
     return out
 
@@ -173,6 +201,11 @@ def main(argv: list[str]) -> None:
         action="store_true",
         help="also predict with the profile's live_stage factor charged on every stage compute",
     )
+    ap.add_argument(
+        "--without-depth",
+        action="store_true",
+        help="also predict and replay without the profile's depth ratio (live_stage at PP=2 over PP=1)",
+    )
     args = ap.parse_args(argv)
     problem = f"--jitter-draws: {args.jitter_draws} is negative; give 0 or more" if args.jitter_draws < 0 else None
     for d in args.dirs:
@@ -186,13 +219,21 @@ def main(argv: list[str]) -> None:
         raise SystemExit(2)
     res = {
         Path(d).name: replay(
-            Path(d), args.jitter_draws, args.without_idle, args.with_live, args.without_spread, args.without_turnaround
+            Path(d),
+            args.jitter_draws,
+            args.without_idle,
+            args.with_live,
+            args.without_spread,
+            args.without_turnaround,
+            args.without_depth,
         )
         for d in args.dirs
     }
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
+    kinds += ["predicted now"] if all("predicted now" in r for r in res.values()) else []
     kinds += ["without idle"] if args.without_idle else []
     kinds += ["with live"] if args.with_live else []
+    kinds += ["without depth", "adjusted without depth"] if args.without_depth else []
     kinds += ["without spread", "adjusted without spread"] if args.without_spread else []
     kinds += ["without turnaround", "adjusted without turnaround"] if args.without_turnaround else []
     head = "".join(f"{m[:14]:>16s}" for m in METRICS) + f"{'bubble (pts)':>14s}"

@@ -28,6 +28,10 @@ two computes where its next input was already there (charged at PP > 1 to every 
 live engine runs at two stages) is the live engine's step-to-step spread of stage computes about their
 mean, a mean-one table: at PP > 1 the pipelines multiply each compute by one of its ratios, drawn by
 (scenario seed, stage, step id) (:attr:`ProfiledCost.spread`); ``stage_time`` stays the mean.
+``live_stage`` (the same runs, at one and two stages: the live engine's stage compute over the same
+steps timed alone) is charged as its depth ratio: at PP > 1 ``stage_time`` is the stages-alone model
+times ``live_stage(2) / live_stage(1)`` (:attr:`ProfiledCost.depth_factor`), what co-running stages
+cost each other on the calibrated host; the level common to both depths moves with the host and is not.
 
 Mixture-of-experts layers (``engine/moe.py``) replace the three ``mlp_*`` operators with
 ``moe_router`` (gate GEMM, softmax, top-k; over tokens), ``moe_experts`` (the grouped routed experts,
@@ -276,10 +280,14 @@ class ProfiledCost:
         turn = self.p.fits.get("turnaround") if pp > 1 else None
         self.turnaround_s = max(turn.coef["c0"], 0.0) if turn is not None else 0.0
         # the live engine's stage compute over the same steps alone, at this depth (calibrate.fit_live):
-        # measured and reported, not charged (on four held-out checks it moved with the host's speed and
-        # made two of them worse; docs/validation.md mechanism 10); replay_adjusted.py --with-live applies it
+        # its level moves with the host's speed and is reported, not charged (charged, it made two of four
+        # held-out checks worse; docs/validation.md mechanism 10; replay_adjusted.py --with-live applies it).
+        # Its depth ratio is charged: at PP > 1 every stage compute times live_stage here over live_stage at
+        # one stage, what co-running stages cost each other; the level, common to both, cancels
         live = self.p.fits.get("live_stage")
         self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
+        level = live.at(1.0) if live is not None and pp > 1 else 0.0
+        self.depth_factor = self.live_factor / level if level > 0.0 else 1.0
         # the live engine's step-to-step spread of stage computes (mean one, calibrate.fit_spread): at PP > 1
         # the pipelines multiply each compute by one ratio drawn by (seed, stage, step id), as in-flight
         # micro-batches pay for a slow step that a mean cannot show; at one stage it would move no mean
@@ -407,6 +415,7 @@ class ProfiledCost:
         T, R = plan.num_tokens, len(plan.items)
         base = self.layer_base_time(plan)
         memo = self._stage_terms
+        depth = self.depth_factor
         out = []
         for stage in stages:
             key = (stage.start_layer, stage.end_layer, stage.is_first, stage.is_last, T, R)
@@ -427,7 +436,7 @@ class ProfiledCost:
                 t += emb
             if last is not None:
                 t += last
-            out.append(t)
+            out.append(t * depth)
         return out
 
     def _stage_parts(self, stage: StageSpec, T: int, R: int) -> tuple:

@@ -131,6 +131,7 @@ def validate(
         "step_cost": summarize_steps(steps),
         "rows": [r.to_dict() for r in rows],
         "speed_adjusted": speed_adjusted(prep, steps, [r.summary for r in runs]),
+        "depth_factor": depth_factor_of(prep.cost),
         "per_request": per_request_errors([r.requests for r in runs], res.requests),
         "path": summarize_path([r.ops for r in runs], res.ops),
         "verdict": verdict(rows),
@@ -143,6 +144,15 @@ def validate(
     dashboards = drawn_dashboards("sim", *(f"engine-{i}" for i in range(len(runs))))
     write_result_set(out, {**files, **profile_files(s, out)}, derived=dashboards)
     return payload
+
+
+def depth_factor_of(cost: Any) -> float:
+    """The profiled model's ``depth_factor`` (``live_stage`` at this depth over one stage, charged at
+    PP > 1; :class:`ppsim.cost.profiled.ProfiledCost`) under any wrappers; 1 for a model without one.
+    ``validation.json`` records it, as its ``step_costs.csv`` predictions include it."""
+    while not hasattr(cost, "depth_factor") and hasattr(cost, "inner"):
+        cost = cost.inner
+    return float(getattr(cost, "depth_factor", 1.0))
 
 
 def speed_adjusted(prep: Any, steps: list[dict[str, Any]], engine: list[dict[str, Any]]) -> dict[str, Any] | None:
