@@ -567,7 +567,7 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         )
         lines.append(f"live engine's stage compute over the same steps alone (live_stage): {at}")
         if len(live["xs"]) > 1 and live["xs"][0] == 1.0 and live["ys"][0] > 0:
-            ratio = live["ys"][-1] / live["ys"][0]
+            ratio = max(live["ys"][-1] / live["ys"][0], 1.0)  # ProfiledCost.depth_factor
             lines.append(f"charged at PP > 1: its depth ratio x{ratio:.3f} (the level: reported only)")
     spread = fits.get("stage_spread", {}).get("coef")
     if spread:

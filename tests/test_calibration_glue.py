@@ -272,6 +272,10 @@ def test_live_factor_is_the_engine_over_the_same_steps_alone_per_depth_after_the
     two = OpFit("live_stage", "interp", "stages", {"xs": [2.0], "ys": [1.2]})
     only2 = ProfiledCost(Profile({}, {**base_fits(), "live_stage": two}), SHAPE, None, 1, pp=2)
     assert only2.depth_factor == 1.0 and only2.stage_time(first, plan) == cost.stage_time(first, plan)
+    # two stages measured faster than one: the host's drift between the runs, not a speed-up; held at 1
+    under = OpFit("live_stage", "interp", "stages", {"xs": [1.0, 2.0], "ys": [1.1, 1.0]})
+    held = ProfiledCost(Profile({}, {**base_fits(), "live_stage": under}), SHAPE, None, 1, pp=2)
+    assert held.depth_factor == 1.0 and held.stage_time(first, plan) == cost.stage_time(first, plan)
 
 
 def test_with_live_finds_the_factor_under_a_ring_policys_wrapper():

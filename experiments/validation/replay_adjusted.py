@@ -148,7 +148,8 @@ def replay(
     adj = speed_adjusted(rec, steps, v["engine_summaries"])
     pick = lambda rows: {r["metric"]: r["error"] for r in rows if r["metric"] in COLUMNS}  # noqa: E731
     out = {"predicted": pick(v["rows"]), "adjusted": pick(adj["rows"]), "factor": adj["factor"]}
-    if "depth_factor" not in v:  # recorded before the depth ratio: what the current model predicts for them
+    out["predicted now"] = out["predicted"]  # the current model on the same runs: a model of another depth ratio
+    if recorded is not prep.cost:  # (recorded before it was charged, or before it was held at 1 or more) again
         out["predicted now"] = pick(replay_with(prep, prep.cost, v["engine_summaries"])["rows"])
     for k in range(draws):
         out[f"jittered {k}"] = pick(jittered(rec, steps, v["engine_summaries"], seed=k)["rows"])
@@ -230,7 +231,7 @@ def main(argv: list[str]) -> None:
         for d in args.dirs
     }
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
-    kinds += ["predicted now"] if all("predicted now" in r for r in res.values()) else []
+    kinds += ["predicted now"] if any(r["predicted now"] is not r["predicted"] for r in res.values()) else []
     kinds += ["without idle"] if args.without_idle else []
     kinds += ["with live"] if args.with_live else []
     kinds += ["without depth", "adjusted without depth"] if args.without_depth else []

@@ -30,8 +30,9 @@ mean, a mean-one table: at PP > 1 the pipelines multiply each compute by one of 
 (scenario seed, stage, step id) (:attr:`ProfiledCost.spread`); ``stage_time`` stays the mean.
 ``live_stage`` (the same runs, at one and two stages: the live engine's stage compute over the same
 steps timed alone) is charged as its depth ratio: at PP > 1 ``stage_time`` is the stages-alone model
-times ``live_stage(2) / live_stage(1)`` (:attr:`ProfiledCost.depth_factor`), what co-running stages
-cost each other on the calibrated host; the level common to both depths moves with the host and is not.
+times ``max(live_stage(2) / live_stage(1), 1)`` (:attr:`ProfiledCost.depth_factor`), what co-running
+stages cost each other on the calibrated host; the level common to both depths moves with the host and is
+not charged.
 
 Mixture-of-experts layers (``engine/moe.py``) replace the three ``mlp_*`` operators with
 ``moe_router`` (gate GEMM, softmax, top-k; over tokens), ``moe_experts`` (the grouped routed experts,
@@ -286,8 +287,10 @@ class ProfiledCost:
         # one stage, what co-running stages cost each other; the level, common to both, cancels
         live = self.p.fits.get("live_stage")
         self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
+        # (held at 1 or more: a stage does not speed up for sharing the host; a ratio under 1 is the host's drift
+        # between the two depths' runs)
         level = live.at(1.0) if live is not None and pp > 1 else 0.0
-        self.depth_factor = self.live_factor / level if level > 0.0 else 1.0
+        self.depth_factor = max(self.live_factor / level, 1.0) if level > 0.0 else 1.0
         # the live engine's step-to-step spread of stage computes (mean one, calibrate.fit_spread): at PP > 1
         # the pipelines multiply each compute by one ratio drawn by (seed, stage, step id), as in-flight
         # micro-batches pay for a slow step that a mean cannot show; at one stage it would move no mean
