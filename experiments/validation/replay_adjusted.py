@@ -45,7 +45,7 @@ from experiments.validation.tables import RELATIVE as METRICS  # the latency met
 from ppsim.config import build_scenario
 from ppsim.cost.scaled import ScaledCompute
 from ppsim.deployment import prepare
-from ppsim.validate.run import depth_factor_of, jittered, replay_with, speed_adjusted
+from ppsim.validate.run import depth_factor_of, jittered, model_factor, replay_with, speed_adjusted
 
 BUBBLE = "pipeline_bubble_fraction"
 COLUMNS = (*METRICS, BUBBLE)
@@ -83,9 +83,7 @@ class WithoutTurnaround(ScaledCompute):
 
 def live_factor_of(cost: object) -> float:
     """The profiled model's ``live_factor`` under any wrappers (a ring policy's return path, ...)."""
-    while not hasattr(cost, "live_factor") and hasattr(cost, "inner"):
-        cost = cost.inner
-    return float(getattr(cost, "live_factor", 1.0))
+    return model_factor(cost, "live_factor")
 
 
 class WithoutDepth(ScaledCompute):

@@ -146,13 +146,18 @@ def validate(
     return payload
 
 
-def depth_factor_of(cost: Any) -> float:
-    """The profiled model's ``depth_factor`` (``live_stage`` at this depth over one stage, charged at
-    PP > 1; :class:`ppsim.cost.profiled.ProfiledCost`) under any wrappers; 1 for a model without one.
-    ``validation.json`` records it, as its ``step_costs.csv`` predictions include it."""
-    while not hasattr(cost, "depth_factor") and hasattr(cost, "inner"):
+def model_factor(cost: Any, name: str) -> float:
+    """The profiled model's factor ``name`` (:class:`ppsim.cost.profiled.ProfiledCost`'s ``live_factor``
+    or ``depth_factor``) under any wrappers (a ring policy's return path, ...); 1 for a model without it."""
+    while not hasattr(cost, name) and hasattr(cost, "inner"):
         cost = cost.inner
-    return float(getattr(cost, "depth_factor", 1.0))
+    return float(getattr(cost, name, 1.0))
+
+
+def depth_factor_of(cost: Any) -> float:
+    """``depth_factor`` (``live_stage`` at this depth over one stage, charged at PP > 1): ``validation.json``
+    records it, as its ``step_costs.csv`` predictions include it."""
+    return model_factor(cost, "depth_factor")
 
 
 def speed_adjusted(prep: Any, steps: list[dict[str, Any]], engine: list[dict[str, Any]]) -> dict[str, Any] | None:
