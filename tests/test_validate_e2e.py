@@ -69,9 +69,16 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
 
     assert v["depth_factor"] == pytest.approx(1.1)
     again = replay(out, without_depth=True)
-    assert again["factor"] == pytest.approx(adj["factor"]) and "predicted now" not in again
+    assert again["factor"] == pytest.approx(adj["factor"])
+    assert again["predicted now"] is again["predicted"]  # recorded by the current model: nothing to predict again
     assert again["adjusted"] == {r["metric"]: r["error"] for r in adj["rows"] if r["metric"] in again["adjusted"]}
     assert again["without depth"] != again["predicted"]
+    # a dir recorded before the ratio was charged (no depth_factor): the current model predicts it again
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    (old / "validation.json").write_text(json.dumps({k: x for k, x in v.items() if k != "depth_factor"}))
+    before = replay(old)
+    assert before["predicted now"] is not before["predicted"] and before["predicted now"] == again["predicted"]
     assert "speed-adjusted replay (the engine's stages ran x" in r.stdout
     # part 6: each stage's span split the same way on both sides, and the hand-over on a free receiver
     path = v["path"]
