@@ -144,8 +144,11 @@ def test_profile_of_this_host_predicts_fresh_engine_stages(quick_profile):
     torch.set_num_threads(1)
     shape = load_model("tiny")
     prof_dir = str(quick_profile[0])
-    s = build_scenario(None, {"model": "tiny", "cost": {"kind": "profile", "profile_dir": prof_dir}})
+    # one stage: a stage timed alone is the stages-alone model (at PP > 1 the profile's depth ratio is charged)
+    one, cost_cfg = {"pipeline_parallel_size": 1}, {"kind": "profile", "profile_dir": prof_dir}
+    s = build_scenario(None, {"model": "tiny", "cluster": one, "cost": cost_cfg})
     cost = load_profiled_cost(prof_dir, shape, s, None)
+    assert cost.depth_factor == 1.0
     clock = cost.p.meta["clock"]  # measure as the profile did ("thread": CPU time, robust to a loaded host)
     prof = OpProfiler(Layer(shape, "float32", "cpu"), Timer("cpu", clock, repeats=3, min_repeat_s=0.005), seed=7)
     st = prof.stages
