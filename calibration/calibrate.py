@@ -28,7 +28,7 @@ import numpy as np
 from calibration.artifact import base_meta, check_output_dir, device_name, write_artifact
 from calibration.fit import fit_select, fit_to_json, predict
 from ppsim.cost.base import StageSpec
-from ppsim.cost.profiled import REQ_OPS, TOKEN_OPS, OpFit, Profile, ProfiledCost
+from ppsim.cost.profiled import REQ_OPS, TOKEN_OPS, OpFit, Profile, ProfiledCost, depth_ratio, fit_from_json
 from ppsim.errors import PPSimError
 from ppsim.models.shape import ModelShape, load_model
 from ppsim.policy.plan import PlanItem, StepPlan, make_plan
@@ -566,8 +566,8 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
             f"{x:.0f} stage{'s' if x > 1 else ''} x{y:.3f}" for x, y in zip(live["xs"], live["ys"], strict=True)
         )
         lines.append(f"live engine's stage compute over the same steps alone (live_stage): {at}")
-        if len(live["xs"]) > 1 and live["xs"][0] == 1.0 and live["ys"][0] > 0:
-            ratio = max(live["ys"][-1] / live["ys"][0], 1.0)  # ProfiledCost.depth_factor
+        if len(live["xs"]) > 1:
+            ratio = depth_ratio(fit_from_json("live_stage", fits["live_stage"]))  # ProfiledCost.depth_factor
             lines.append(f"charged at PP > 1: its depth ratio x{ratio:.3f} (the level: reported only)")
     spread = fits.get("stage_spread", {}).get("coef")
     if spread:

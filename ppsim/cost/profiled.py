@@ -172,6 +172,15 @@ def _interp(xs: list[float], ys: list[float], x: float) -> float:
     return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
 
+def depth_ratio(live: OpFit) -> float:
+    """``live_stage`` at two stages over one (the level, common to both, cancels), held at 1 or more: a
+    stage does not speed up for sharing the host, a ratio under 1 is the host's drift between the two
+    depths' runs. 1 without a one-stage measurement."""
+    xs = live.coef["xs"]
+    level = live.at(1.0) if 1.0 in xs else 0.0
+    return max(live.at(2.0) / level, 1.0) if level > 0.0 else 1.0
+
+
 def fit_from_json(name: str, d: Any, where: str = "profile fits.json") -> OpFit:
     """One operator of fits.json, checked: a form that can time it, the coefficients that form reads,
     finite numbers, no negative time. ``where`` opens the error message."""
@@ -287,10 +296,7 @@ class ProfiledCost:
         # one stage, what co-running stages cost each other; the level, common to both, cancels
         live = self.p.fits.get("live_stage")
         self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
-        # (held at 1 or more: a stage does not speed up for sharing the host; a ratio under 1 is the host's drift
-        # between the two depths' runs)
-        level = live.at(1.0) if live is not None and pp > 1 else 0.0
-        self.depth_factor = max(self.live_factor / level, 1.0) if level > 0.0 else 1.0
+        self.depth_factor = depth_ratio(live) if live is not None and pp > 1 else 1.0
         # the live engine's step-to-step spread of stage computes (mean one, calibrate.fit_spread): at PP > 1
         # the pipelines multiply each compute by one ratio drawn by (seed, stage, step id), as in-flight
         # micro-batches pay for a slow step that a mean cannot show; at one stage it would move no mean
