@@ -46,6 +46,7 @@ SAMPLE_FIELDS = [
     "items",
     "alone_s",
     "run",
+    "corun",
 ]
 
 

@@ -28,7 +28,16 @@ import numpy as np
 from calibration.artifact import base_meta, check_output_dir, device_name, write_artifact
 from calibration.fit import fit_select, fit_to_json, predict
 from ppsim.cost.base import StageSpec
-from ppsim.cost.profiled import REQ_OPS, TOKEN_OPS, OpFit, Profile, ProfiledCost, depth_ratio, fit_from_json
+from ppsim.cost.profiled import (
+    REQ_OPS,
+    TOKEN_OPS,
+    OpFit,
+    Profile,
+    ProfiledCost,
+    corun_ratio,
+    depth_ratio,
+    fit_from_json,
+)
 from ppsim.errors import PPSimError
 from ppsim.models.shape import ModelShape, load_model
 from ppsim.policy.plan import PlanItem, StepPlan, make_plan
@@ -242,7 +251,15 @@ def fit_turnaround(rows: list[dict[str, Any]]) -> OpFit | None:
     return OpFit("turnaround", "linear", "stage", {"c0": float(np.median(xs)), "c1": 0.0}) if xs else None
 
 
-def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
+def _uncharged(r: dict[str, Any], corun: float) -> float:
+    """A live row's wall time without the co-run charge the pipelines make on it (``corun`` on a compute
+    that started beside an earlier micro-batch, ``stage_corun``): what ``live_stage`` and ``stage_spread``
+    measure is the rest, so the two are not charged twice."""
+    co = str(r.get("corun") or "0") not in ("0", "")
+    return float(r["median_s"]) / (corun if co else 1.0)
+
+
+def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0) -> OpFit | None:
     """``live_stage``: the live engine's stage compute over the same step timed alone in a hot loop, per
     pipeline depth (``interp`` over the stage count, 1 and 2). The stage model is fitted on stages
     timed alone; the engine's stage runs between the engine core's work, its messages and (at two
@@ -252,24 +269,35 @@ def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
     own (``stage_idle``; the hot loop has no gaps), and per depth the median over the runs (three
     each): this VM's speed flips within seconds, and one run of a calibration came out 1.21 and the
     next 1.51 against steps timed alone after both. Model-free: the stage model's own error on these
-    plans does not enter. None without such rows."""
+    plans does not enter. A compute charged ``corun`` (it started beside an earlier micro-batch) counts
+    without that charge. None without such rows."""
     xs, ys = [], []
     for n in (1, 2):
         by_run: dict[int, list[dict[str, Any]]] = {}
         for r in rows:
             if r["split"] == f"live{n}" and r.get("alone_s"):
                 by_run.setdefault(int(r.get("run", 0)), []).append(r)
-        factors = [f for f in (_live_ratio(cost, sel) for sel in by_run.values()) if f is not None]
+        factors = [f for f in (_live_ratio(cost, sel, corun) for sel in by_run.values()) if f is not None]
         if factors:
             xs.append(float(n))
             ys.append(float(np.median(factors)))
     return OpFit("live_stage", "interp", "stages", {"xs": xs, "ys": ys}) if xs else None
 
 
+def fit_corun(rows: list[dict[str, Any]]) -> OpFit | None:
+    """``stage_corun``: a stage's compute while another stage computes on the same host over the same step
+    alone (:mod:`calibration.corun`), the median over its plans of their paired ratios; ``linear`` with
+    no slope (one factor). None without such rows (a GPU calibration, an older artifact)."""
+    ratios = [float(r["median_s"]) / float(r["alone_s"]) for r in rows if r["op"] == "stage_corun" and r.get("alone_s")]
+    if not ratios:
+        return None
+    return OpFit("stage_corun", "linear", "stages", {"c0": float(np.median(ratios)), "c1": 0.0})
+
+
 SPREAD_QUANTILES = 32  # the stage_spread table: this many quantiles of the pooled ratios
 
 
-def fit_spread(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
+def fit_spread(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0) -> OpFit | None:
     """``stage_spread``: the live engine's step-to-step spread of stage computes at two stages, mean one.
     Over ``live2`` rows that carry ``alone_s`` (as :func:`fit_live`): each step's (live - the idle
     charge) / the same step alone, over its run's ratio of sums (:func:`_live_ratio`: the run's level,
@@ -284,11 +312,11 @@ def fit_spread(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
             by_run.setdefault(int(r.get("run", 0)), []).append(r)
     ratios: list[float] = []
     for sel in by_run.values():
-        level = _live_ratio(cost, sel)
+        level = _live_ratio(cost, sel, corun)
         if level is None:
             continue
         for r in sel:
-            live = float(r["median_s"]) - cost.idle_time(stage_spec(r), float(r["gap_s"]))
+            live = _uncharged(r, corun) - cost.idle_time(stage_spec(r), float(r["gap_s"]))
             if live > 0:
                 ratios.append(live / float(r["alone_s"]) / level)
     if len(ratios) < SPREAD_QUANTILES:
@@ -300,10 +328,11 @@ def fit_spread(cost: ProfiledCost, rows: list[dict[str, Any]]) -> OpFit | None:
     return OpFit("stage_spread", "interp", "quantile", {"xs": levels.tolist(), "ys": ys.tolist()})
 
 
-def _live_ratio(cost: ProfiledCost, sel: list[dict[str, Any]]) -> float | None:
-    """One live run's (stage computes - the idle charge) / the same steps alone, ratio of sums."""
+def _live_ratio(cost: ProfiledCost, sel: list[dict[str, Any]], corun: float = 1.0) -> float | None:
+    """One live run's (stage computes, the co-run charge off, - the idle charge) / the same steps alone,
+    ratio of sums."""
     idle = sum(cost.idle_time(stage_spec(r), float(r["gap_s"])) for r in sel)
-    measured, alone = sum(float(r["median_s"]) for r in sel), sum(float(r["alone_s"]) for r in sel)
+    measured, alone = sum(_uncharged(r, corun) for r in sel), sum(float(r["alone_s"]) for r in sel)
     return (measured - idle) / alone if alone > 0 and measured > idle else None
 
 
@@ -419,6 +448,11 @@ def calibrate(
 
     # each live run's stage steps timed again alone right after it (the live engine's factor)
     rows += profile_core_path(model, device, threads or 1, lambda live: time_live_alone(prof.stages, timer, live))
+    if device == "cpu":
+        log("a stage's steps while another stage computes on the host's cores, and alone (stage_corun)")
+        from calibration.corun import profile_corun
+
+        rows += profile_corun(prof.stages, shape, dtype, rounds=3 if quick else 6)
     if probes:
         probes.append(cpu_probe()[0])
         steps.append(stage_probe())
@@ -488,10 +522,14 @@ def analyse_and_write(
         fits["turnaround"] = turnaround
     cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
     held = heldout_errors(cost, [r for r in rows if r["split"] == "heldout"], stat)
-    live = fit_live(cost, rows)  # after the held-out scores: those are of stages timed alone
+    corun = fit_corun(rows)
+    if corun is not None:
+        fits["stage_corun"] = corun
+    charged = corun_ratio(corun) if corun is not None else 1.0  # what the pipelines charge (PP > 1)
+    live = fit_live(cost, rows, charged)  # after the held-out scores: those are of stages timed alone
     if live is not None:
         fits["live_stage"] = live
-    spread = fit_spread(cost, rows)
+    spread = fit_spread(cost, rows, charged)
     if spread is not None:
         fits["stage_spread"] = spread
     whole = ("layer", *KINDS)
@@ -517,6 +555,8 @@ def analyse_and_write(
         fj["live_stage"].update({"note": "live engine's stage compute / the same steps alone, by pipeline stages"})
     if spread is not None:
         fj["stage_spread"].update({"note": "live engine's step-to-step stage compute spread at two stages, mean one"})
+    if corun is not None:
+        fj["stage_corun"].update({"note": "a stage's step while another stage computes on the host / alone"})
     for name in glue:
         fj[name].update({"n_samples": sum(1 for g in gaps if g["stage"] in ("layer", GLUE_KIND[name])), "note": note})
     write_artifact(out, meta, fj, rows)
@@ -575,5 +615,11 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         lines.append(
             f"live engine's step-to-step spread at two stages (stage_spread, charged at PP > 1): "
             f"sd {float(np.std(ys)):.3f}, from {ys[0]:.2f} to {ys[-1]:.2f}"
+        )
+    if "stage_corun" in fits:
+        fit = fit_from_json("stage_corun", fits["stage_corun"])
+        lines.append(
+            f"a stage's step with another stage computing on the host (stage_corun): x{fit.coef['c0']:.3f}; "
+            f"charged x{corun_ratio(fit):.3f} at PP > 1 to a micro-batch that starts with another in the pipeline"
         )
     return "\n".join(lines)

@@ -127,10 +127,14 @@ def handoffs(ops: list[Any]) -> list[tuple[int, float]]:
 def live_steps(run: Any) -> list[dict[str, Any]]:
     """Sample rows (split ``live<stages>``) of a live engine run's stage computes, each with its plan
     (``items``), its stage (``op`` = the stage kind, ``layers``, ``start_layer``), the idle gap since the
-    stage's previous compute (``gap_s``) and its wall time: what the profile's stage model, fitted on
-    stages timed alone, is checked against (``calibrate.fit_live``). A stage's first compute, whose gap
-    is the start-up, is left out."""
+    stage's previous compute (``gap_s``), whether its micro-batch started beside an earlier one still in
+    the pipeline (``corun``: 1 or 0, :func:`ppsim.validate.steps.corun_steps`) and its wall time: what the
+    profile's stage model, fitted on stages timed alone, is checked against (``calibrate.fit_live``). A
+    stage's first compute, whose gap is the start-up, is left out."""
+    from ppsim.validate.steps import corun_steps
+
     stages = run.prep.topology.stages
+    co = corun_steps(list(run.ops), len(stages))
     last_end: dict[str, float] = {}
     rows = []
     for op in sorted(run.ops, key=lambda o: o.start_s):
@@ -152,6 +156,7 @@ def live_steps(run: Any) -> list[dict[str, Any]]:
                 "start_layer": st.start_layer,
                 "items": ";".join(f"{it.start}:{it.num_tokens}" for it in plan.items),
                 "gap_s": op.start_s - prev,
+                "corun": int(op.step_id in co),
                 "median_s": t,
                 "mean_s": t,
                 "repeats": 1,

@@ -50,7 +50,7 @@ def test_quick_calibrate_cli(quick_profile):
     fits = json.loads((out / "fits.json").read_text())
     glue = ("layer_glue", "first_glue", "last_glue")
     # fitted from engine stages, not by leave-one-out
-    derived = (*glue, "stage_idle", "live_stage", "stage_spread", "turnaround")
+    derived = (*glue, "stage_idle", "live_stage", "stage_spread", "turnaround", "stage_corun")
     assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in derived)
     assert fits["stage_idle"]["form"] == "interp" and fits["stage_idle"]["coef"]["xs"][0] == 0.0
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
@@ -77,6 +77,13 @@ def test_quick_calibrate_cli(quick_profile):
     ys = fits["stage_spread"]["coef"]["ys"]
     assert fits["stage_spread"]["form"] == "interp" and len(ys) == 32 and sum(ys) / 32 == pytest.approx(1.0)
     assert ys == sorted(ys) and 0 < ys[0] < 1 < ys[-1] and "stage_spread" in text
+    # a stage's steps with a second stage process computing on the other core, paired with the same alone
+    co = fits["stage_corun"]["coef"]["c0"]
+    assert fits["stage_corun"]["form"] == "linear" and 0.5 < co < 3.0 and "stage_corun" in text
+    assert sum(r.startswith("stage_corun,corun") for r in rows) == 3
+    # the live runs' computes marked where they started beside an earlier micro-batch (two in flight)
+    marked = [r for r in read_samples(out) if r["split"] == "live2" and r.get("corun") == 1]
+    assert marked and all(r["op"] in ("stage_first", "stage_last") for r in marked)
 
 
 def test_link_profiler_two_processes():

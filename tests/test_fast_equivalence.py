@@ -329,3 +329,45 @@ def _restarts(res: SimResult) -> list[float]:
         cs.sort(key=lambda o: o.start_s)
         out += [b.start_s - a.end_s for a, b in zip(cs, cs[1:], strict=False)]
     return out
+
+
+class CorunCost:
+    """A cost model whose stages slow each other when they compute at once (a profile's ``stage_corun``)."""
+
+    corun_factor = 1.3
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _corun_steps(res: SimResult, stages: int) -> set[int]:
+    """Steps whose first-stage compute started while an earlier step had not ended on the last stage."""
+    first = {o.step_id: o.start_s for o in res.ops if o.kind == "compute" and o.track == "stage0"}
+    last = {o.step_id: o.end_s for o in res.ops if o.kind == "compute" and o.track == f"stage{stages - 1}"}
+    order = sorted(first, key=lambda s: (first[s], s))
+    return {s for i, s in enumerate(order) if any(last[j] > first[s] for j in order[:i])}
+
+
+@pytest.mark.parametrize("name", ["mixed-aborts", "pp2-offline"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_corun_is_the_same_on_both_paths(policy: str, name: str) -> None:
+    """Stages computing at once: every compute of a micro-batch that starts on the first stage while an
+    earlier one is still in the pipeline times ``corun_factor``, alike on both paths, with the spread, the
+    idle penalty and the turnaround on top; exactly those computes, by the records' own intervals."""
+    wrap = lambda c: CorunCost(TurnCost(SpreadCost(IdleCost(c))))  # noqa: E731
+    ref, rs = _run(policy, name, True, wrap=wrap)
+    fast, fs = _run(policy, name, False, wrap=wrap)
+    assert_same(ref, fast, rs, fs)
+    if policy in PP1_ONLY or policy == "no-pp":
+        return  # one stage: nothing computes beside it, nothing charged
+    stages = 1 + max(int(o.track[5:]) for o in fast.ops if o.kind == "compute")
+    co = _corun_steps(fast, stages)
+    if policy == "vllm-sync":  # one step in flight: never two at once
+        assert not co
+    if (policy, name) == ("vllm-batch-queue", "mixed-aborts"):
+        assert co, "a full batch queue should put two micro-batches in the pipeline at once"
+    plain, _ = _run(policy, name, reference=False, wrap=lambda c: TurnCost(SpreadCost(IdleCost(c))))
+    assert (co != set()) == ([o.end_s for o in fast.ops] != [o.end_s for o in plain.ops])

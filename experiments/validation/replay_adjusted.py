@@ -22,13 +22,16 @@ at once after a compute).
 ``--with-live`` predicts with the profile's whole ``live_stage``
 factor charged (the live engine's stage compute over the same steps alone, ``calibrate.fit_live``;
 the simulator charges only its depth ratio, live_stage(2) / live_stage(1), at PP > 1);
-``--without-depth`` predicts and replays without that ratio. Runs recorded before it was charged (no
-``depth_factor`` in ``validation.json``) get a "predicted now" row: the current model on the same runs.
+``--without-depth`` predicts and replays without that ratio. ``--without-corun`` predicts without the
+profile's ``stage_corun`` (stages computing at once on the host, charged to a micro-batch that starts
+while an earlier one is in the pipeline). Runs recorded with another depth ratio or co-run factor (none
+before they were charged: no ``depth_factor`` / ``corun_factor`` in ``validation.json``) get a
+"predicted now" row: the current model on the same runs.
 
 The last column is the pipeline bubble's error in fraction points.
 
 Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--without-idle] [--without-spread]
-     [--without-turnaround] [--with-live] [--without-depth] DIR [...]
+     [--without-turnaround] [--with-live] [--without-depth] [--without-corun] DIR [...]
 """
 
 from __future__ import annotations
@@ -99,6 +102,15 @@ class WithoutDepth(ScaledCompute):
         return self.factor * self.ratio * self.inner.stage_time(stage, plan)
 
 
+class CorunAs(ScaledCompute):
+    """The profile's cost model (times ``factor``) with ``corun`` as its charge for stages computing at once
+    (1: none, as before calibration measured ``stage_corun``)."""
+
+    def __init__(self, inner: object, corun: float, factor: float = 1.0) -> None:
+        super().__init__(inner, factor)
+        self.corun_factor = corun
+
+
 class WithLive(ScaledCompute):
     """The profile's cost model with its whole ``live_stage`` factor charged on every stage compute (the
     simulator charges only its depth ratio, so this adds the level, ``live_stage`` at one stage); idle
@@ -109,6 +121,11 @@ class WithLive(ScaledCompute):
 
     def idle_time(self, stage: object, gap_s: float) -> float:
         return self.inner.idle_time(stage, gap_s)
+
+
+def corun_factor_of(prep: object) -> float:
+    """The co-run charge the simulator makes for ``prep`` (1 at one stage or without ``stage_corun``)."""
+    return model_factor(prep.cost, "corun_factor") if len(prep.topology.stages) > 1 else 1.0
 
 
 def prepared(d: Path, profile: str | None = None) -> tuple[dict, object]:
@@ -130,6 +147,7 @@ def replay(
     without_spread: bool = False,
     without_turnaround: bool = False,
     without_depth: bool = False,
+    without_corun: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
@@ -138,6 +156,9 @@ def replay(
     # (none before it was charged: no ``depth_factor`` in validation.json), so the speed factor scales it
     then = float(v.get("depth_factor", 1.0))
     recorded = prep.cost if then == depth_factor_of(prep.cost) else WithoutDepth(prep.cost, 1.0, then)
+    co_then, co_now = float(v.get("corun_factor", 1.0)), corun_factor_of(prep)
+    if co_then != co_now:  # recorded with another co-run charge (or none)
+        recorded = CorunAs(recorded, co_then)
     steps = [
         {"measured_s": float(r["measured_s"]), "predicted_s": float(r["predicted_s"])}
         for r in csv.DictReader((d / "step_costs.csv").open())
@@ -159,6 +180,8 @@ def replay(
         out["without depth"] = pick(replay_with(prep, WithoutDepth(prep.cost), v["engine_summaries"])["rows"])
         bare = WithoutDepth(prep.cost, adj["factor"] * then)  # the factor against the model without it
         out["adjusted without depth"] = pick(replay_with(prep, bare, v["engine_summaries"])["rows"])
+    if without_corun:
+        out["without corun"] = pick(replay_with(prep, CorunAs(prep.cost, 1.0), v["engine_summaries"])["rows"])
     if without_spread:
         out["without spread"] = pick(replay_with(prep, WithoutSpread(prep.cost), v["engine_summaries"])["rows"])
         bare = WithoutSpread(recorded, adj["factor"])
@@ -205,6 +228,11 @@ def main(argv: list[str]) -> None:
         action="store_true",
         help="also predict and replay without the profile's depth ratio (live_stage at PP=2 over PP=1)",
     )
+    ap.add_argument(
+        "--without-corun",
+        action="store_true",
+        help="also predict without the profile's stage_corun (stages computing at once on the host)",
+    )
     args = ap.parse_args(argv)
     problem = f"--jitter-draws: {args.jitter_draws} is negative; give 0 or more" if args.jitter_draws < 0 else None
     for d in args.dirs:
@@ -225,6 +253,7 @@ def main(argv: list[str]) -> None:
             args.without_spread,
             args.without_turnaround,
             args.without_depth,
+            args.without_corun,
         )
         for d in args.dirs
     }
@@ -233,6 +262,7 @@ def main(argv: list[str]) -> None:
     kinds += ["without idle"] if args.without_idle else []
     kinds += ["with live"] if args.with_live else []
     kinds += ["without depth", "adjusted without depth"] if args.without_depth else []
+    kinds += ["without corun"] if args.without_corun else []
     kinds += ["without spread", "adjusted without spread"] if args.without_spread else []
     kinds += ["without turnaround", "adjusted without turnaround"] if args.without_turnaround else []
     head = "".join(f"{m[:14]:>16s}" for m in METRICS) + f"{'bubble (pts)':>14s}"

@@ -181,6 +181,13 @@ def depth_ratio(live: OpFit) -> float:
     return max(live.at(2.0) / level, 1.0) if level > 0.0 else 1.0
 
 
+def corun_ratio(corun: OpFit) -> float:
+    """``stage_corun`` (a stage's step while another stage computes on the host over the same step alone,
+    :mod:`calibration.corun`), held at 1 or more: another stage computing does not make one faster, and a
+    paired measurement below 1 is the host's noise."""
+    return max(float(corun.coef["c0"]), 1.0)
+
+
 def fit_from_json(name: str, d: Any, where: str = "profile fits.json") -> OpFit:
     """One operator of fits.json, checked: a form that can time it, the coefficients that form reads,
     finite numbers, no negative time. ``where`` opens the error message."""
@@ -304,6 +311,11 @@ class ProfiledCost:
         self.spread_ratios = [float(y) for y in spread.coef["ys"]] if spread is not None else []
         self.seed = seed
         self.spread = self._spread if self.spread_ratios else None
+        # stages computing at once on the host's cores slow each other (calibration/corun.py): at PP > 1 the
+        # pipelines multiply every compute of a micro-batch that starts while an earlier one is still in the
+        # pipeline by this (ppsim/sim/fast.py); 1 without a measurement (a GPU's stages have their own devices)
+        corun = self.p.fits.get("stage_corun") if pp > 1 else None
+        self.corun_factor = corun_ratio(corun) if corun is not None else 1.0
         if tp > 1 and "all_reduce" not in profile.fits and tp_link is None:
             raise PPSimError("profile: no all_reduce operator and no tp_link preset; set cluster.tp_link")
         self.launch_latency_s = launch_latency_s  # when the profile has no measured control path

@@ -64,6 +64,11 @@ class RingReturnCost:
         return float(getattr(self.inner, "turnaround_s", 0.0))
 
     @property
+    def corun_factor(self) -> float:
+        """The inner model's charge for stages computing at once (a profile's ``stage_corun``), if any."""
+        return float(getattr(self.inner, "corun_factor", 1.0))
+
+    @property
     def spread(self):  # noqa: ANN201
         """The inner model's step-to-step spread of stage computes (a profile's ``stage_spread``), if any."""
         return getattr(self.inner, "spread", None)

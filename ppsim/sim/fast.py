@@ -7,7 +7,9 @@ known and, stage by stage::
 
     start[m][s] = max(arrival[m][s], end[m-1][s] [+ turnaround if s > 0], token_ready(deps) if s == 0,
                       send_free[s] unless sends overlap compute)
-    end[m][s]   = start[m][s] + stage_time(s, m) [x spread(s, m)] [+ idle_time(s, start[m][s] - end[m-1][s])]
+    end[m][s]   = start[m][s] + stage_time(s, m) [x spread(s, m)] [x corun if co[m]]
+                  [+ idle_time(s, start[m][s] - end[m-1][s])]
+    co[m]       = some end[j][last] > start[m][0], j < m     (an earlier micro-batch still in the pipeline)
     send[m][s]  = [max(end[m][s], send_free[s]), + link_time)   -> arrival[m][s+1] = its end
     return      = end[m][last] + return_time            (the one SimPy event: ``done``)
 
@@ -29,6 +31,7 @@ before ``p`` reaches the last stage schedules an earlier return, and the first t
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -106,6 +109,10 @@ class FastPipeline:
         self.spread = getattr(cost, "spread", None)
         # a stage past the first restarts no sooner than this after its previous compute (a profile's turnaround)
         self.turn = float(getattr(cost, "turnaround_s", 0.0) or 0.0)
+        # stages computing at once slow each other (a profile's stage_corun, PP > 1): every compute of a
+        # micro-batch that starts on the first stage while an earlier one is still in the pipeline times this
+        self.corun = float(getattr(cost, "corun_factor", 1.0) or 1.0) if n > 1 else 1.0
+        self.last_ends: deque[float] = deque()  # last-stage ends of earlier micro-batches, in order
         self.messages: dict[int, tuple[float, float]] = {}  # requests -> (launch_time, return_time)
         self.seams: dict[int, tuple[float, float]] = {}  # tokens -> (seam bytes, link time)
         self.ret0: float | None = None  # an empty plan's return message (a pure function of the count)
@@ -228,7 +235,8 @@ class FastPipeline:
             nbytes, link = seam
         batched = self.stage_times
         times = batched(self.stages, plan) if batched is not None else None
-        turn = self.turn
+        turn, corun = self.turn, self.corun
+        co = False
         for st in self.stages:
             i = st.index
             free = stage_free[i]
@@ -245,9 +253,16 @@ class FastPipeline:
                 self.arrive_last = t
             if not self.overlap_sends and start < send_free[i]:
                 start = send_free[i]
+            if i == 0 and corun != 1.0:  # an earlier micro-batch still in the pipeline: they compute at once
+                ends = self.last_ends
+                while ends and ends[0] <= start:  # stage 0 starts in launch order: these are done for good
+                    ends.popleft()
+                co = bool(ends)
             dur = times[i] if times is not None else cost.stage_time(st, plan)
             if self.spread is not None:
                 dur *= self.spread(i, step)
+            if co:
+                dur *= corun
             if self.idle is not None:
                 dur += self.idle(st, start - stage_free[i])
             end = start + dur
@@ -260,6 +275,8 @@ class FastPipeline:
                 ops.add_other(link_track, "send", step, begin, t, n_tok, n_req, nbytes)
             elif self.track_tokens and plan.num_samples:
                 self._tokens_out(plan, end)
+        if corun != 1.0:
+            self.last_ends.append(end)
         return end
 
     def _tokens_out(self, plan: StepPlan, end: float) -> None:

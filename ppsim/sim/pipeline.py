@@ -14,7 +14,10 @@ compute. A link carries one send at a time, each taking ``cost.link_time(seam by
 model has a ``spread`` (a profile's ``stage_spread`` at PP > 1), each compute is ``stage_time`` times
 ``spread(stage, step id)``: the live engine's step-to-step variation, drawn by the step alone. A stage
 past the first starts a compute no sooner than the cost model's ``turnaround_s`` after its previous one
-ended (the live engine's stage loop between two computes, where the input was already there). The last
+ended (the live engine's stage loop between two computes, where the input was already there). Where
+it has a ``corun_factor`` (a profile's ``stage_corun``, PP > 1), every compute of a micro-batch that
+starts on the first stage while an earlier one has not finished its last stage times it: stages
+computing at once on one host's cores slow each other. The last
 stage samples and returns the tokens to the engine core after ``cost.return_time``.
 
 A plan with ``deps`` (async scheduling) starts on the first stage only once the sampled tokens of
@@ -34,6 +37,7 @@ them at once), they leave when the core waits for them (:meth:`PipelineSim.await
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -73,6 +77,12 @@ class PipelineSim:
         self.idle = cost.idle_time if getattr(cost, "has_idle", False) else None
         self.spread = getattr(cost, "spread", None)  # a profile's stage_spread: one ratio per (stage, step)
         self.turn = float(getattr(cost, "turnaround_s", 0.0) or 0.0)  # a profile's turnaround
+        # a profile's stage_corun (PP > 1): the computes of a micro-batch that starts on the first stage while
+        # an earlier one is still in the pipeline (not started on the last stage, or ending after now)
+        self.corun = float(getattr(cost, "corun_factor", 1.0) or 1.0) if len(stages) > 1 else 1.0
+        self.first_started = self.last_started = 0  # computes started on the first and on the last stage
+        self.last_ends: deque[float] = deque()  # when the last stage's computes end, in order
+        self.co: set[int] = set()  # steps started beside an earlier one
         self.defer_outputs = defer_outputs
         self.held: dict[int, StepPlan] = {}  # finished on the last stage, outputs not yet sent (deferral)
         self.last_arrived = -1  # newest step id that reached the last stage
@@ -144,6 +154,16 @@ class PipelineSim:
         self.in_flight -= 1
         self.done[plan.step_id].succeed()
 
+    def _corun_check(self, step_id: int, now: float) -> None:
+        """Mark ``step_id`` to compute beside an earlier micro-batch when one has not finished its last stage:
+        not started there yet, or ending after ``now``."""
+        ends = self.last_ends
+        while ends and ends[0] <= now:  # the first stage starts in launch order: these are done for good
+            ends.popleft()
+        if self.first_started > self.last_started or ends:
+            self.co.add(step_id)
+        self.first_started += 1
+
     def _stage(self, st: StageSpec) -> Generator[simpy.Event, Any, None]:
         env, cost, ops = self.env, self.cost, self.ops
         inbox = self.inbox[st.index]
@@ -163,11 +183,19 @@ class PipelineSim:
             if i and self.turn and self.stage_end[i] > 0.0 and env.now < back:
                 yield env.timeout(back - env.now)
             start = env.now
+            if st.is_first and self.corun != 1.0:
+                self._corun_check(plan.step_id, start)
             dur = cost.stage_time(st, plan)
             if self.spread is not None:
                 dur *= self.spread(st.index, plan.step_id)
+            if plan.step_id in self.co:
+                dur *= self.corun
             if self.idle is not None:  # a step after the stage idled costs more (a profile's stage_idle)
                 dur += self.idle(st, start - self.stage_end[i])
+            if st.is_last and self.corun != 1.0:
+                self.last_started += 1
+                self.last_ends.append(start + dur)
+                self.co.discard(plan.step_id)
             yield env.timeout(dur)
             self.stage_end[i] = env.now
             ops.append(

@@ -8,10 +8,13 @@ is (predicted - measured) / measured, as for the metrics: negative means the mod
 
 This separates the cost model from the batching feedback: when the simulated engine is faster it
 forms other (smaller) micro-batches, so end-to-end metrics mix the two; the step-level error does not.
+Where the simulator charges stages computing at once (a profile's ``stage_corun``, PP > 1), so does
+the prediction here, by the pipelines' rule read off the engine's own records (:func:`corun_steps`).
 """
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 import numpy as np
@@ -52,6 +55,38 @@ def bucket_of(num_tokens: int) -> str:
     return bucket_name(*TOKEN_BUCKETS[-1])
 
 
+def model_factor(cost: Any, name: str) -> float:
+    """The profiled model's factor ``name`` (:class:`ppsim.cost.profiled.ProfiledCost`'s ``live_factor``,
+    ``depth_factor`` or ``corun_factor``) under any wrappers (a ring policy's return path, ...); 1 for a
+    model without it."""
+    while not hasattr(cost, name) and hasattr(cost, "inner"):
+        cost = cost.inner
+    return float(getattr(cost, name, 1.0))
+
+
+def corun_steps(ops: list[OpRecord], num_stages: int) -> set[int]:
+    """Steps whose first-stage compute started while an earlier step (by first-stage start) had not yet
+    ended its last-stage compute: the micro-batches the pipelines charge ``corun_factor``
+    (:mod:`ppsim.sim.fast`), read off a run's records. Empty at one stage."""
+    if num_stages < 2:
+        return set()
+    last, first = f"stage{num_stages - 1}", []
+    ends: dict[int, float] = {}
+    for op in ops:
+        if op.kind == "compute" and op.track == "stage0":
+            first.append((op.start_s, op.step_id))
+        elif op.kind == "compute" and op.track == last:
+            ends[op.step_id] = op.end_s
+    out, pending = set(), []  # min-heap of earlier steps' last-stage ends
+    for start, step in sorted(first):
+        while pending and pending[0] <= start:
+            heapq.heappop(pending)
+        if pending:
+            out.add(step)
+        heapq.heappush(pending, ends.get(step, float("inf")))  # never reached the last stage: still in it
+    return out
+
+
 def step_costs(
     cost: CostModel,
     stages: tuple[StageSpec, ...] | list[StageSpec],
@@ -72,6 +107,8 @@ def step_costs(
     computes another thread or process interrupted."""
     cpu_s, preempted = cpu_s or {}, preempted or {}
     idle = cost.idle_time if getattr(cost, "has_idle", False) else None
+    corun = model_factor(cost, "corun_factor") if len(stages) > 1 else 1.0
+    co = corun_steps(ops, len(stages)) if corun != 1.0 else set()
     last_end: dict[str, float] = {}  # each stage's previous compute end: the idle gap before this one
     rows = []
     for op in sorted(ops, key=lambda o: o.start_s):
@@ -85,6 +122,8 @@ def step_costs(
         i = int(op.track[len("stage") :])
         measured = op.end_s - op.start_s
         pred = cost.stage_time(stages[i], plan)
+        if op.step_id in co:  # computed beside an earlier micro-batch, as the simulator charges it
+            pred *= corun
         if idle is not None:  # the step after the stage idled, as the simulator charges it
             pred += idle(stages[i], gap)
         cpu = cpu_s.get((i, op.step_id), -1.0)
