@@ -32,7 +32,10 @@ mean, a mean-one table: at PP > 1 the pipelines multiply each compute by one of 
 steps timed alone) is charged as its depth ratio: at PP > 1 ``stage_time`` is the stages-alone model
 times ``max(live_stage(2) / live_stage(1), 1)`` (:attr:`ProfiledCost.depth_factor`), what co-running
 stages cost each other on the calibrated host; the level common to both depths moves with the host and is
-not charged.
+not charged. ``stage_corun`` (``calibration/corun.py``: a stage's step with a second stage process computing
+on the host over the same step alone, paired) is :attr:`ProfiledCost.corun_factor` at PP > 1: the pipelines
+multiply every compute of a micro-batch that starts while an earlier one is still in the pipeline by it
+(:mod:`ppsim.sim.fast`); ``stage_time`` never includes it, as it depends on the pipeline's state.
 
 Mixture-of-experts layers (``engine/moe.py``) replace the three ``mlp_*`` operators with
 ``moe_router`` (gate GEMM, softmax, top-k; over tokens), ``moe_experts`` (the grouped routed experts,
