@@ -2,11 +2,10 @@
 
 The CPU engine's stages are processes on one host. With one micro-batch in flight they take turns;
 with two or more in flight they compute at the same time, and each runs slower: on this project's
-2-vCPU VM the held-out draws' PP=2 engine computes that overlapped another stage's compute ran 11-18%
-longer against the model than those of the same token count that did not (docs/validation.md, "Stages
-computing at once"), and a step timed while a second process ran a stage's steps on the other core
-took 8-18% longer than the same step alone. A mean factor on every compute at PP > 1 cannot show
-it: a light load has one micro-batch in flight and no overlap, a saturated one overlaps nearly always.
+2-vCPU VM the held-out draws' PP=2 engine computes that overlapped another stage's compute ran a median
+5.4% longer against the model than those of the same scenario, stage and token count that did not (91
+pairs, docs/validation.md, "Stages computing at once"). A mean factor on every compute at PP > 1 cannot
+show it: a light load has one micro-batch in flight and no overlap, a saturated one overlaps nearly always.
 
 So calibration times it, paired and adjacent in time (the host's speed moves within seconds): a second
 process runs middle-stage steps of the same model in a loop and is stopped (SIGSTOP) and continued

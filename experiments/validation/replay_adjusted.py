@@ -49,6 +49,7 @@ from ppsim.config import build_scenario
 from ppsim.cost.scaled import ScaledCompute
 from ppsim.deployment import prepare
 from ppsim.validate.run import depth_factor_of, jittered, model_factor, replay_with, speed_adjusted
+from ppsim.validate.steps import corun_factor_of
 
 BUBBLE = "pipeline_bubble_fraction"
 COLUMNS = (*METRICS, BUBBLE)
@@ -123,11 +124,6 @@ class WithLive(ScaledCompute):
         return self.inner.idle_time(stage, gap_s)
 
 
-def corun_factor_of(prep: object) -> float:
-    """The co-run charge the simulator makes for ``prep`` (1 at one stage or without ``stage_corun``)."""
-    return model_factor(prep.cost, "corun_factor") if len(prep.topology.stages) > 1 else 1.0
-
-
 def prepared(d: Path, profile: str | None = None) -> tuple[dict, object]:
     """A finished run's ``validation.json`` and its scenario prepared as the simulator ran it (the
     engine's KV pool), with ``profile`` in place of the run's own profile if given."""
@@ -156,7 +152,7 @@ def replay(
     # (none before it was charged: no ``depth_factor`` in validation.json), so the speed factor scales it
     then = float(v.get("depth_factor", 1.0))
     recorded = prep.cost if then == depth_factor_of(prep.cost) else WithoutDepth(prep.cost, 1.0, then)
-    co_then, co_now = float(v.get("corun_factor", 1.0)), corun_factor_of(prep)
+    co_then, co_now = float(v.get("corun_factor", 1.0)), corun_factor_of(prep.cost)
     if co_then != co_now:  # recorded with another co-run charge (or none)
         recorded = CorunAs(recorded, co_then)
     steps = [

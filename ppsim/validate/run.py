@@ -32,7 +32,7 @@ from ppsim.validate.compare import compare_summaries, per_request_errors, verdic
 from ppsim.validate.host import HostGuard, host_line
 from ppsim.validate.path import format_path, summarize_path
 from ppsim.validate.report import format_table, validation_files
-from ppsim.validate.steps import format_steps, model_factor, step_costs, summarize_steps
+from ppsim.validate.steps import corun_factor_of, format_steps, model_factor, step_costs, summarize_steps
 
 ADJUSTED_SHOWN = ("output_throughput", "median_ttft_ms", "mean_tpot_ms", "median_e2el_ms")
 
@@ -132,7 +132,7 @@ def validate(
         "rows": [r.to_dict() for r in rows],
         "speed_adjusted": speed_adjusted(prep, steps, [r.summary for r in runs]),
         "depth_factor": depth_factor_of(prep.cost),
-        "corun_factor": model_factor(prep.cost, "corun_factor") if len(prep.topology.stages) > 1 else 1.0,
+        "corun_factor": corun_factor_of(prep.cost),
         "per_request": per_request_errors([r.requests for r in runs], res.requests),
         "path": summarize_path([r.ops for r in runs], res.ops),
         "verdict": verdict(rows),

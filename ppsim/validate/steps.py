@@ -64,6 +64,12 @@ def model_factor(cost: Any, name: str) -> float:
     return float(getattr(cost, name, 1.0))
 
 
+def corun_factor_of(cost: Any) -> float:
+    """``corun_factor`` (a profile's ``stage_corun``, charged at PP > 1; 1 at one stage, as the cost model
+    is built for the scenario's depth): ``validation.json`` records it, as its step predictions include it."""
+    return model_factor(cost, "corun_factor")
+
+
 def corun_steps(ops: list[OpRecord], num_stages: int) -> set[int]:
     """Steps whose first-stage compute started while an earlier step (by first-stage start) had not yet
     ended its last-stage compute: the micro-batches the pipelines charge ``corun_factor``
@@ -107,7 +113,7 @@ def step_costs(
     computes another thread or process interrupted."""
     cpu_s, preempted = cpu_s or {}, preempted or {}
     idle = cost.idle_time if getattr(cost, "has_idle", False) else None
-    corun = model_factor(cost, "corun_factor") if len(stages) > 1 else 1.0
+    corun = corun_factor_of(cost)
     co = corun_steps(ops, len(stages)) if corun != 1.0 else set()
     last_end: dict[str, float] = {}  # each stage's previous compute end: the idle gap before this one
     rows = []
