@@ -92,13 +92,26 @@ class StageGroup:
         self.ctrls[rank].put(msg)
 
     def check_alive(self, skip: int = -1) -> None:
-        for i, p in enumerate(self.procs):
-            if i != skip and p.exitcode is not None and (p.exitcode != 0 or not self.stopping):
-                why = self._error_of(i)
-                raise StageFault(f"stage {i} died (exit code {p.exitcode})" + (f": {why}" if why else ""))
+        dead = self._dead(skip)
+        if not dead:
+            return
+        # a stage's death breaks its peers' connections and they die too: name the one that reported first
+        errors = self._errors()
+        first = next((r for r in errors if r in dead), dead[0])
+        why = errors.get(first)
+        code = self.procs[first].exitcode
+        raise StageFault(f"stage {first} died (exit code {code})" + (f": {why}" if why else ""))
 
-    def _error_of(self, rank: int) -> str | None:
-        """The last line of ``rank``'s ("error", rank, traceback) report, if it is on the result queue.
+    def _dead(self, skip: int = -1) -> list[int]:
+        """Ranks that exited, but for a clean exit after Stop."""
+        return [
+            i
+            for i, p in enumerate(self.procs)
+            if i != skip and p.exitcode is not None and (p.exitcode != 0 or not self.stopping)
+        ]
+
+    def _errors(self) -> dict[int, str]:
+        """rank -> the last line of its ("error", rank, traceback) report, in the order they were reported.
 
         A stage flushes its report before exiting, so a dead stage's report is already in the queue.
         Only called when the run is ending on a fault: the other messages drained here are dropped.
@@ -112,7 +125,7 @@ class StageGroup:
             if msg and msg[0] == "error":
                 lines = str(msg[2]).strip().splitlines()
                 found.setdefault(msg[1], lines[-1] if lines else "")
-        return found.get(rank)
+        return found
 
     def get(self, timeout_s: float) -> tuple | None:
         """The next result message, or None after ``timeout_s``; raises StageFault on errors."""
@@ -122,13 +135,26 @@ class StageGroup:
             self.check_alive()
             return None
         if msg[0] == "error":
-            # a peer's death makes its neighbours fail on the broken connection: name the dead one
-            deadline = time.monotonic() + 0.5
-            while time.monotonic() < deadline:
-                self.check_alive(skip=msg[1])
-                time.sleep(0.05)
+            self._name_first_failure(msg[1])
             raise StageFault(f"stage {msg[1]} failed: {msg[2].strip().splitlines()[-1]}\n{msg[2]}")
         return msg
+
+    def _name_first_failure(self, rank: int) -> None:
+        """``rank`` reported an error: raise naming a peer instead if that peer died first, unreported.
+
+        A stage killed outright breaks its neighbours' connections and they report that; a stage
+        that failed reports first and exits, and the neighbours' broken connections come after it.
+        """
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            dead = self._dead(skip=rank)
+            if dead:
+                reported = self._errors()  # reports after ``rank``'s
+                silent = [i for i in dead if i not in reported]
+                if silent:
+                    raise StageFault(f"stage {silent[0]} died (exit code {self.procs[silent[0]].exitcode})")
+                return
+            time.sleep(0.05)
 
     def wait_ready(self, timeout_s: float) -> dict[int, tuple[float, float]]:
         """rank -> (stage clock at ready, warm-up step seconds)."""

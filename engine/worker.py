@@ -165,7 +165,17 @@ class Stage:
             t = time.perf_counter()
             self.compute(msg, h, h)
             elapsed = time.perf_counter() - t
+        self._warm_links()
         return elapsed
+
+    def _warm_links(self) -> None:
+        """A small all-reduce over every stage (as vLLM's workers after start-up), then the broadcast group's."""
+        if self.cfg.world == 1:
+            return
+        timeout = timedelta(seconds=self.cfg.dist_timeout_s)
+        dist.all_reduce(torch.zeros(1, device=self.link.wire), async_op=True).wait(timeout)
+        if self.bcast is not None:
+            self.bcast.warm()
 
     def _maybe_fault(self, step_id: int) -> None:
         if self.cfg.fault is not None and step_id >= self.cfg.fault[1]:
