@@ -40,6 +40,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -110,6 +111,7 @@ class StageTimes:
 
 
 HIDDEN, RESIDUAL, OUTPUTS = 0, 1, 2  # what a point-to-point message carries (the tag's low bits)
+WARM = 3  # the start-up messages (StageLink.warm): low bits no step's message has
 
 
 def _tag(step_id: int, k: int) -> int:
@@ -154,6 +156,24 @@ class StageLink:
         self.wire = torch.device("cpu") if host_staged else device
         self._sends: list[tuple[dist.Work, torch.Tensor]] = []
         self._channel: list[tuple[dist.Work, torch.Tensor]] = []  # a serialized broadcast holding the channel
+
+    def warm(self, timeout: timedelta) -> None:
+        """One small message on each route a run's tensors take: to the next stage, and from the last
+        stage to the first (the ring return), before the run. NCCL creates a pair's communicator at its
+        first send; tag ``WARM`` is no step's."""
+        buf = torch.zeros(1, device=self.wire)
+        last = self.world - 1
+        works = []
+        if self.rank < last:
+            works.append(dist.isend(buf, dst=self.rank + 1, tag=WARM))
+        if self.rank > 0:
+            works.append(dist.irecv(torch.empty_like(buf), src=self.rank - 1, tag=WARM))
+        if self.rank == last:
+            works.append(dist.isend(buf, dst=0, tag=WARM + 4))
+        if self.rank == 0:
+            works.append(dist.irecv(torch.empty_like(buf), src=last, tag=WARM + 4))
+        for w in works:
+            w.wait(timeout)
 
     def post_recv(self, step_id: int, num_tokens: int) -> tuple[list[dist.Work], torch.Tensor, torch.Tensor]:
         h = torch.empty(num_tokens, self.hidden_size, dtype=self.dtype, device=self.wire)

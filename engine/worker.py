@@ -169,11 +169,13 @@ class Stage:
         return elapsed
 
     def _warm_links(self) -> None:
-        """A small all-reduce over every stage (as vLLM's workers after start-up), then the broadcast group's."""
+        """A small all-reduce over every stage (as vLLM's workers after start-up), a message on each
+        point-to-point route, then the broadcast group's."""
         if self.cfg.world == 1:
             return
         timeout = timedelta(seconds=self.cfg.dist_timeout_s)
         dist.all_reduce(torch.zeros(1, device=self.link.wire), async_op=True).wait(timeout)
+        self.link.warm(timeout)
         if self.bcast is not None:
             self.bcast.warm()
 
