@@ -39,24 +39,31 @@ def _rank(rank: int, port: int, serialized: bool, out: mp.Queue) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("serialized", [False, True])
-def test_warm_broadcast_then_a_steps_tokens(serialized: bool) -> None:
+def _run_ranks(target, world: int, *args) -> tuple[list, list[int | None]]:  # noqa: ANN001
+    """``target(rank, *args, out)`` in ``world`` spawned processes: (what they put on ``out``, their exit codes)."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, serialized, out)) for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, *args, out)) for r in range(world)]
     for p in procs:
         p.start()
+    got = []
     try:
-        got = out.get(timeout=60)
+        while len(got) < world - 1:  # every rank but one reports
+            got.append(out.get(timeout=60))
     finally:
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
                 p.join()
-    assert got == (7, {3: 11, 4: 12, 5: 13})
-    assert [p.exitcode for p in procs] == [0, 0]
+    return got, [p.exitcode for p in procs]
+
+
+@pytest.mark.parametrize("serialized", [False, True])
+def test_warm_broadcast_then_a_steps_tokens(serialized: bool) -> None:
+    got, codes = _run_ranks(_rank, 2, _free_port(), serialized)
+    assert got == [(7, {3: 11, 4: 12, 5: 13})]
+    assert codes == [0, 0]
 
 
 def _link_rank(rank: int, world: int, port: int, out: mp.Queue) -> None:
@@ -83,19 +90,7 @@ def _link_rank(rank: int, world: int, port: int, out: mp.Queue) -> None:
 
 
 def test_link_warm_messages_every_route_and_leaves_steps_untouched() -> None:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port, world = _free_port(), 3
-    procs = [ctx.Process(target=_link_rank, args=(r, world, port, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        got = sorted(out.get(timeout=60) for _ in range(world - 1))
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    assert got == [(1, 0.0, 0.5), (2, 1.0, 1.5)]
-    assert [p.exitcode for p in procs] == [0] * world
+    world = 3
+    got, codes = _run_ranks(_link_rank, world, world, _free_port())
+    assert sorted(got) == [(1, 0.0, 0.5), (2, 1.0, 1.5)]
+    assert codes == [0] * world
