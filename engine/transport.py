@@ -165,13 +165,13 @@ class StageLink:
         last = self.world - 1
         works = []
         if self.rank < last:
-            works.append(dist.isend(buf, dst=self.rank + 1, tag=WARM))
+            works.append(dist.isend(buf, dst=self.rank + 1, tag=_tag(0, WARM)))
         if self.rank > 0:
-            works.append(dist.irecv(torch.empty_like(buf), src=self.rank - 1, tag=WARM))
+            works.append(dist.irecv(torch.empty_like(buf), src=self.rank - 1, tag=_tag(0, WARM)))
         if self.rank == last:
-            works.append(dist.isend(buf, dst=0, tag=WARM + 4))
+            works.append(dist.isend(buf, dst=0, tag=_tag(1, WARM)))
         if self.rank == 0:
-            works.append(dist.irecv(torch.empty_like(buf), src=last, tag=WARM + 4))
+            works.append(dist.irecv(torch.empty_like(buf), src=last, tag=_tag(1, WARM)))
         for w in works:
             w.wait(timeout)
 

@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import socket
 from datetime import timedelta
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from engine.launcher import init_method  # noqa: E402 - after the torch check
 
 
-def _rank(rank: int, port: int, serialized: bool, out: mp.Queue) -> None:
+def _rank(rank: int, init: str, serialized: bool, out: mp.Queue) -> None:
     import torch.distributed as dist
 
     from engine.datapath import TokenBroadcast
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=30)
-    )
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2, timeout=timedelta(seconds=30))
     try:
         bcast = TokenBroadcast(rank, 2, torch.device("cpu"), serialized, timeout_s=30.0)
         bcast.warm()
@@ -61,19 +54,17 @@ def _run_ranks(target, world: int, *args) -> tuple[list, list[int | None]]:  # n
 
 @pytest.mark.parametrize("serialized", [False, True])
 def test_warm_broadcast_then_a_steps_tokens(serialized: bool) -> None:
-    got, codes = _run_ranks(_rank, 2, _free_port(), serialized)
+    got, codes = _run_ranks(_rank, 2, init_method(), serialized)
     assert got == [(7, {3: 11, 4: 12, 5: 13})]
     assert codes == [0, 0]
 
 
-def _link_rank(rank: int, world: int, port: int, out: mp.Queue) -> None:
+def _link_rank(rank: int, world: int, init: str, out: mp.Queue) -> None:
     import torch.distributed as dist
 
     from engine.transport import StageLink
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=30)
-    )
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=30))
     try:
         link = StageLink(rank, world, 8, torch.float32, torch.device("cpu"), host_staged=False)
         link.warm(timedelta(seconds=30))
@@ -91,6 +82,6 @@ def _link_rank(rank: int, world: int, port: int, out: mp.Queue) -> None:
 
 def test_link_warm_messages_every_route_and_leaves_steps_untouched() -> None:
     world = 3
-    got, codes = _run_ranks(_link_rank, world, world, _free_port())
+    got, codes = _run_ranks(_link_rank, world, world, init_method())
     assert sorted(got) == [(1, 0.0, 0.5), (2, 1.0, 1.5)]
     assert codes == [0] * world
