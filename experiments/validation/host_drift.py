@@ -1,0 +1,162 @@
+"""How far this host's speed moves between engine runs: the noise floor under a validation's errors.
+
+``--cycles`` cycles, each: one paired co-run reading (:func:`calibration.corun.profile_corun`: middle
+stage steps with a second stage process computing on the other core and without, which also times the
+steps alone), then ``ppsim validate`` of one scenario once at each ``--pp`` depth against one profile.
+Per cycle: the co-run reading, the host's speed (the steps alone over the profile's prediction of the
+same plans) and each depth's step level (the engine's stage computes against the profile's prediction
+for the same plans, idle and co-run charges included: sum predicted / sum measured - 1, the
+``step_costs.csv`` of ``validate``). At the end: each level's range over the cycles, and the
+correlation of the readings with the levels, i.e. whether a reading taken just before a run could
+correct its prediction. Writes ``cycles.csv`` and ``host_drift.md`` to ``--out`` (each cycle's
+validation under ``--out/runs/``). Meaningful only with nothing else running.
+
+Run: python experiments/validation/host_drift.py --config SCENARIO --profile DIR --out DIR [--cycles 7] [--pp 1 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.metrics.io import atomic_write  # noqa: E402
+
+PLANS = ("D1x128", "D8x128", "P64@0")  # calibration.corun's plans
+
+
+def step_level(step_costs_csv: str) -> float:
+    """Sum of predicted over sum of measured stage computes, minus one (negative: the engine was slower)."""
+    rows = list(csv.DictReader(io.StringIO(step_costs_csv)))
+    measured = sum(float(r["measured_s"]) for r in rows)
+    return sum(float(r["predicted_s"]) for r in rows) / measured - 1.0 if measured > 0 else math.nan
+
+
+def correlation(xs: list[float], ys: list[float]) -> float:
+    """Pearson's r; nan when either side does not vary or there are fewer than three pairs."""
+    if len(xs) < 3:
+        return math.nan
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / (sx * sy) if sx and sy else math.nan
+
+
+def summary_md(rows: list[dict[str, Any]], depths: list[int], command: str) -> str:
+    """The cycles table, each level's range, and the readings' correlations with the levels."""
+    lines = [
+        "# Host drift: one scenario validated cycle after cycle",
+        "",
+        f"Command: `{command}`. Level = sum of predicted / sum of measured stage computes - 1 (negative: the",
+        "engine slower than the profile). Speed = the steps alone over the profile's prediction.",
+        "",
+        "| cycle | s since start | co-run | speed | " + " | ".join(f"level PP={p}" for p in depths) + " |",
+        "|---|---|---|---|" + "---|" * len(depths),
+    ]
+    for r in rows:
+        levels = " | ".join(f"{r[f'level_pp{p}']:+.3f}" for p in depths)
+        lines.append(f"| {r['cycle']} | {r['t_s']:.0f} | {r['corun']:.3f} | {r['speed']:.3f} | {levels} |")
+    lines += ["", "| level | min | median | max | r with co-run | r with speed |", "|---|---|---|---|---|---|"]
+    series = {f"PP={p}": [r[f"level_pp{p}"] for r in rows] for p in depths}
+    if len(depths) > 1:
+        lo, hi = depths[0], depths[-1]
+        series[f"PP={hi} - PP={lo}"] = [r[f"level_pp{hi}"] - r[f"level_pp{lo}"] for r in rows]
+    co, speed = [r["corun"] for r in rows], [r["speed"] for r in rows]
+    for name, ys in series.items():
+        lines.append(
+            f"| {name} | {min(ys):+.3f} | {statistics.median(ys):+.3f} | {max(ys):+.3f} | "
+            f"{correlation(co, ys):+.2f} | {correlation(speed, ys):+.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _reading(stages: Any, shape: Any, cost: Any, stack: int) -> tuple[float, float]:
+    """(co-run: median over plans of with / alone, speed: median over plans of alone / the profile's prediction)."""
+    import numpy as np
+
+    from calibration.calibrate import plan_of
+    from calibration.corun import profile_corun
+    from calibration.profile_ops import parse_plan
+    from ppsim.cost.base import StageSpec
+
+    rows = {r["plan"]: r for r in profile_corun(stages, shape, shape.dtype, rounds=3)}
+    spec = StageSpec(0, stages.start, stages.start + stack, False, False)
+    speeds = []
+    for p in PLANS:
+        seqs = parse_plan(p, np.random.default_rng(0))
+        predicted = cost.stage_time(spec, plan_of(";".join(f"{q.start}:{q.n}" for q in seqs)))
+        speeds.append(rows[p]["alone_s"] / predicted)
+    return statistics.median(r["median_s"] / r["alone_s"] for r in rows.values()), statistics.median(speeds)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", required=True, help="scenario file (TOML/YAML/JSON), e.g. a run's engine-0/config.json")
+    ap.add_argument("--profile", required=True, help="calibration artifact of this host")
+    ap.add_argument("--out", required=True, help="directory for cycles.csv, host_drift.md and runs/")
+    ap.add_argument("--cycles", type=int, default=7, help="readings + validations (default 7)")
+    ap.add_argument("--pp", type=int, nargs="+", default=[1, 2], help="pipeline depths validated each cycle")
+    args = ap.parse_args(argv)
+    if args.cycles < 1 or min(args.pp) < 1:
+        ap.error("--cycles and --pp: 1 or more")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from calibration.layer import TORCH_DTYPES
+    from calibration.stage_step import EngineStages
+    from ppsim.config import build_scenario
+    from ppsim.cost.profiled import ProfiledCost, read_profile
+    from ppsim.models.shape import load_model
+    from ppsim.outputs import check_output_dir
+    from ppsim.validate.host import HostGuard
+    from ppsim.validate.run import validate
+
+    try:
+        out = check_output_dir(args.out, "--out", replace=False)
+        base = build_scenario(args.config, {"cost": {"kind": "profile", "profile_dir": args.profile}})
+        shape = load_model(base.model)
+        cost = ProfiledCost(read_profile(args.profile), shape, None, 1)
+    except PPSimError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)
+    stack = max(1, shape.num_layers // max(args.pp))
+    stages = EngineStages(shape, TORCH_DTYPES[shape.dtype], torch.device("cpu"), stack)
+    t0, rows = time.monotonic(), []
+    for i in range(args.cycles):
+        corun, speed = _reading(stages, shape, cost, stack)
+        row: dict[str, Any] = {"cycle": i, "t_s": time.monotonic() - t0, "corun": corun, "speed": speed}
+        for p in args.pp:
+            s = base.model_copy(update={"cluster": base.cluster.model_copy(update={"pipeline_parallel_size": p})})
+            d = out / "runs" / f"cycle{i}-pp{p}"
+            validate(s, d, 1, log=lambda m: None, host=HostGuard("off"))
+            row[f"level_pp{p}"] = step_level((d / "step_costs.csv").read_text())
+        rows.append(row)
+        print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write(out / "cycles.csv", buf.getvalue())
+    command = "python experiments/validation/host_drift.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    md = summary_md(rows, args.pp, command)
+    atomic_write(out / "host_drift.md", md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
