@@ -97,3 +97,28 @@ def test_development_matrix_knobs_are_plain_values():
     for set_name, _name, knobs, s in todo:
         assert set_name == "development" and knobs["policy"] == s.engine.policy.kind
         json.dumps(knobs)
+
+
+@pytest.mark.slow
+def test_interleaved_repeats_run_each_round_over_every_scenario(tmp_path):
+    """``--interleave``: repeat 2 of the first scenario starts after repeat 1 of the second (the stage
+    processes' pids, handed out in order by the kernel, say when each run started), and both
+    validations are complete, with two engine runs each."""
+    from experiments.validation.run import main
+
+    names = ["pp1-sync-offline", "pp2-sync-offline"]
+    argv = ["--set", "development", "--only", *names, "--profile", PROFILE, "--repeats", "2"]
+    argv += ["--num-prompts-scale", "0.25", "--host-guard", "off", "--interleave"]
+    assert main([*argv, "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    pids = {
+        (n, k): min(
+            json.loads((tmp_path / "runs" / "tiny" / n / f"engine-{k}" / "engine.json").read_text())["stage_pids"]
+        )
+        for n in names
+        for k in (0, 1)
+    }
+    assert pids[(names[0], 0)] < pids[(names[1], 0)] < pids[(names[0], 1)] < pids[(names[1], 1)]
+    for n in names:
+        v = json.loads((tmp_path / "runs" / "tiny" / n / "validation.json").read_text())
+        assert v["repeats"] == 2 and len(v["engine_summaries"]) == 2
+    assert "Repeats: interleaved" in (tmp_path / "out" / "results.md").read_text()

@@ -59,6 +59,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="scale every scenario's prompt count (a smoke test uses 0.25; reported figures use 1)",
     )
     ap.add_argument("--host-guard", choices=["flag", "refuse", "off"], default="flag")
+    ap.add_argument(
+        "--interleave",
+        action="store_true",
+        help="run repeat k of every scenario before repeat k+1 of any, so that a scenario's repeats are "
+        "minutes apart and its reference averages the host's states (default: back to back)",
+    )
+    ap.add_argument("--runs", default=str(HERE / "runs"), help="where each scenario's validation goes (default: runs/)")
     ap.add_argument("--out", default=str(HERE), help="where results.md/csv and errors.png go (default: here)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.heldout_per_policy < 0 or not args.num_prompts_scale > 0:
@@ -106,34 +113,87 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     profile = profile_for(args)
     todo = plan_scenarios(args, profile)
-    rows = []
-    for set_name, name, knobs, s in todo:
-        print(f"== [{set_name}] {name}", flush=True)
-        host = HostGuard(args.host_guard)
-        try:
-            payload = validate(
-                scaled(s, args.num_prompts_scale),
-                HERE / "runs" / args.model / name,
-                args.repeats,
-                log=lambda m: None,
-                host=host,
-            )
-        except PPSimError as err:
-            print(f"error: {name}: {err}", file=sys.stderr)
-            return 2
-        rows.append(result_row(set_name, name, knobs, payload))
-        r = rows[-1]
-        print(
-            {m: f"{r[f'{m}_error']:+.3f}" for m in SHOWN},
-            f"step {r['step_median_error']:+.3f}",
-            "host ok" if r["host_ok"] is not False else f"HOST FLAGGED: {r['host_problem']}",
-            flush=True,
-        )
+    try:
+        payloads = (interleaved if args.interleave else back_to_back)(args, todo)
+    except PPSimError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    rows = [result_row(set_name, name, knobs, p) for (set_name, name, knobs, _), p in zip(todo, payloads, strict=True)]
     if not rows:
         print("error: --only: no scenario of that name in the chosen sets", file=sys.stderr)
         return 2
     write_results(args, profile, rows, time.perf_counter() - t0)
     return 0
+
+
+def _show(name: str, knobs: dict, payload: dict) -> None:
+    r = result_row("", name, knobs, payload)
+    print(
+        {m: f"{r[f'{m}_error']:+.3f}" for m in SHOWN},
+        f"step {r['step_median_error']:+.3f}",
+        "host ok" if r["host_ok"] is not False else f"HOST FLAGGED: {r['host_problem']}",
+        flush=True,
+    )
+
+
+def back_to_back(args: argparse.Namespace, todo: list) -> list[dict]:
+    """Each scenario's ``--repeats`` engine runs one after another, then the next scenario."""
+    payloads = []
+    for set_name, name, knobs, s in todo:
+        print(f"== [{set_name}] {name}", flush=True)
+        out = Path(args.runs) / args.model / name
+        try:
+            payloads.append(
+                validate(
+                    scaled(s, args.num_prompts_scale),
+                    out,
+                    args.repeats,
+                    log=lambda m: None,
+                    host=HostGuard(args.host_guard),
+                )
+            )
+        except PPSimError as err:
+            raise PPSimError(f"{name}: {err}") from None
+        _show(name, knobs, payloads[-1])
+    return payloads
+
+
+def interleaved(args: argparse.Namespace, todo: list) -> list[dict]:
+    """Repeat k of every scenario, in order, before repeat k + 1 of any (``--interleave``): a scenario's
+    repeats then lie a whole round apart, so its engine reference samples the host at different times,
+    as the calibration's rounds do, where back-to-back repeats share one state of a host whose speed moves
+    within minutes (``host_drift.py``). Every check is made before the first run; nothing is written
+    until a scenario's last repeat."""
+    from ppsim.validate.run import engine_repeats, finish_validation, prepare_validation
+
+    ready = []
+    for _set_name, name, _knobs, s in todo:
+        try:
+            ready.append(
+                prepare_validation(
+                    scaled(s, args.num_prompts_scale),
+                    Path(args.runs) / args.model / name,
+                    args.repeats,
+                    host=HostGuard(args.host_guard),
+                )
+            )
+        except PPSimError as err:
+            raise PPSimError(f"{name}: {err}") from None
+    done: list[tuple[list, list]] = [([], []) for _ in todo]
+    for k in range(args.repeats):
+        for (set_name, name, _knobs, _s), (s, _out, host), (runs, usage) in zip(todo, ready, done, strict=True):
+            print(f"== [{set_name}] {name}: repeat {k + 1}/{args.repeats}", flush=True)
+            try:
+                more, cpu = engine_repeats(s, host, [k], log=lambda m: None, total=args.repeats)
+            except PPSimError as err:
+                raise PPSimError(f"{name}: {err}") from None
+            runs += more
+            usage += cpu
+    payloads = []
+    for (_set_name, name, knobs, _s), (s, out, host), (runs, usage) in zip(todo, ready, done, strict=True):
+        payloads.append(finish_validation(s, out, runs, usage, host, log=lambda m: None))
+        _show(name, knobs, payloads[-1])
+    return payloads
 
 
 def write_results(args: argparse.Namespace, profile: str, rows: list[dict], wall_s: float) -> None:
@@ -147,7 +207,8 @@ def write_results(args: argparse.Namespace, profile: str, rows: list[dict], wall
         f"{'calibrated just before the runs' if args.calibrate else profile}. Engine repeats per scenario: "
         f"{args.repeats}. Held-out: seed {args.heldout_seed}, {args.heldout_per_policy} draws per policy, "
         "drawn at run time; no modelling choice was made on them. Prompt count scale: "
-        f"{args.num_prompts_scale}. Host guard: {args.host_guard}.",
+        f"{args.num_prompts_scale}. Host guard: {args.host_guard}. Repeats: "
+        f"{'interleaved (repeat k of every scenario before k + 1)' if args.interleave else 'back to back'}.",
     ]
     atomic_write(out / f"results{suffix}.csv", to_csv(rows))
     md = results_md(rows, header)

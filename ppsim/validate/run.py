@@ -71,8 +71,17 @@ def validate(
 
     ``host`` (default: a :class:`HostGuard` in ``flag`` mode) judges the host; in ``refuse`` mode a
     bad reading raises PPSimError before anything of the validation itself is written."""
-    from engine.run import engine_files, run_engine
+    s, out, host = prepare_validation(s, out_dir, repeats, engine_options, host)
+    runs, usage = engine_repeats(s, host, range(repeats), log)
+    return finish_validation(s, out, runs, usage, host, log)
 
+
+def prepare_validation(
+    s: Scenario, out_dir: str | Path, repeats: int, engine_options: Any = None, host: HostGuard | None = None
+) -> tuple[Scenario, Path, HostGuard]:
+    """The checks :func:`validate` makes before any engine run: (scenario, output directory, host guard
+    with its references). For a caller that runs the repeats itself (:func:`engine_repeats`), e.g.
+    interleaved with other scenarios', then :func:`finish_validation`."""
     if s.cost.kind != "profile":
         raise PPSimError(
             "validate: needs a calibration artifact of this machine; pass --profile DIR "
@@ -83,19 +92,34 @@ def validate(
     out = check_output_dir(out_dir)
     if engine_options is not None:  # given beside the scenario: they replace its live_engine section
         s = s.model_copy(update={"live_engine": engine_options})
-    opts = s.live_engine
     host = host if host is not None else HostGuard()
     if host.reference_s is None:
         host.reference_s = calibration_probe(s.cost.profile_dir)
-    if host.mode != "off" and opts.device == "cpu" and host.stage_probe is None:
+    if host.mode != "off" and s.live_engine.device == "cpu" and host.stage_probe is None:
         from engine.probe import stage_probe
 
         host.stage_probe = stage_probe
         host.stage_reference_s = calibration_probe(s.cost.profile_dir, "host_stage_probe_s")
+    return s, out, host
+
+
+def engine_repeats(
+    s: Scenario,
+    host: HostGuard,
+    numbers: range | list[int],
+    log: Callable[[str], None] = print,
+    total: int | None = None,
+) -> tuple[list[Any], list[dict[str, float]]]:
+    """The engine once per repeat number (the host read before and after each): (runs, CPU usage).
+    ``total``: the repeats of the whole validation, for the log (default: these)."""
+    from engine.run import run_engine
+
+    total = total if total is not None else len(numbers)
+
     runs, usage = [], []
-    for i in range(repeats):
+    for i in numbers:
         host.read(f"before {i}")
-        log(f"validate: engine run {i + 1}/{repeats}")
+        log(f"validate: engine run {i + 1}/{total}")
         before = cpu_seconds()
         runs.append(run_engine(s, None))
         after = cpu_seconds()
@@ -108,6 +132,21 @@ def validate(
             }
         )
         host.read(f"after {i}")
+    return runs, usage
+
+
+def finish_validation(
+    s: Scenario,
+    out: Path,
+    runs: list[Any],
+    usage: list[dict[str, float]],
+    host: HostGuard,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The simulator on the engine's KV pool, compared with ``runs``; every file written at once."""
+    from engine.run import engine_files
+
+    repeats, opts = len(runs), s.live_engine
     blocks = int(runs[0].info["kv_num_blocks"])
     log("validate: simulating the same workload")
     prep, res, sim_summary = simulate_like_engine(s, blocks)
