@@ -105,13 +105,20 @@ def test_plan_properties(prompt, chunk, smooth, page, a, b):
     floor = max(align, chunk // 4 // align * align)
     assert sum(sizes) == prompt
     assert all(n > 0 for n in sizes)
-    assert sizes[0] == min(chunk, prompt) or (page > 1 and sizes[0] % page == 0)
+    assert sizes[0] == min(chunk, prompt) or (page > 1 and sizes[0] % page == 0) or sizes == [prompt]
     for n in sizes[1:-1]:
         assert n % align == 0 and n >= min(floor, chunk)
         assert n <= max(chunk, align)
     # chunks shrink (the quadratic model makes later tokens dearer), never grow
     assert all(x >= y for x, y in zip(sizes[1:-1], sizes[2:-1], strict=False))
     assert math.isfinite(sum(sizes))
+
+
+def test_a_budget_under_one_page_takes_a_page_but_never_more_than_the_prompt():
+    """Found by the property above: 65 tokens, a 64-token budget, 128-token pages planned one 128-token
+    chunk. A chunk is rounded up to one page, and clamped to what is left of the prompt."""
+    assert chunk_plan(65, 64, ChunkModel(7.9e-6, 0.0, 1.0), 0.0, 128) == [65]
+    assert chunk_plan(300, 64, None, 0.0, 128) == [128, 128, 44]
 
 
 def test_chunk_plan_cli(ppsim_cli):

@@ -195,8 +195,8 @@ def chunk_plan(
     done = 0
     while done < prompt_len:
         n = min(fn(done), prompt_len - done)
-        if n < prompt_len - done and page_size > 1:
-            n = max(page_size, n // page_size * page_size)
+        if n < prompt_len - done and page_size > 1:  # whole pages, at least one, never past the prompt
+            n = min(max(page_size, n // page_size * page_size), prompt_len - done)
         sizes.append(n)
         done += n
     return sizes
