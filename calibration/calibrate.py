@@ -113,6 +113,11 @@ def plan_of(items: str) -> StepPlan:
     return make_plan(0, its)
 
 
+def plan_of_seqs(seqs: list[Any]) -> StepPlan:
+    """:func:`plan_of` for a plan's :class:`calibration.layer.Seq` list (``start``, ``n``)."""
+    return plan_of(";".join(f"{q.start}:{q.n}" for q in seqs))
+
+
 def _ols_tok_req(name: str, T: list[float], R: list[float], y: list[float], scale: list[float] | None = None) -> OpFit:
     """Least squares of ``y`` on (1, tokens, requests): the ``tok_req`` form. With ``scale`` (one positive
     number per sample), the residuals are divided by it first: least squares of relative errors."""

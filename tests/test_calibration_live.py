@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from calibration.artifact import read_samples  # noqa: E402
-from calibration.calibrate import calibrate, plan_of  # noqa: E402
+from calibration.calibrate import calibrate, plan_of, plan_of_seqs  # noqa: E402
 from ppsim.cli import main  # noqa: E402
 from ppsim.config import build_scenario  # noqa: E402
 from ppsim.cost.profiled import SCHEMA_VERSION, load_profiled_cost, read_profile  # noqa: E402
@@ -176,9 +176,7 @@ def test_profile_of_this_host_predicts_fresh_engine_stages(quick_profile):
     for sq, xs in zip(seqs, raw, strict=True):
         tm = summarize(xs, 1)
         measured = value({"median_s": tm.median_s, "mean_s": tm.mean_s}, cost.p.meta["statistic"])
-        pred = speed * cost.stage_time(
-            StageSpec(0, st.start, st.end, True, True), plan_of(";".join(f"{q.start}:{q.n}" for q in sq))
-        )
+        pred = speed * cost.stage_time(StageSpec(0, st.start, st.end, True, True), plan_of_seqs(sq))
         errs.append(abs(pred - measured) / measured)
     assert float(np.median(errs)) < 0.35, (errs, speed)
 

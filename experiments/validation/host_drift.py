@@ -43,12 +43,10 @@ def step_level(step_costs_csv: str) -> float:
 
 def correlation(xs: list[float], ys: list[float]) -> float:
     """Pearson's r; nan when either side does not vary or there are fewer than three pairs."""
-    if len(xs) < 3:
+    try:
+        return statistics.correlation(xs, ys) if len(xs) >= 3 else math.nan
+    except statistics.StatisticsError:
         return math.nan
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
-    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / (sx * sy) if sx and sy else math.nan
 
 
 def summary_md(rows: list[dict[str, Any]], depths: list[int], command: str) -> str:
@@ -83,7 +81,7 @@ def _reading(stages: Any, shape: Any, cost: Any, stack: int) -> tuple[float, flo
     """(co-run: median over plans of with / alone, speed: median over plans of alone / the profile's prediction)."""
     import numpy as np
 
-    from calibration.calibrate import plan_of
+    from calibration.calibrate import plan_of_seqs
     from calibration.corun import profile_corun
     from calibration.profile_ops import parse_plan
     from ppsim.cost.base import StageSpec
@@ -93,7 +91,7 @@ def _reading(stages: Any, shape: Any, cost: Any, stack: int) -> tuple[float, flo
     speeds = []
     for p in PLANS:
         seqs = parse_plan(p, np.random.default_rng(0))
-        predicted = cost.stage_time(spec, plan_of(";".join(f"{q.start}:{q.n}" for q in seqs)))
+        predicted = cost.stage_time(spec, plan_of_seqs(seqs))
         speeds.append(rows[p]["alone_s"] / predicted)
     return statistics.median(r["median_s"] / r["alone_s"] for r in rows.values()), statistics.median(speeds)
 

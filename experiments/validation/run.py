@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -136,13 +138,22 @@ def _show(name: str, knobs: dict, payload: dict) -> None:
     )
 
 
+@contextmanager
+def named(name: str) -> Iterator[None]:
+    """A scenario's PPSimError, its name first."""
+    try:
+        yield
+    except PPSimError as err:
+        raise PPSimError(f"{name}: {err}") from None
+
+
 def back_to_back(args: argparse.Namespace, todo: list) -> list[dict]:
     """Each scenario's ``--repeats`` engine runs one after another, then the next scenario."""
     payloads = []
     for set_name, name, knobs, s in todo:
         print(f"== [{set_name}] {name}", flush=True)
         out = Path(args.runs) / args.model / name
-        try:
+        with named(name):
             payloads.append(
                 validate(
                     scaled(s, args.num_prompts_scale),
@@ -152,8 +163,6 @@ def back_to_back(args: argparse.Namespace, todo: list) -> list[dict]:
                     host=HostGuard(args.host_guard),
                 )
             )
-        except PPSimError as err:
-            raise PPSimError(f"{name}: {err}") from None
         _show(name, knobs, payloads[-1])
     return payloads
 
@@ -168,7 +177,7 @@ def interleaved(args: argparse.Namespace, todo: list) -> list[dict]:
 
     ready = []
     for _set_name, name, _knobs, s in todo:
-        try:
+        with named(name):
             ready.append(
                 prepare_validation(
                     scaled(s, args.num_prompts_scale),
@@ -177,21 +186,18 @@ def interleaved(args: argparse.Namespace, todo: list) -> list[dict]:
                     host=HostGuard(args.host_guard),
                 )
             )
-        except PPSimError as err:
-            raise PPSimError(f"{name}: {err}") from None
     done: list[tuple[list, list]] = [([], []) for _ in todo]
     for k in range(args.repeats):
         for (set_name, name, _knobs, _s), (s, _out, host), (runs, usage) in zip(todo, ready, done, strict=True):
             print(f"== [{set_name}] {name}: repeat {k + 1}/{args.repeats}", flush=True)
-            try:
+            with named(name):
                 more, cpu = engine_repeats(s, host, [k], log=lambda m: None, total=args.repeats)
-            except PPSimError as err:
-                raise PPSimError(f"{name}: {err}") from None
             runs += more
             usage += cpu
     payloads = []
     for (_set_name, name, knobs, _s), (s, out, host), (runs, usage) in zip(todo, ready, done, strict=True):
-        payloads.append(finish_validation(s, out, runs, usage, host, log=lambda m: None))
+        with named(name):
+            payloads.append(finish_validation(s, out, runs, usage, host, log=lambda m: None))
         _show(name, knobs, payloads[-1])
     return payloads
 

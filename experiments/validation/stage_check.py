@@ -25,7 +25,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from calibration.calibrate import plan_of
+    from calibration.calibrate import plan_of_seqs
     from calibration.layer import Seq
     from calibration.stage_step import EngineStages
     from calibration.timer import Timer
@@ -53,7 +53,7 @@ def main() -> None:
     print(f"{'B':>3} {'measured ms':>12} {'spread':>7}  " + "  ".join(f"{p[-24:]:>24}" for p in args.profiles))
     for b in batches:
         m = statistics.mean(meas[b])
-        plan = plan_of(";".join(f"{q.start}:{q.n}" for q in plans[b]))
+        plan = plan_of_seqs(plans[b])
         row = []
         for i, c in enumerate(costs):
             e = (c.stage_time(stage, plan) - m) / m
