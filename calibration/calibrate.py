@@ -18,6 +18,7 @@ one decode step over 30 s).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -368,6 +369,47 @@ def _median_abs(xs: list[dict[str, Any]]) -> float | None:
     return float(np.median([abs(x["rel_err"]) for x in xs])) if xs else None
 
 
+def _timed_rows(
+    prof: Any,
+    tasks: Any,
+    progress: Any,
+    rounds: int,
+    model: str,
+    device: str,
+    threads: int | None,
+    shape: ModelShape,
+    dtype: str,
+    quick: bool,
+    log: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """Every timed row of a calibration but the link's: the operator grid, the micro-benchmarks, the
+    live engine's core path and stage steps, the co-run reading (CPU)."""
+    rows = prof.run(tasks, progress, rounds)
+    kind = "quick" if quick else "full"
+    clock = prof.timer.clock
+    log(f"scheduler CPU overheads over n={CPU_NS[kind]} requests (micro-benchmark, kept for reference)")
+    from calibration.cpu_overheads import profile_cpu
+
+    micro = profile_cpu(CPU_NS[kind], repeats=5, clock=clock if device == "cpu" else "wall")
+    log("engine control path between two bare processes (micro-benchmark, kept for reference)")
+    from calibration.control import profile_control
+
+    micro += profile_control(CPU_NS[kind], repeats=15 if quick else 40)
+    rows += [{**r, "split": "micro"} for r in micro]
+    log("engine core and control path on the live engine (one stage, 32 requests)")
+    from calibration.core_path import profile_core_path
+    from calibration.stage_step import time_live_alone
+
+    # each live run's stage steps timed again alone right after it (the live engine's factor)
+    rows += profile_core_path(model, device, threads or 1, lambda live: time_live_alone(prof.stages, prof.timer, live))
+    if device == "cpu":
+        log("a stage's steps while another stage computes on the host's cores, and alone (stage_corun)")
+        from calibration.corun import profile_corun
+
+        rows += profile_corun(prof.stages, shape, dtype, rounds=3 if quick else 6)
+    return rows
+
+
 def calibrate(
     model: str,
     device: str,
@@ -397,6 +439,7 @@ def calibrate(
     from calibration.link import profile_link
     from calibration.profile_ops import FULL, QUICK, OpProfiler
     from calibration.timer import Timer
+    from engine.host_sampler import model_sampler
     from engine.probe import stage_probe
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -436,28 +479,11 @@ def calibrate(
         if i % 50 == 0 or i == n - 1:
             log(f"[{i + 1}/{n}] {t.op} {t.plan or t.feats}  ({time.perf_counter() - t0:.0f} s)")
 
-    rows = prof.run(tasks, progress, rounds)
+    # the host's speed through the whole timing, by the in-run sampler (engine/host_sampler.py)
+    with model_sampler(shape) if device == "cpu" else contextlib.nullcontext() as sampler:
+        rows = _timed_rows(prof, tasks, progress, rounds, model, device, threads, shape, dtype, quick, log)
+    sampled = sampler.stats()["mean_s"] if sampler is not None else None
     kind = "quick" if quick else "full"
-    log(f"scheduler CPU overheads over n={CPU_NS[kind]} requests (micro-benchmark, kept for reference)")
-    from calibration.cpu_overheads import profile_cpu
-
-    micro = profile_cpu(CPU_NS[kind], repeats=5, clock=clock if device == "cpu" else "wall")
-    log("engine control path between two bare processes (micro-benchmark, kept for reference)")
-    from calibration.control import profile_control
-
-    micro += profile_control(CPU_NS[kind], repeats=15 if quick else 40)
-    rows += [{**r, "split": "micro"} for r in micro]
-    log("engine core and control path on the live engine (one stage, 32 requests)")
-    from calibration.core_path import profile_core_path
-    from calibration.stage_step import time_live_alone
-
-    # each live run's stage steps timed again alone right after it (the live engine's factor)
-    rows += profile_core_path(model, device, threads or 1, lambda live: time_live_alone(prof.stages, timer, live))
-    if device == "cpu":
-        log("a stage's steps while another stage computes on the host's cores, and alone (stage_corun)")
-        from calibration.corun import profile_corun
-
-        rows += profile_corun(prof.stages, shape, dtype, rounds=3 if quick else 6)
     if probes:
         probes.append(cpu_probe()[0])
         steps.append(stage_probe())
@@ -493,6 +519,7 @@ def calibrate(
             "layer_stack": stack,
             **({"host_probe_s": sum(probes) / len(probes), "host_probes_s": probes} if probes else {}),
             **({"host_stage_probe_s": sum(steps) / len(steps), "host_stage_probes_s": steps} if steps else {}),
+            **({"host_sampler_s": sampled} if sampled is not None and sampled > 0 else {}),
             "wall_s": round(time.perf_counter() - t0, 1),
         }
     )

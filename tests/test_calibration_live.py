@@ -56,6 +56,7 @@ def test_quick_calibrate_cli(quick_profile):
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
     assert meta["host_probe_s"] > 0 and len(meta["host_probes_s"]) == 3  # 2 rounds and the end
     assert meta["host_stage_probe_s"] > 0 and len(meta["host_stage_probes_s"]) == 3  # the engine-step probe
+    assert 0 < meta["host_sampler_s"] < 1  # the in-run sampler through the whole timing (engine/host_sampler.py)
     rows = (out / "samples.csv").read_text().splitlines()
     assert rows[0].startswith("op,split") and any(r.startswith("stage_full,heldout") for r in rows)
     for kind in ("stage_first", "stage_mid", "stage_last"):

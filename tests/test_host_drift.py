@@ -1,5 +1,6 @@
 """experiments/validation/host_drift.py: the step level, the correlation, the summary, bad input, and
-one real cycle (a co-run reading, then `validate` at PP=1 and PP=2 on the tiny model)."""
+one real cycle (a co-run reading, then `validate` at PP=1 and PP=2 on the tiny model, the in-run
+sampler of host_sampler.py beside each)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import math
 
 import pytest
 
-from experiments.validation.host_drift import correlation, main, step_level, summary_md
+from engine.host_sampler import sample_stats
+from experiments.validation.host_drift import correlation, main, sampler_md, step_level, summary_md
 from tests.conftest import ROOT
 
 PROFILE = str(ROOT / "profiles" / "tiny-cpu")
@@ -47,6 +49,27 @@ def test_summary_ranges_and_depth_difference():
     assert "r with co-run" in md
 
 
+def test_sample_stats():
+    st = sample_stats("0.003\n0.005\n0.004\n")
+    assert st["n"] == 3 and st["mean_s"] == pytest.approx(0.004) and st["median_s"] == pytest.approx(0.004)
+    assert sample_stats("")["n"] == 0 and math.isnan(sample_stats("")["mean_s"])
+
+
+def test_sampler_table_scales_each_level_by_its_runs_sampler():
+    # each run's level is exactly the sampler's slowdown against the median host: scaled, no spread is left
+    samp = [3.0, 3.3, 3.6, 3.9]
+    rows = [
+        {"sampler_idle_ms": 3.5 + 0.1 * (i % 2), "sampler_pp1_ms": x, "level_pp1": 3.45 / x - 1}
+        for i, x in enumerate(samp)
+    ]
+    md = summary_md([{"cycle": i, "t_s": 0.0, "corun": 1.0, "speed": 1.0, **r} for i, r in enumerate(rows)], [1], "c")
+    line = next(ln for ln in md.splitlines() if ln.startswith("| PP=1 | 3.00 / 3.45 / 3.90"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert float(cells[2]) < -0.95  # r with the sampler during the run
+    assert float(cells[4]) > 0.05 and float(cells[5]) == pytest.approx(0.0, abs=1e-3)
+    assert sampler_md(rows, [1])[-1] == line
+
+
 @pytest.mark.parametrize("argv", [["--cycles", "0"], ["--pp", "0"]])
 def test_bad_counts_exit_2(argv, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
@@ -76,13 +99,19 @@ def test_one_cycle_on_the_live_engine(tmp_path):
         )
     )
     out = tmp_path / "drift"
-    assert main(["--config", str(cfg), "--profile", PROFILE, "--out", str(out), "--cycles", "1"]) == 0
+    argv = ["--config", str(cfg), "--profile", PROFILE, "--out", str(out), "--cycles", "1", "--sampler"]
+    assert main(argv) == 0
     rows = list(csv.DictReader((out / "cycles.csv").open()))
-    assert len(rows) == 1 and set(rows[0]) == {"cycle", "t_s", "corun", "speed", "level_pp1", "level_pp2"}
+    levels = {"level_pp1", "level_pp2"}
+    samplers = {"sampler_idle_ms", "sampler_pp1_ms", "sampler_pp2_ms"}
+    assert len(rows) == 1 and set(rows[0]) == {"cycle", "t_s", "corun", "speed"} | levels | samplers
     r = rows[0]
     # real measurements: positive readings, levels of real runs (the engine within 3x of the profile)
     assert float(r["corun"]) > 0 and float(r["speed"]) > 0
+    assert all(0 < float(r[k]) < 1000 for k in samplers)  # ms per sampled matmul
+    assert len((out / "sampler" / "cycle0-idle.txt").read_text().split()) >= 10  # 6 s at one per 0.25 s
     assert all(-0.67 < float(r[k]) < 2.0 for k in ("level_pp1", "level_pp2"))
     for p in (1, 2):
         assert (out / "runs" / f"cycle0-pp{p}" / "step_costs.csv").is_file()
-    assert "| PP=2 - PP=1 |" in (out / "host_drift.md").read_text()
+    md = (out / "host_drift.md").read_text()
+    assert "| PP=2 - PP=1 |" in md and "In-run sampler" in md

@@ -12,6 +12,8 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     fits = json.loads((prof / "fits.json").read_text())
     fits["live_stage"] = {"form": "interp", "x": "stages", "coef": {"xs": [1.0, 2.0], "ys": [1.02, 1.122]}}
     (prof / "fits.json").write_text(json.dumps(fits))
+    meta = json.loads((prof / "meta.json").read_text())  # the in-run sampler's time through calibration
+    (prof / "meta.json").write_text(json.dumps({**meta, "host_sampler_s": 0.0004}))
     r = ppsim_cli(
         "validate",
         "--model",
@@ -87,6 +89,13 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
         st = path["stages"]["0"][side]
         assert st["busy_s"] + st["idle_others_s"] + st["idle_pipeline_s"] == pytest.approx(st["span_s"], abs=1e-9)
     assert "where each stage's time went" in r.stdout and "hand-over 0->1 on a free receiver" in r.stdout
+    # the in-run sampler through each repeat, against its time through calibration: the host-conditioned
+    # prediction scales every stage compute by that ratio, and reports the same metrics
+    h, hc = v["host"], v["host_conditioned"]
+    assert len(h["sampler_s"]) == 2 and all(0 < x < 1 for x in h["sampler_s"])
+    assert hc["factor"] == pytest.approx(sum(h["sampler_s"]) / 2 / 0.0004) == pytest.approx(h["sampler_ratio"])
+    assert [r["metric"] for r in hc["rows"]] == [r["metric"] for r in v["rows"]]
+    assert "host-conditioned prediction (the in-run sampler read the host at x" in r.stdout
     assert (out / "latency_cdf.png").stat().st_size > 1000
     trace = json.loads((out / "trace_combined.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}

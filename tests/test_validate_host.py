@@ -156,3 +156,63 @@ def test_the_engine_step_probe_reads_something():
     from engine.probe import stage_probe
 
     assert stage_probe(0.05) > 0
+
+
+class FakeSampler:
+    """A context manager like engine.host_sampler.HostSampler, with a fixed mean."""
+
+    def __init__(self, mean_s):
+        self.mean_s, self.entered = mean_s, False
+
+    def __enter__(self):
+        self.entered = True
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def stats(self):
+        return {"n": 10, "mean_s": self.mean_s, "median_s": self.mean_s}
+
+
+def test_the_in_run_sampler_is_kept_per_repeat_and_compared_with_calibration():
+    means = iter([0.0042, 0.0046])
+    g = guard([(0.002, 0.99)] * 4, sampler=lambda: FakeSampler(next(means)), sampler_reference_s=0.004)
+    for i in range(2):
+        g.read(f"before {i}")
+        with g.during():
+            pass
+        g.read(f"after {i}")
+    d = g.to_dict()
+    assert d["sampler_s"] == [0.0042, 0.0046] and d["sampler_ratio"] == pytest.approx(1.1)
+    assert d["ok"] and "in-run sampler x1.100 its calibration time" in host_line(d)
+    # without a reference (a profile calibrated before it): kept, no ratio, nothing in the line
+    g2 = guard([(0.002, 0.99)], sampler=lambda: FakeSampler(0.004))
+    with g2.during():
+        pass
+    assert g2.to_dict()["sampler_s"] == [0.004] and g2.sampler_ratio() is None
+    assert "sampler" not in host_line({**g2.to_dict(), "readings": [{"load1": 0.1, "core_share": 1.0}]})
+
+
+def test_the_sampler_is_not_run_with_the_guard_off_and_an_engine_failure_passes_through():
+    made = []
+    g = HostGuard("off", sampler=lambda: made.append(FakeSampler(0.004)) or made[-1])
+    with g.during():
+        pass
+    assert made == [] and g.sampled_s == []
+    on = guard([], sampler=lambda: made.append(FakeSampler(0.004)) or made[-1])
+    with pytest.raises(RuntimeError, match="engine"), on.during():
+        raise RuntimeError("engine failed")
+    assert made[0].entered and on.sampled_s == []  # stopped, and no reading of a run that did not finish
+
+
+def test_a_real_sampler_reads_a_matmul_beside_a_sleep():
+    pytest.importorskip("torch")
+    from engine.host_sampler import HostSampler
+
+    with HostSampler(64, 128, period_s=0.02) as s:
+        import time
+
+        time.sleep(0.5)
+    st = s.stats()
+    assert st["n"] >= 3 and 0 < st["median_s"] <= st["mean_s"] * 10 and not s.path.exists()

@@ -88,6 +88,17 @@ def test_results_tables_keep_sets_apart():
     assert "Host guard: 2 of 2 scenarios flagged" in md
 
 
+def test_the_host_conditioned_prediction_has_its_own_column():
+    p = _payload(-0.3, -0.2)
+    p["host_conditioned"] = {"factor": 1.25, "rows": [{**r, "error": r["error"] / 10} for r in p["rows"]]}
+    row = result_row("held-out", "h1", {"policy": "vllm-sync", "pp": 2}, p)
+    assert row["host_factor"] == 1.25 and row["mean_tpot_ms_conditioned"] == pytest.approx(-0.03)
+    md = results_md([row, result_row("held-out", "h2", {"policy": "vllm-sync", "pp": 1}, _payload(0.1, 0.0))], ["# t"])
+    tpot = next(x for x in md.splitlines() if x.startswith("| mean_tpot_ms |") and "held-out" not in x)
+    # the median over the scenarios that have it (h2's profile had no sampler reference): 3.0%
+    assert "host-conditioned (in-run sampler)" in md and "| 3.0% |" in tpot
+
+
 def test_development_matrix_knobs_are_plain_values():
     """Every scenario's knobs go into results.csv as JSON: the development matrix's too."""
     from experiments.validation.run import parse_args, plan_scenarios

@@ -8,15 +8,20 @@ same plans) and each depth's step level (the engine's stage computes against the
 for the same plans, idle and co-run charges included: sum predicted / sum measured - 1, the
 ``step_costs.csv`` of ``validate``). At the end: each level's range over the cycles, and the
 correlation of the readings with the levels, i.e. whether a reading taken just before a run could
-correct its prediction. Writes ``cycles.csv`` and ``host_drift.md`` to ``--out`` (each cycle's
-validation under ``--out/runs/``). Meaningful only with nothing else running.
+correct its prediction. With ``--sampler``, also the host's speed *during* each run and for six
+seconds before the cycle's runs (:mod:`host_sampler`: one small matmul timed every 0.25 s beside the
+engine), its correlation with the levels, and each level's spread once scaled one for one by its run's
+sampler reading. Writes ``cycles.csv`` and ``host_drift.md`` to ``--out`` (each cycle's validation
+under ``--out/runs/``). Meaningful only with nothing else running.
 
 Run: python experiments/validation/host_drift.py --config SCENARIO --profile DIR --out DIR [--cycles 7] [--pp 1 2]
+     [--sampler]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import math
@@ -32,6 +37,7 @@ from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.metrics.io import atomic_write  # noqa: E402
 
 PLANS = ("D1x128", "D8x128", "P64@0")  # calibration.corun's plans
+IDLE_SAMPLE_S = 6.0  # the sampler's reading with the engine idle, before each cycle's runs
 
 
 def step_level(step_costs_csv: str) -> float:
@@ -74,7 +80,33 @@ def summary_md(rows: list[dict[str, Any]], depths: list[int], command: str) -> s
             f"| {name} | {min(ys):+.3f} | {statistics.median(ys):+.3f} | {max(ys):+.3f} | "
             f"{correlation(co, ys):+.2f} | {correlation(speed, ys):+.2f} |"
         )
+    if "sampler_idle_ms" in rows[0]:
+        lines += sampler_md(rows, depths)
     return "\n".join(lines) + "\n"
+
+
+def sampler_md(rows: list[dict[str, Any]], depths: list[int]) -> list[str]:
+    """The in-run sampler against each depth's level: correlations, and the level's spread (population
+    standard deviation over the cycles) before and after scaling it one for one by the sampler:
+    ``(1 + level) * sampler / median(sampler) - 1``, i.e. as if every run had the median host."""
+    idle = [r["sampler_idle_ms"] for r in rows]
+    lines = [
+        "",
+        "In-run sampler (ms per sample; `before`: six seconds with the engine idle, just before the cycle's runs):",
+        "",
+        "| level | sampler during the run: min / median / max | r with it | r with the one before | "
+        "level sd | sd scaled by it |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p in depths:
+        xs, ys = [r[f"sampler_pp{p}_ms"] for r in rows], [r[f"level_pp{p}"] for r in rows]
+        mid = statistics.median(xs)
+        scaled = [(1 + y) * x / mid - 1 for x, y in zip(xs, ys, strict=True)]
+        lines.append(
+            f"| PP={p} | {min(xs):.2f} / {mid:.2f} / {max(xs):.2f} | {correlation(xs, ys):+.2f} | "
+            f"{correlation(idle, ys):+.2f} | {statistics.pstdev(ys):.3f} | {statistics.pstdev(scaled):.3f} |"
+        )
+    return lines
 
 
 def _reading(stages: Any, shape: Any, cost: Any, stack: int) -> tuple[float, float]:
@@ -96,6 +128,14 @@ def _reading(stages: Any, shape: Any, cost: Any, stack: int) -> tuple[float, flo
     return statistics.median(r["median_s"] / r["alone_s"] for r in rows.values()), statistics.median(speeds)
 
 
+def _sampler(shape: Any, folder: Path) -> Any:
+    """name -> a HostSampler of this model's MLP shape writing to ``folder/name.txt``."""
+    from engine.host_sampler import HostSampler
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return lambda name: HostSampler(shape.hidden_size, shape.intermediate_size, folder / f"{name}.txt")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True, help="scenario file (TOML/YAML/JSON), e.g. a run's engine-0/config.json")
@@ -103,6 +143,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", required=True, help="directory for cycles.csv, host_drift.md and runs/")
     ap.add_argument("--cycles", type=int, default=7, help="readings + validations (default 7)")
     ap.add_argument("--pp", type=int, nargs="+", default=[1, 2], help="pipeline depths validated each cycle")
+    ap.add_argument("--sampler", action="store_true", help="time the host during each run (host_sampler.py)")
     args = ap.parse_args(argv)
     if args.cycles < 1 or min(args.pp) < 1:
         ap.error("--cycles and --pp: 1 or more")
@@ -133,15 +174,23 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     stack = max(1, shape.num_layers // max(args.pp))
     stages = EngineStages(shape, TORCH_DTYPES[shape.dtype], torch.device("cpu"), stack)
+    sampled = _sampler(shape, out / "sampler") if args.sampler else None
     t0, rows = time.monotonic(), []
     for i in range(args.cycles):
         corun, speed = _reading(stages, shape, cost, stack)
         row: dict[str, Any] = {"cycle": i, "t_s": time.monotonic() - t0, "corun": corun, "speed": speed}
+        if sampled:
+            with sampled(f"cycle{i}-idle") as sm:
+                time.sleep(IDLE_SAMPLE_S)
+            row["sampler_idle_ms"] = sm.stats()["mean_s"] * 1e3
         for p in args.pp:
             s = base.model_copy(update={"cluster": base.cluster.model_copy(update={"pipeline_parallel_size": p})})
             d = out / "runs" / f"cycle{i}-pp{p}"
-            validate(s, d, 1, log=lambda m: None, host=HostGuard("off"))
+            with sampled(f"cycle{i}-pp{p}") if sampled else contextlib.nullcontext() as sm:
+                validate(s, d, 1, log=lambda m: None, host=HostGuard("off"))
             row[f"level_pp{p}"] = step_level((d / "step_costs.csv").read_text())
+            if sampled:
+                row[f"sampler_pp{p}_ms"] = sm.stats()["mean_s"] * 1e3
         rows.append(row)
         print(" ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     buf = io.StringIO()

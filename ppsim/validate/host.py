@@ -30,10 +30,11 @@ the host is.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -110,6 +111,9 @@ class HostGuard:
     reference_s: float | None = None  # the probe when the profile was calibrated (meta.json host_probe_s)
     stage_probe: Callable[[], float] | None = None  # the engine-step probe (engine/probe.py), if read
     stage_reference_s: float | None = None  # it at calibration (meta.json host_stage_probe_s)
+    sampler: Callable[[], Any] | None = None  # makes an in-run sampler (engine/host_sampler.py), if read
+    sampler_reference_s: float | None = None  # its mean through calibration (meta.json host_sampler_s)
+    sampled_s: list[float] = field(default_factory=list)  # its mean through each engine repeat
 
     def __post_init__(self) -> None:
         if self.mode not in ("flag", "refuse", "off"):
@@ -130,6 +134,23 @@ class HostGuard:
                 f"host guard: {problem}; validation refused (--host-guard refuse); "
                 "rerun on a quiet host or pass --host-guard flag"
             )
+
+    @contextlib.contextmanager
+    def during(self) -> Iterator[None]:
+        """Around one engine repeat: the in-run sampler beside it, its mean kept in ``sampled_s``."""
+        if self.mode == "off" or self.sampler is None:
+            yield
+            return
+        with self.sampler() as sampler:
+            yield
+        self.sampled_s.append(float(sampler.stats()["mean_s"]))
+
+    def sampler_ratio(self) -> float | None:
+        """The in-run sampler's mean over the repeats over its mean through calibration: 1.08 = the host
+        ran 8% slower during the engine runs than while the profile was measured. None: not read."""
+        if not self.sampled_s or not self.sampler_reference_s:
+            return None
+        return sum(self.sampled_s) / len(self.sampled_s) / self.sampler_reference_s
 
     def drift(self) -> float:
         walls = [r.probe_s for r in self.readings]
@@ -188,6 +209,9 @@ class HostGuard:
             "vs_reference": self.vs_reference(),
             "stage_reference_s": self.stage_reference_s,
             "stage_vs_reference": self.stage_vs_reference(),
+            "sampler_reference_s": self.sampler_reference_s,
+            "sampler_s": list(self.sampled_s),
+            "sampler_ratio": self.sampler_ratio(),
             "cpu_count": os.cpu_count(),
             "readings": [asdict(r) for r in self.readings],
         }
@@ -203,6 +227,8 @@ def host_line(h: dict[str, Any]) -> str:
         ref, step = h.get("vs_reference"), h.get("stage_vs_reference")
         vs = "" if ref is None else f", {ref:+.0%} vs calibration"
         vs += "" if step is None else f", engine step {step:+.0%} vs calibration"
+        ratio = h.get("sampler_ratio")
+        vs += "" if ratio is None else f", in-run sampler x{ratio:.3f} its calibration time"
         return (
             f"host guard: ok (CPU probe drift {h['probe_drift']:.0%}{vs}, core share >= {share:.0%}, "
             f"load {min(loads):.1f}-{max(loads):.1f})"

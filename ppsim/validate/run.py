@@ -100,6 +100,13 @@ def prepare_validation(
 
         host.stage_probe = stage_probe
         host.stage_reference_s = calibration_probe(s.cost.profile_dir, "host_stage_probe_s")
+    if host.mode != "off" and s.live_engine.device == "cpu" and host.sampler is None:
+        from engine.host_sampler import model_sampler
+        from ppsim.models.shape import load_model
+
+        shape = load_model(s.model)
+        host.sampler = lambda: model_sampler(shape)
+        host.sampler_reference_s = calibration_probe(s.cost.profile_dir, "host_sampler_s")
     return s, out, host
 
 
@@ -121,7 +128,8 @@ def engine_repeats(
         host.read(f"before {i}")
         log(f"validate: engine run {i + 1}/{total}")
         before = cpu_seconds()
-        runs.append(run_engine(s, None))
+        with host.during():
+            runs.append(run_engine(s, None))
         after = cpu_seconds()
         usage.append(
             {
@@ -170,6 +178,7 @@ def finish_validation(
         "step_cost": summarize_steps(steps),
         "rows": [r.to_dict() for r in rows],
         "speed_adjusted": speed_adjusted(prep, steps, [r.summary for r in runs]),
+        "host_conditioned": host_conditioned(prep, host, [r.summary for r in runs]),
         "depth_factor": depth_factor_of(prep.cost),
         "corun_factor": corun_factor_of(prep.cost),
         "per_request": per_request_errors([r.requests for r in runs], res.requests),
@@ -201,6 +210,17 @@ def speed_adjusted(prep: Any, steps: list[dict[str, Any]], engine: list[dict[str
     if not steps or predicted <= 0 or measured <= 0:
         return None
     factor = measured / predicted
+    return {"factor": factor, **replay_with(prep, ScaledCompute(prep.cost, factor), engine)}
+
+
+def host_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The prediction at the host's speed during the runs as the in-run sampler read it: every stage
+    compute scaled by ``factor`` = the sampler's mean over the repeats over its mean through calibration
+    (:meth:`HostGuard.sampler_ratio`). No engine figure enters it: the sampler is a process beside the
+    engine timing its own matmul. None when the sampler was not read or the profile has no reference."""
+    factor = host.sampler_ratio()
+    if factor is None:
+        return None
     return {"factor": factor, **replay_with(prep, ScaledCompute(prep.cost, factor), engine)}
 
 
@@ -266,6 +286,13 @@ def format_report(payload: dict[str, Any]) -> str:
             f"speed-adjusted replay (the engine's stages ran x{adj['factor']:.3f} the profile's time; not a "
             f"prediction: the scheduling and path alone): median |error| {adj['verdict']['median_abs_error']:.1%}, "
             + ", ".join(f"{r['metric']} {r['error']:+.1%}" for r in adj["rows"] if r["metric"] in ADJUSTED_SHOWN)
+        )
+    hc = payload.get("host_conditioned")
+    if hc:
+        lines.append(
+            f"host-conditioned prediction (the in-run sampler read the host at x{hc['factor']:.3f} its calibration "
+            f"time; no engine figure used): median |error| {hc['verdict']['median_abs_error']:.1%}, "
+            + ", ".join(f"{r['metric']} {r['error']:+.1%}" for r in hc["rows"] if r["metric"] in ADJUSTED_SHOWN)
         )
     if payload.get("path"):
         lines.append(format_path(payload["path"]))
