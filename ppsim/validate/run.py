@@ -258,6 +258,12 @@ def profile_files(s: Scenario, out: Path) -> dict[str, str | bytes]:
     return {f"profile/{p.name}": p.read_bytes() for p in prof.iterdir() if p.is_file()}
 
 
+def rescaled_line(label: str, d: dict[str, Any]) -> str:
+    """One report line for a simulation at a rescaled compute speed (replay or host-conditioned)."""
+    shown = ", ".join(f"{r['metric']} {r['error']:+.1%}" for r in d["rows"] if r["metric"] in ADJUSTED_SHOWN)
+    return f"{label}: median |error| {d['verdict']['median_abs_error']:.1%}, {shown}"
+
+
 def format_report(payload: dict[str, Any]) -> str:
     from ppsim.validate.compare import MetricRow
 
@@ -280,19 +286,22 @@ def format_report(payload: dict[str, Any]) -> str:
         f"{v.get('max_abs_fraction_points', 0.0):.3f} points; outside target (10%, 5% for "
         f"throughput/TPOT, 0.05 points for fractions): {', '.join(v['misses']) or 'none'}"
     )
-    adj = payload.get("speed_adjusted")
+    adj, hc = payload.get("speed_adjusted"), payload.get("host_conditioned")
     if adj:
         lines.append(
-            f"speed-adjusted replay (the engine's stages ran x{adj['factor']:.3f} the profile's time; not a "
-            f"prediction: the scheduling and path alone): median |error| {adj['verdict']['median_abs_error']:.1%}, "
-            + ", ".join(f"{r['metric']} {r['error']:+.1%}" for r in adj["rows"] if r["metric"] in ADJUSTED_SHOWN)
+            rescaled_line(
+                f"speed-adjusted replay (the engine's stages ran x{adj['factor']:.3f} the "
+                "profile's time; not a prediction: the scheduling and path alone)",
+                adj,
+            )
         )
-    hc = payload.get("host_conditioned")
     if hc:
         lines.append(
-            f"host-conditioned prediction (the in-run sampler read the host at x{hc['factor']:.3f} its calibration "
-            f"time; no engine figure used): median |error| {hc['verdict']['median_abs_error']:.1%}, "
-            + ", ".join(f"{r['metric']} {r['error']:+.1%}" for r in hc["rows"] if r["metric"] in ADJUSTED_SHOWN)
+            rescaled_line(
+                f"host-conditioned prediction (the in-run sampler read the host at "
+                f"x{hc['factor']:.3f} its calibration time; no engine figure used)",
+                hc,
+            )
         )
     if payload.get("path"):
         lines.append(format_path(payload["path"]))
