@@ -439,7 +439,7 @@ def calibrate(
     from calibration.link import profile_link
     from calibration.profile_ops import FULL, QUICK, OpProfiler
     from calibration.timer import Timer
-    from engine.host_sampler import model_sampler
+    from engine.host_sampler import SAMPLER_KIND, model_sampler
     from engine.probe import stage_probe
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -519,7 +519,7 @@ def calibrate(
             "layer_stack": stack,
             **({"host_probe_s": sum(probes) / len(probes), "host_probes_s": probes} if probes else {}),
             **({"host_stage_probe_s": sum(steps) / len(steps), "host_stage_probes_s": steps} if steps else {}),
-            **({"host_sampler_s": sampled} if sampled is not None and sampled > 0 else {}),
+            **({"host_sampler_s": sampled, "host_sampler": SAMPLER_KIND} if sampled and sampled > 0 else {}),
             "wall_s": round(time.perf_counter() - t0, 1),
         }
     )

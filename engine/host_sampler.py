@@ -4,10 +4,17 @@ Every reading of the host taken before a run (the CPU probe, the engine-step pro
 the stage steps alone) failed to predict the run's step level on this project's 2-vCPU VM
 (docs/validation.md, "A step's class, a reading before each run..."): a vCPU's speed flips within
 seconds, so a reading outside the run samples other seconds than the run. This one samples the run's
-own seconds: a process beside the engine that sleeps ``period_s``, then times one fixed matmul (4 rows
+own seconds: a process beside the engine that waits ``period_s``, then times one fixed matmul (4 rows
 through the model's MLP up-projection, ``hidden_size`` x ``intermediate_size`` random fp32 weights,
-about 3.5 ms of one core for ``dense-1024``) on its thread clock, until stopped. Its mean over a run
-says how fast the host's cores ran meanwhile; it costs the engine about one sample per ``period_s``.
+numpy on one BLAS thread, a few ms of one core for ``dense-1024``) on its thread clock, until stopped.
+Its mean over a run says how fast the host's cores ran meanwhile; it costs the engine about one sample
+per ``period_s``.
+
+It is a fresh interpreter (``python -m engine.host_sampler``) importing numpy alone, so it starts in
+about half a second (a spawned torch process took 5 s, once per engine repeat): it says ``ready`` on
+stdout, samples until its stdin is closed (or at EOF, when its parent dies: it never outlives it), then
+writes its samples to stdout. ``SAMPLER_KIND`` names the work it times: a profile's ``meta.json``
+``host_sampler_s`` is its reference only when ``host_sampler`` there names the same kind.
 
 It also sees the engine's own load (its memory traffic, its processes on the other vCPU), so it is a
 reading of the host *with* the engine on it, not of the neighbours alone. ``ppsim calibrate`` runs it
@@ -19,8 +26,12 @@ while the profile was measured), ``ppsim validate`` through every engine repeat 
 
 from __future__ import annotations
 
+import argparse
 import os
+import select
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,28 +40,30 @@ from ppsim.errors import PPSimError
 
 PERIOD_S = 0.25
 ROWS = 4
-READY_TIMEOUT_S = 120.0
+READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+SAMPLER_KIND = "numpy-mm-4xHxI-fp32"  # what one sample times (a reference of another kind is not read)
+ONE_THREAD = {k: "1" for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
-def _sample_loop(hidden: int, inter: int, period_s: float, path: str, ready: Any, stop: Any) -> None:
-    import torch
+def sample_loop(hidden: int, inter: int, period_s: float, stdin: Any = sys.stdin, stdout: Any = sys.stdout) -> None:
+    """The sampler's own process: ``ready``, then one timed matmul per ``period_s`` until ``stdin`` is
+    readable (closed or written), then the samples, one per line."""
+    import numpy as np
 
-    torch.set_num_threads(1)
-    g = torch.Generator().manual_seed(2)
-    w = torch.randn(hidden, inter, generator=g)
-    x = torch.randn(ROWS, hidden, generator=g)
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((hidden, inter), dtype=np.float32)
+    x = rng.standard_normal((ROWS, hidden), dtype=np.float32)
+    for _ in range(3):
+        x @ w
+    print("ready", file=stdout, flush=True)
     cpu: list[float] = []
-    with torch.inference_mode():
-        for _ in range(3):
-            torch.mm(x, w)
-        ready.set()
-        while not stop.is_set():
-            time.sleep(period_s)
-            c0 = time.thread_time()
-            torch.mm(x, w)
-            cpu.append(time.thread_time() - c0)
-    Path(path).write_text("".join(f"{c!r}\n" for c in cpu))
+    while not select.select([stdin], [], [], period_s)[0]:
+        c0 = time.thread_time()
+        x @ w
+        cpu.append(time.thread_time() - c0)
+    stdout.write("".join(f"{c!r}\n" for c in cpu))
+    stdout.flush()
 
 
 def sample_stats(text: str) -> dict[str, float]:
@@ -62,56 +75,69 @@ def sample_stats(text: str) -> dict[str, float]:
 
 
 class HostSampler:
-    """``with HostSampler(hidden, inter) as s: run()`` then ``s.stats()`` (samples in ``path``; default:
-    a temporary file, removed by :meth:`stats`)."""
+    """``with HostSampler(hidden, inter) as s: run()`` then ``s.stats()``; ``path``: the samples are
+    also written there, one per line."""
 
     def __init__(self, hidden: int, inter: int, path: Path | None = None, period_s: float = PERIOD_S) -> None:
-        import tempfile
-
-        import torch.multiprocessing as mp
-
-        if path is None:
-            fd, name = tempfile.mkstemp(prefix="ppsim-sampler-", suffix=".txt")
-            os.close(fd)
-            os.unlink(name)  # the sampler writes it when stopped: its absence means no samples
-            path, self.temporary = Path(name), True
-        else:
-            self.temporary = False
-        ctx = mp.get_context("spawn")
-        self.ready, self.stop, self.path = ctx.Event(), ctx.Event(), Path(path)
-        self.proc = ctx.Process(
-            target=_sample_loop, args=(hidden, inter, period_s, str(path), self.ready, self.stop), daemon=True
-        )
+        self.args = [str(hidden), str(inter), "--period-s", repr(period_s)]
+        self.path = Path(path) if path is not None else None
+        self.proc: subprocess.Popen[str] | None = None
+        self.text: str | None = None
 
     def __enter__(self) -> HostSampler:
-        self.proc.start()
-        t0 = time.monotonic()
-        while not self.ready.wait(0.2):
-            if not self.proc.is_alive() or time.monotonic() - t0 > READY_TIMEOUT_S:
-                self._kill()
-                waited = time.monotonic() - t0
-                raise PPSimError(f"host sampler: not ready after {waited:.0f} s; check that torch runs in a subprocess")
+        root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, **ONE_THREAD, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.host_sampler", *self.args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self.proc.stdout is not None
+        ready = select.select([self.proc.stdout], [], [], READY_TIMEOUT_S)[0]
+        line = self.proc.stdout.readline() if ready else ""
+        if line.strip() != "ready":
+            self._kill()
+            err = (self.proc.stderr.read() if self.proc.stderr else "").strip().splitlines()
+            why = err[-1] if err else f"no answer in {READY_TIMEOUT_S:.0f} s"
+            raise PPSimError(f"host sampler: did not start ({why}); check that numpy imports in a subprocess")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.proc.join(STOP_TIMEOUT_S)
-        self._kill()
+        assert self.proc is not None
+        try:
+            self.text, _ = self.proc.communicate(input="stop\n", timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._kill()
+        if self.path is not None and self.text is not None:
+            self.path.write_text(self.text)
 
     def _kill(self) -> None:
-        if self.proc.is_alive():
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.join(5.0)
+            self.proc.wait(5.0)
 
     def stats(self) -> dict[str, float]:
-        if not self.path.exists():
-            raise PPSimError(f"host sampler: it wrote no samples to {self.path}")
-        text = self.path.read_text()
-        if self.temporary:
-            self.path.unlink()
-        return sample_stats(text)
+        if self.text is None:
+            raise PPSimError("host sampler: it wrote no samples (stopped before it was read?)")
+        return sample_stats(self.text)
 
 
 def model_sampler(shape: Any) -> HostSampler:
     """The sampler of ``shape``'s MLP up-projection (what calibrate and validate both run)."""
     return HostSampler(shape.hidden_size, shape.intermediate_size)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m engine.host_sampler", description=__doc__.splitlines()[0])
+    ap.add_argument("hidden", type=int)
+    ap.add_argument("inter", type=int)
+    ap.add_argument("--period-s", type=float, default=PERIOD_S)
+    a = ap.parse_args(argv)
+    sample_loop(a.hidden, a.inter, a.period_s)
+
+
+if __name__ == "__main__":
+    main()

@@ -5,6 +5,8 @@ import shutil
 
 import pytest
 
+from engine.host_sampler import SAMPLER_KIND
+
 
 def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     out, prof = tmp_path / "val", tmp_path / "profile"
@@ -13,7 +15,7 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     fits["live_stage"] = {"form": "interp", "x": "stages", "coef": {"xs": [1.0, 2.0], "ys": [1.02, 1.122]}}
     (prof / "fits.json").write_text(json.dumps(fits))
     meta = json.loads((prof / "meta.json").read_text())  # the in-run sampler's time through calibration
-    (prof / "meta.json").write_text(json.dumps({**meta, "host_sampler_s": 0.0004}))
+    (prof / "meta.json").write_text(json.dumps({**meta, "host_sampler_s": 0.0004, "host_sampler": SAMPLER_KIND}))
     r = ppsim_cli(
         "validate",
         "--model",

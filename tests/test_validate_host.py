@@ -3,6 +3,8 @@ how fast or how busy the machine running the tests is."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ppsim.errors import PPSimError
@@ -206,13 +208,41 @@ def test_the_sampler_is_not_run_with_the_guard_off_and_an_engine_failure_passes_
     assert made[0].entered and on.sampled_s == []  # stopped, and no reading of a run that did not finish
 
 
-def test_a_real_sampler_reads_a_matmul_beside_a_sleep():
-    pytest.importorskip("torch")
-    from engine.host_sampler import HostSampler
+def test_a_real_sampler_reads_a_matmul_beside_a_sleep(tmp_path):
+    import time
 
-    with HostSampler(64, 128, period_s=0.02) as s:
-        import time
+    from engine.host_sampler import HostSampler, sample_stats
 
+    with HostSampler(64, 128, tmp_path / "s.txt", period_s=0.02) as s:
         time.sleep(0.5)
     st = s.stats()
-    assert st["n"] >= 3 and 0 < st["median_s"] <= st["mean_s"] * 10 and not s.path.exists()
+    assert st["n"] >= 3 and 0 < st["median_s"] <= st["mean_s"] * 10
+    assert sample_stats((tmp_path / "s.txt").read_text()) == st  # the samples kept where asked
+
+
+def test_the_sampler_never_outlives_its_parent():
+    """Its parent gone (its stdin at EOF), the sampler writes what it has and exits."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "engine.host_sampler", "16", "32", "--period-s", "0.01"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stdout.readline().strip() == "ready"
+    p.stdin.close()  # what the kernel does when the parent dies
+    assert p.wait(timeout=30) == 0
+
+
+def test_a_sampler_reference_is_read_only_for_the_same_work(tmp_path):
+    """A profile whose sampler timed other work (a torch matmul, before numpy's) gives no reference."""
+    from engine.host_sampler import SAMPLER_KIND
+    from ppsim.validate.run import sampler_reference
+
+    (tmp_path / "meta.json").write_text(json.dumps({"host_sampler_s": 0.0035, "host_sampler": SAMPLER_KIND}))
+    assert sampler_reference(str(tmp_path)) == 0.0035
+    (tmp_path / "meta.json").write_text(json.dumps({"host_sampler_s": 0.0035}))  # kind not named
+    assert sampler_reference(str(tmp_path)) is None
+    assert sampler_reference(str(tmp_path / "none")) is None

@@ -106,7 +106,7 @@ def prepare_validation(
 
         shape = load_model(s.model)
         host.sampler = lambda: model_sampler(shape)
-        host.sampler_reference_s = calibration_probe(s.cost.profile_dir, "host_sampler_s")
+        host.sampler_reference_s = sampler_reference(s.cost.profile_dir)
     return s, out, host
 
 
@@ -240,12 +240,28 @@ def replay_with(prep: Any, cost: Any, engine: list[dict[str, Any]]) -> dict[str,
     return {"rows": [r.to_dict() for r in rows], "verdict": verdict(rows)}
 
 
+def calibration_meta(profile_dir: str | None) -> dict[str, Any]:
+    """The profile's ``meta.json`` ({}: none, or not readable)."""
+    try:
+        meta = json.loads((Path(profile_dir or "") / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def sampler_reference(profile_dir: str | None) -> float | None:
+    """The in-run sampler's mean through calibration, if it timed the same work as today's sampler
+    (``meta.json`` ``host_sampler`` = :data:`engine.host_sampler.SAMPLER_KIND`); None otherwise."""
+    from engine.host_sampler import SAMPLER_KIND
+
+    if calibration_meta(profile_dir).get("host_sampler") != SAMPLER_KIND:
+        return None
+    return calibration_probe(profile_dir, "host_sampler_s")
+
+
 def calibration_probe(profile_dir: str | None, key: str = "host_probe_s") -> float | None:
     """A host probe ``ppsim calibrate`` recorded with the profile (None: a profile without one)."""
-    try:
-        v = json.loads((Path(profile_dir or "") / "meta.json").read_text()).get(key)
-    except (OSError, ValueError):
-        return None
+    v = calibration_meta(profile_dir).get(key)
     return float(v) if isinstance(v, int | float) and v > 0 else None
 
 
