@@ -47,6 +47,7 @@ SAMPLE_FIELDS = [
     "alone_s",
     "run",
     "corun",
+    "host_shift",
 ]
 
 

@@ -265,7 +265,7 @@ def _uncharged(r: dict[str, Any], corun: float) -> float:
     return float(r["median_s"]) / (corun if co else 1.0)
 
 
-def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0) -> OpFit | None:
+def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0, shift: bool = True) -> OpFit | None:
     """``live_stage``: the live engine's stage compute over the same step timed alone in a hot loop, per
     pipeline depth (``interp`` over the stage count, 1 and 2). The stage model is fitted on stages
     timed alone; the engine's stage runs between the engine core's work, its messages and (at two
@@ -276,14 +276,19 @@ def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0)
     each): this VM's speed flips within seconds, and one run of a calibration came out 1.21 and the
     next 1.51 against steps timed alone after both. Model-free: the stage model's own error on these
     plans does not enter. A compute charged ``corun`` (it started beside an earlier micro-batch) counts
-    without that charge. None without such rows."""
+    without that charge. With ``shift``, each run's ratio times its rows' ``host_shift`` (the in-run
+    sampler's reading of the host while the steps were timed alone over during the run,
+    :func:`calibration.core_path.shift_by_host`; 1 without one). None without such rows."""
     xs, ys = [], []
     for n in (1, 2):
         by_run: dict[int, list[dict[str, Any]]] = {}
         for r in rows:
             if r["split"] == f"live{n}" and r.get("alone_s"):
                 by_run.setdefault(int(r.get("run", 0)), []).append(r)
-        factors = [f for f in (_live_ratio(cost, sel, corun) for sel in by_run.values()) if f is not None]
+        ratios = (
+            (_live_ratio(cost, sel, corun), sel[0].get("host_shift", 1.0) if shift else 1.0) for sel in by_run.values()
+        )
+        factors = [f * float(k) for f, k in ratios if f is not None]
         if factors:
             xs.append(float(n))
             ys.append(float(np.median(factors)))
@@ -435,6 +440,7 @@ def calibrate(
     check_output_dir(out)
     import torch
 
+    from calibration.core_path import shift_by_host
     from calibration.layer import TORCH_DTYPES, Layer
     from calibration.link import profile_link
     from calibration.profile_ops import FULL, QUICK, OpProfiler
@@ -483,6 +489,7 @@ def calibrate(
     with model_sampler(shape) if device == "cpu" else contextlib.nullcontext() as sampler:
         rows = _timed_rows(prof, tasks, progress, rounds, model, device, threads, shape, dtype, quick, log)
     sampled = sampler.stats()["mean_s"] if sampler is not None else None
+    shift_by_host(rows, sampler.samples() if sampler is not None else [])  # the live factor's host shift
     kind = "quick" if quick else "full"
     if probes:
         probes.append(cpu_probe()[0])
@@ -561,6 +568,8 @@ def analyse_and_write(
     live = fit_live(cost, rows, charged)  # after the held-out scores: those are of stages timed alone
     if live is not None:
         fits["live_stage"] = live
+        unshifted = fit_live(cost, rows, charged, shift=False)
+        meta = {**meta, "live_stage_unshifted": unshifted.coef if unshifted is not None else None}
     spread = fit_spread(cost, rows, charged)
     if spread is not None:
         fits["stage_spread"] = spread
@@ -637,6 +646,9 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         at = ", ".join(
             f"{x:.0f} stage{'s' if x > 1 else ''} x{y:.3f}" for x, y in zip(live["xs"], live["ys"], strict=True)
         )
+        raw = meta.get("live_stage_unshifted") or {}
+        if raw.get("ys") and raw["ys"] != live["ys"]:
+            at += " (before the host shift: " + ", ".join(f"x{y:.3f}" for y in raw["ys"]) + ")"
         lines.append(f"live engine's stage compute over the same steps alone (live_stage): {at}")
         if len(live["xs"]) > 1:
             ratio = depth_ratio(fit_from_json("live_stage", fits["live_stage"]))  # ProfiledCost.depth_factor

@@ -46,6 +46,7 @@ wall-clock sample.
 from __future__ import annotations
 
 import bisect
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -205,16 +206,27 @@ def profile_core_path(
     Every run's stage computes are kept too (:func:`live_steps`, ``run`` numbering the runs), three
     runs per depth, and ``alone`` (given: calibration's :func:`calibration.stage_step.time_live_alone`)
     times some of them again right after their own run, so that live and alone see the same host."""
-    from engine.run import run_engine
+    from engine.run import run_engine as run_engine_
     from ppsim.models.shape import load_model
 
     runs: list[Any] = []
+
+    def run_engine(scenario: Any, out: None) -> Any:
+        """The engine, its serving window on ``time.monotonic`` kept as ``window_s``."""
+        t = time.monotonic()
+        run = run_engine_(scenario, out)
+        start = t + float(run.info["startup_s"])
+        run.window_s = (start, start + float(run.info["wall_s"]))
+        return run
 
     def live(run: Any) -> list[dict[str, Any]]:
         rows = [{**r, "run": len(runs)} for r in live_steps(run)]
         runs.append(run)
         if alone is not None:
+            a0 = time.monotonic()
             alone(rows)
+            windows = {"live_window_s": run.window_s, "alone_window_s": (a0, time.monotonic())}
+            rows = [{**r, **windows} for r in rows]
         return rows
 
     run = run_engine(calibration_scenario(model, device, threads), None)
@@ -236,3 +248,22 @@ def profile_core_path(
             rows += [{**r, "split": "live"} for r in rows_of({"turnaround": turns}, x="stage")]
             rows += live(queued)
     return rows
+
+
+def shift_by_host(rows: list[dict[str, Any]], samples: list[tuple[float, float]]) -> None:
+    """Set each live row's ``host_shift``: the in-run sampler's mean while its steps were timed alone over
+    its mean during the live run (:func:`engine.host_sampler.window_mean`), i.e. how much slower the
+    host ran for the one than for the other. ``calibrate.fit_live`` multiplies the run's live / alone
+    ratio by it: the host's speed flips within seconds, and a run whose alone timing caught a slower
+    spell than the run itself came out too fast (one calibration measured 0.85 at one stage and 1.03
+    at two, a depth ratio of 1.21 that the engine did not show). Rows without both windows, or a
+    window with fewer than two samples, keep none (no shift). The window keys are removed."""
+    from engine.host_sampler import window_mean
+
+    for r in rows:
+        live, alone = r.pop("live_window_s", None), r.pop("alone_window_s", None)
+        if live is None or alone is None:
+            continue
+        during, after = window_mean(samples, *live), window_mean(samples, *alone)
+        if during and after:
+            r["host_shift"] = after / during

@@ -13,7 +13,9 @@ per ``period_s``.
 It is a fresh interpreter (``python -m engine.host_sampler``) importing numpy alone, so it starts in
 about half a second (a spawned torch process took 5 s, once per engine repeat): it says ``ready`` on
 stdout, samples until its stdin is closed (or at EOF, when its parent dies: it never outlives it), then
-writes its samples to stdout. ``SAMPLER_KIND`` names the work it times: a profile's ``meta.json``
+writes its samples to stdout, each with its start on ``time.monotonic`` (one clock for every process of
+the host), so that a window of the run (calibration's live runs and their steps timed alone) can be
+read apart (:func:`window_mean`). ``SAMPLER_KIND`` names the work it times: a profile's ``meta.json``
 ``host_sampler_s`` is its reference only when ``host_sampler`` there names the same kind.
 
 It also sees the engine's own load (its memory traffic, its processes on the other vCPU), so it is a
@@ -57,21 +59,39 @@ def sample_loop(hidden: int, inter: int, period_s: float, stdin: Any = sys.stdin
     for _ in range(3):
         x @ w
     print("ready", file=stdout, flush=True)
-    cpu: list[float] = []
+    out: list[str] = []
     while not select.select([stdin], [], [], period_s)[0]:
-        c0 = time.thread_time()
+        t, c0 = time.monotonic(), time.thread_time()
         x @ w
-        cpu.append(time.thread_time() - c0)
-    stdout.write("".join(f"{c!r}\n" for c in cpu))
+        out.append(f"{t!r} {time.thread_time() - c0!r}\n")
+    stdout.write("".join(out))
     stdout.flush()
+
+
+def samples_of(text: str) -> list[tuple[float, float]]:
+    """(monotonic start, thread CPU seconds) per sample of a sampler's output; a line of one number
+    (an older file) has no time (nan)."""
+    out = []
+    for line in text.splitlines():
+        f = line.split()
+        if f:
+            out.append((float(f[0]) if len(f) > 1 else float("nan"), float(f[-1])))
+    return out
 
 
 def sample_stats(text: str) -> dict[str, float]:
     """Mean and median thread CPU seconds per sample, and the count, of a sampler's file."""
-    cpu = [float(v) for v in text.split()]
+    cpu = [c for _, c in samples_of(text)]
     if not cpu:
         return {"n": 0, "mean_s": float("nan"), "median_s": float("nan")}
     return {"n": len(cpu), "mean_s": statistics.fmean(cpu), "median_s": statistics.median(cpu)}
+
+
+def window_mean(samples: list[tuple[float, float]], t0: float, t1: float, min_n: int = 2) -> float | None:
+    """The mean sample started within [t0, t1] (``time.monotonic`` seconds, the same clock in every
+    process of the host); None with fewer than ``min_n`` there."""
+    cpu = [c for t, c in samples if t0 <= t <= t1]
+    return statistics.fmean(cpu) if len(cpu) >= min_n else None
 
 
 class HostSampler:
@@ -120,9 +140,16 @@ class HostSampler:
             self.proc.wait(5.0)
 
     def stats(self) -> dict[str, float]:
+        return sample_stats(self._text())
+
+    def samples(self) -> list[tuple[float, float]]:
+        """(monotonic start, thread CPU seconds) per sample."""
+        return samples_of(self._text())
+
+    def _text(self) -> str:
         if self.text is None:
             raise PPSimError("host sampler: it wrote no samples (stopped before it was read?)")
-        return sample_stats(self.text)
+        return self.text
 
 
 def model_sampler(shape: Any) -> HostSampler:

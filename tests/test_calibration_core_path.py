@@ -178,3 +178,19 @@ def test_live_steps_are_the_engine_computes_with_their_plan_stage_and_idle_gap()
     ]
     assert [r["gap_s"] for r in rows] == pytest.approx([3e-3, 1.8e-3])
     assert [r["median_s"] for r in rows] == pytest.approx([1e-3, 1.2e-3])
+
+
+def test_a_live_runs_host_shift_is_the_sampler_after_over_during():
+    """The in-run sampler's mean while a run's steps were timed alone over its mean during the run."""
+    from calibration.core_path import shift_by_host
+
+    samples = [(t / 4, 0.002) for t in range(40)] + [(10 + t / 4, 0.0022) for t in range(20)]  # 10% slower
+    rows = [
+        {"split": "live1", "run": 0, "live_window_s": (1.0, 9.0), "alone_window_s": (10.0, 14.0)},
+        {"split": "live1", "run": 1, "live_window_s": (1.0, 9.0), "alone_window_s": (20.0, 21.0)},  # no samples
+        {"split": "stage", "op": "stage_full"},  # not a live row
+    ]
+    shift_by_host(rows, samples)
+    assert rows[0]["host_shift"] == pytest.approx(1.1) and "host_shift" not in rows[1]
+    assert not any(k.endswith("window_s") for r in rows for k in r)
+    assert rows[2] == {"split": "stage", "op": "stage_full"}

@@ -115,3 +115,14 @@ def test_one_cycle_on_the_live_engine(tmp_path):
         assert (out / "runs" / f"cycle0-pp{p}" / "step_costs.csv").is_file()
     md = (out / "host_drift.md").read_text()
     assert "| PP=2 - PP=1 |" in md and "In-run sampler" in md
+
+
+def test_sampler_output_carries_each_samples_time():
+    from engine.host_sampler import samples_of, window_mean
+
+    text = "100.0 0.003\n100.25 0.005\n100.5 0.004\n"
+    assert samples_of(text) == [(100.0, 0.003), (100.25, 0.005), (100.5, 0.004)]
+    assert sample_stats(text)["n"] == 3 and sample_stats(text)["mean_s"] == pytest.approx(0.004)
+    assert window_mean(samples_of(text), 100.2, 101.0) == pytest.approx(0.0045)
+    assert window_mean(samples_of(text), 100.4, 101.0) is None  # one sample: too few
+    assert math.isnan(samples_of("0.003\n")[0][0])  # an older file, times not kept
