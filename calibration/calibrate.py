@@ -265,7 +265,7 @@ def _uncharged(r: dict[str, Any], corun: float) -> float:
     return float(r["median_s"]) / (corun if co else 1.0)
 
 
-def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0, shift: bool = True) -> OpFit | None:
+def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0, shift: bool = False) -> OpFit | None:
     """``live_stage``: the live engine's stage compute over the same step timed alone in a hot loop, per
     pipeline depth (``interp`` over the stage count, 1 and 2). The stage model is fitted on stages
     timed alone; the engine's stage runs between the engine core's work, its messages and (at two
@@ -276,9 +276,10 @@ def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0,
     each): this VM's speed flips within seconds, and one run of a calibration came out 1.21 and the
     next 1.51 against steps timed alone after both. Model-free: the stage model's own error on these
     plans does not enter. A compute charged ``corun`` (it started beside an earlier micro-batch) counts
-    without that charge. With ``shift``, each run's ratio times its rows' ``host_shift`` (the in-run
-    sampler's reading of the host while the steps were timed alone over during the run,
-    :func:`calibration.core_path.shift_by_host`; 1 without one). None without such rows."""
+    without that charge. With ``shift`` (recorded in ``meta.json``, not charged), each run's ratio
+    times its rows' ``host_shift`` (the in-run sampler's reading of the host while the steps were timed
+    alone over during the run, :func:`calibration.core_path.shift_by_host`; 1 without one). None
+    without such rows."""
     xs, ys = [], []
     for n in (1, 2):
         by_run: dict[int, list[dict[str, Any]]] = {}
@@ -568,8 +569,9 @@ def analyse_and_write(
     live = fit_live(cost, rows, charged)  # after the held-out scores: those are of stages timed alone
     if live is not None:
         fits["live_stage"] = live
-        unshifted = fit_live(cost, rows, charged, shift=False)
-        meta = {**meta, "live_stage_unshifted": unshifted.coef if unshifted is not None else None}
+        if any("host_shift" in r for r in rows):  # recorded, not charged (docs/calibration.md)
+            shifted = fit_live(cost, rows, charged, shift=True)
+            meta = {**meta, "live_stage_host_shifted": shifted.coef if shifted is not None else None}
     spread = fit_spread(cost, rows, charged)
     if spread is not None:
         fits["stage_spread"] = spread
@@ -646,9 +648,9 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         at = ", ".join(
             f"{x:.0f} stage{'s' if x > 1 else ''} x{y:.3f}" for x, y in zip(live["xs"], live["ys"], strict=True)
         )
-        raw = meta.get("live_stage_unshifted") or {}
-        if raw.get("ys") and raw["ys"] != live["ys"]:
-            at += " (before the host shift: " + ", ".join(f"x{y:.3f}" for y in raw["ys"]) + ")"
+        shifted = meta.get("live_stage_host_shifted") or {}
+        if shifted.get("ys"):
+            at += " (host-shifted, recorded only: " + ", ".join(f"x{y:.3f}" for y in shifted["ys"]) + ")"
         lines.append(f"live engine's stage compute over the same steps alone (live_stage): {at}")
         if len(live["xs"]) > 1:
             ratio = depth_ratio(fit_from_json("live_stage", fits["live_stage"]))  # ProfiledCost.depth_factor

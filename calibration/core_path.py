@@ -253,11 +253,14 @@ def profile_core_path(
 def shift_by_host(rows: list[dict[str, Any]], samples: list[tuple[float, float]]) -> None:
     """Set each live row's ``host_shift``: the in-run sampler's mean while its steps were timed alone over
     its mean during the live run (:func:`engine.host_sampler.window_mean`), i.e. how much slower the
-    host ran for the one than for the other. ``calibrate.fit_live`` multiplies the run's live / alone
-    ratio by it: the host's speed flips within seconds, and a run whose alone timing caught a slower
-    spell than the run itself came out too fast (one calibration measured 0.85 at one stage and 1.03
-    at two, a depth ratio of 1.21 that the engine did not show). Rows without both windows, or a
-    window with fewer than two samples, keep none (no shift). The window keys are removed."""
+    host ran for the one than for the other. ``calibrate.fit_live(shift=True)`` multiplies the run's
+    live / alone ratio by it, recorded in ``meta.json`` (``live_stage_host_shifted``), not charged: the
+    host's speed flips within seconds, and a run whose alone timing caught a slower spell than the run
+    itself comes out too fast (one calibration measured 0.85 at one stage and 1.03 at two, a depth
+    ratio of 1.21 that the engine did not show), but the sampler also reads the alone timing's hot
+    loop beside it (the first calibration with it shifted every run up, by 1.02-1.26), so whether the
+    shift is the host's is still to be shown. Rows without both windows, or a window with fewer than
+    two samples, keep none (no shift). The window keys are removed."""
     from engine.host_sampler import window_mean
 
     for r in rows:

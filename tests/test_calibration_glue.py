@@ -253,8 +253,8 @@ def test_live_factor_is_the_engine_over_the_same_steps_alone_per_depth_after_the
     assert fit_live(cost, []) is None
     # the host 10% slower while a run's steps were timed alone than during the run: its ratio x 1.1
     shifted = [{**r, "host_shift": 1.1} if r["split"] == "live1" else r for r in rows]
-    assert fit_live(cost, shifted).coef["ys"] == pytest.approx([1.04 * 1.1, 1.13])
-    assert fit_live(cost, shifted, shift=False).coef["ys"] == pytest.approx([1.04, 1.13])
+    assert fit_live(cost, shifted, shift=True).coef["ys"] == pytest.approx([1.04 * 1.1, 1.13])
+    assert fit_live(cost, shifted).coef["ys"] == pytest.approx([1.04, 1.13])  # the charged factor: unshifted
     plan, full, first = plan_of(PLANS[2]), StageSpec(0, 0, 3, True, True), StageSpec(0, 0, 3, True, False)
     charged = {**base_fits(), "stage_idle": idle, "live_stage": f}
     for pp, spec, factor in ((1, full, 1.04), (2, first, 1.13), (4, first, 1.13)):

@@ -78,7 +78,7 @@ def test_quick_calibrate_cli(quick_profile):
     # each live run's ratio shifted by the host's speed (the in-run sampler) while timed alone over during it
     shifts = {(r["split"], r["run"]): r["host_shift"] for r in alone if "host_shift" in r}
     assert len(shifts) >= 4 and all(0.3 < k < 3.0 for k in shifts.values())
-    assert meta["live_stage_unshifted"]["xs"] == [1.0, 2.0]  # the ratios without the shift, for the record
+    assert meta["live_stage_host_shifted"]["xs"] == [1.0, 2.0]  # the ratios with the shift, recorded only
     # their step-to-step spread at two stages, about each run's level: a mean-one table the simulator draws from
     ys = fits["stage_spread"]["coef"]["ys"]
     assert fits["stage_spread"]["form"] == "interp" and len(ys) == 32 and sum(ys) / 32 == pytest.approx(1.0)
