@@ -206,15 +206,16 @@ def profile_core_path(
     Every run's stage computes are kept too (:func:`live_steps`, ``run`` numbering the runs), three
     runs per depth, and ``alone`` (given: calibration's :func:`calibration.stage_step.time_live_alone`)
     times some of them again right after their own run, so that live and alone see the same host."""
-    from engine.run import run_engine as run_engine_
+    from engine.run import run_engine
     from ppsim.models.shape import load_model
 
     runs: list[Any] = []
 
-    def run_engine(scenario: Any, out: None) -> Any:
-        """The engine, its serving window on ``time.monotonic`` kept as ``window_s``."""
+    def serve(*args: Any) -> Any:
+        """The engine on ``calibration_scenario(model, device, threads, *args)``, its serving window on
+        ``time.monotonic`` kept as ``window_s``."""
         t = time.monotonic()
-        run = run_engine_(scenario, out)
+        run = run_engine(calibration_scenario(model, device, threads, *args), None)
         start = t + float(run.info["startup_s"])
         run.window_s = (start, start + float(run.info["wall_s"]))
         return run
@@ -229,21 +230,21 @@ def profile_core_path(
             rows = [{**r, **windows} for r in rows]
         return rows
 
-    run = run_engine(calibration_scenario(model, device, threads), None)
+    run = serve()
     rows = rows_of(step_paths(list(run.ops))) + live(run)
     for _ in range(LIVE_RUNS - 1):
-        rows += live(run_engine(calibration_scenario(model, device, threads), None))
+        rows += live(serve())
     if load_model(model).num_layers >= 2:
-        pp2 = run_engine(calibration_scenario(model, device, threads, pp=2), None)
+        pp2 = serve(2)
         two = list(pp2.ops)
         rows += rows_of({"launch_multi": step_paths(two).get("launch", [])}) + live(pp2)
         rows += [{**r, "split": "live"} for r in rows_of({"handoff": handoffs(two)}, x="bytes")]
-        ring_run = run_engine(calibration_scenario(model, device, threads, 2, "trtllm-slots"), None)
+        ring_run = serve(2, "trtllm-slots")
         ring = step_paths(list(ring_run.ops))
         rows += rows_of({"ring_launch": ring.get("launch", []), "ring_return": ring.get("return", [])})
         rows += live(ring_run)
         for _ in range(LIVE_RUNS - 2):  # two micro-batches in flight: stage 1's input waits for it
-            queued = run_engine(calibration_scenario(model, device, threads, 2, "vllm-batch-queue", True), None)
+            queued = serve(2, "vllm-batch-queue", True)
             turns = [(k + 1, t) for k, ts in turnarounds(list(queued.ops)).items() for t in ts]
             rows += [{**r, "split": "live"} for r in rows_of({"turnaround": turns}, x="stage")]
             rows += live(queued)

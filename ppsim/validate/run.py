@@ -254,14 +254,16 @@ def sampler_reference(profile_dir: str | None) -> float | None:
     (``meta.json`` ``host_sampler`` = :data:`engine.host_sampler.SAMPLER_KIND`); None otherwise."""
     from engine.host_sampler import SAMPLER_KIND
 
-    if calibration_meta(profile_dir).get("host_sampler") != SAMPLER_KIND:
-        return None
-    return calibration_probe(profile_dir, "host_sampler_s")
+    meta = calibration_meta(profile_dir)
+    return _positive(meta.get("host_sampler_s")) if meta.get("host_sampler") == SAMPLER_KIND else None
 
 
 def calibration_probe(profile_dir: str | None, key: str = "host_probe_s") -> float | None:
     """A host probe ``ppsim calibrate`` recorded with the profile (None: a profile without one)."""
-    v = calibration_meta(profile_dir).get(key)
+    return _positive(calibration_meta(profile_dir).get(key))
+
+
+def _positive(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and v > 0 else None
 
 
