@@ -48,6 +48,7 @@ SAMPLE_FIELDS = [
     "run",
     "corun",
     "host_shift",
+    "reading",
 ]
 
 

@@ -383,14 +383,21 @@ def _timed_rows(
     model: str,
     device: str,
     threads: int | None,
-    shape: ModelShape,
-    dtype: str,
     quick: bool,
     log: Callable[[str], None],
+    corun: Any = None,
 ) -> list[dict[str, Any]]:
     """Every timed row of a calibration but the link's: the operator grid, the micro-benchmarks, the
-    live engine's core path and stage steps, the co-run reading (CPU)."""
-    rows = prof.run(tasks, progress, rounds)
+    live engine's core path and stage steps, and with ``corun`` (a :class:`calibration.corun.CoRunner`,
+    CPU) one co-run reading at the start of every grid round and one after the live runs."""
+    corun_rows: list[dict[str, Any]] = []
+
+    def round_start(i: int, n: int, t: Any) -> None:
+        if corun is not None and i % len(tasks) == 0:
+            corun_rows.extend(corun.reading(1))
+        progress(i, n, t)
+
+    rows = prof.run(tasks, round_start, rounds)
     kind = "quick" if quick else "full"
     clock = prof.timer.clock
     log(f"scheduler CPU overheads over n={CPU_NS[kind]} requests (micro-benchmark, kept for reference)")
@@ -408,12 +415,11 @@ def _timed_rows(
 
     # each live run's stage steps timed again alone right after it (the live engine's factor)
     rows += profile_core_path(model, device, threads or 1, lambda live: time_live_alone(prof.stages, prof.timer, live))
-    if device == "cpu":
-        log("a stage's steps while another stage computes on the host's cores, and alone (stage_corun)")
-        from calibration.corun import profile_corun
-
-        rows += profile_corun(prof.stages, shape, dtype, rounds=3 if quick else 6)
-    return rows
+    if corun is not None:
+        n = corun.readings + 1
+        log(f"a stage's steps while another stage computes on the host's cores, and alone (stage_corun, {n} readings)")
+        corun_rows.extend(corun.reading(1))
+    return rows + corun_rows
 
 
 def calibrate(
@@ -442,6 +448,7 @@ def calibrate(
     import torch
 
     from calibration.core_path import shift_by_host
+    from calibration.corun import CoRunner
     from calibration.layer import TORCH_DTYPES, Layer
     from calibration.link import profile_link
     from calibration.profile_ops import FULL, QUICK, OpProfiler
@@ -487,8 +494,12 @@ def calibrate(
             log(f"[{i + 1}/{n}] {t.op} {t.plan or t.feats}  ({time.perf_counter() - t0:.0f} s)")
 
     # the host's speed through the whole timing, by the in-run sampler (engine/host_sampler.py)
-    with model_sampler(shape) if device == "cpu" else contextlib.nullcontext() as sampler:
-        rows = _timed_rows(prof, tasks, progress, rounds, model, device, threads, shape, dtype, quick, log)
+    cpu = device == "cpu"
+    with (
+        model_sampler(shape) if cpu else contextlib.nullcontext() as sampler,
+        CoRunner(prof.stages, shape, dtype) if cpu else contextlib.nullcontext() as corun,
+    ):
+        rows = _timed_rows(prof, tasks, progress, rounds, model, device, threads, quick, log, corun)
     sampled = sampler.stats()["mean_s"] if sampler is not None else None
     shift_by_host(rows, sampler.samples() if sampler is not None else [])  # the live factor's host shift
     kind = "quick" if quick else "full"

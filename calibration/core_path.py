@@ -204,8 +204,9 @@ def profile_core_path(
     stages hand hidden states over), ``ring_launch``/``ring_return`` at two stages with the ring.
 
     Every run's stage computes are kept too (:func:`live_steps`, ``run`` numbering the runs), three
-    runs per depth, and ``alone`` (given: calibration's :func:`calibration.stage_step.time_live_alone`)
-    times some of them again right after their own run, so that live and alone see the same host."""
+    runs per depth, one stage and two in turn, and ``alone`` (given: calibration's
+    :func:`calibration.stage_step.time_live_alone`) times some of them again right after their own run,
+    so that live and alone see the same host."""
     from engine.run import run_engine
     from ppsim.models.shape import load_model
 
@@ -230,24 +231,32 @@ def profile_core_path(
             rows = [{**r, **windows} for r in rows]
         return rows
 
-    run = serve()
-    rows = rows_of(step_paths(list(run.ops))) + live(run)
-    for _ in range(LIVE_RUNS - 1):
-        rows += live(serve())
-    if load_model(model).num_layers >= 2:
-        pp2 = serve(2)
-        two = list(pp2.ops)
-        rows += rows_of({"launch_multi": step_paths(two).get("launch", [])}) + live(pp2)
-        rows += [{**r, "split": "live"} for r in rows_of({"handoff": handoffs(two)}, x="bytes")]
-        ring_run = serve(2, "trtllm-slots")
-        ring = step_paths(list(ring_run.ops))
-        rows += rows_of({"ring_launch": ring.get("launch", []), "ring_return": ring.get("return", [])})
-        rows += live(ring_run)
-        for _ in range(LIVE_RUNS - 2):  # two micro-batches in flight: stage 1's input waits for it
-            queued = serve(2, "vllm-batch-queue", True)
-            turns = [(k + 1, t) for k, ts in turnarounds(list(queued.ops)).items() for t in ts]
-            rows += [{**r, "split": "live"} for r in rows_of({"turnaround": turns}, x="stage")]
-            rows += live(queued)
+    def at_two(k: int) -> list[dict[str, Any]]:
+        """The ``k``-th run at two stages: ``vllm-sync`` (launch_multi, handoff), the ring, then with two
+        micro-batches in flight (turnaround: stage 1's input waits for it)."""
+        if k == 0:
+            pp2 = serve(2)
+            two = list(pp2.ops)
+            out = rows_of({"launch_multi": step_paths(two).get("launch", [])}) + live(pp2)
+            return out + [{**r, "split": "live"} for r in rows_of({"handoff": handoffs(two)}, x="bytes")]
+        if k == 1:
+            ring_run = serve(2, "trtllm-slots")
+            ring = step_paths(list(ring_run.ops))
+            paths = {"ring_launch": ring.get("launch", []), "ring_return": ring.get("return", [])}
+            return rows_of(paths) + live(ring_run)
+        queued = serve(2, "vllm-batch-queue", True)
+        turns = [(i + 1, t) for i, ts in turnarounds(list(queued.ops)).items() for t in ts]
+        return [{**r, "split": "live"} for r in rows_of({"turnaround": turns}, x="stage")] + live(queued)
+
+    # one stage and two stages in turn, so that the host's drift over the minutes this takes falls on
+    # both depths alike (their ratio is charged at PP > 1: ProfiledCost.depth_factor)
+    two_stages = load_model(model).num_layers >= 2
+    rows: list[dict[str, Any]] = []
+    for k in range(LIVE_RUNS):
+        run = serve()
+        rows += (rows_of(step_paths(list(run.ops))) if k == 0 else []) + live(run)
+        if two_stages:
+            rows += at_two(k)
     return rows
 
 

@@ -18,19 +18,33 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+def _run_cli(*args: str, cwd: str | None = None, timeout: float = 120):
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-m", "ppsim.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
 @pytest.fixture
 def ppsim_cli():
     """Run ``ppsim`` in a subprocess; returns CompletedProcess."""
-    import subprocess
+    return _run_cli
 
-    def run(*args: str, cwd: str | None = None, timeout: float = 120):
-        return subprocess.run(
-            [sys.executable, "-m", "ppsim.cli", *args],
-            capture_output=True,
-            text=True,
-            cwd=cwd or ROOT,
-            timeout=timeout,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
 
-    return run
+@pytest.fixture(scope="session")
+def validated_without_profile(tmp_path_factory):
+    """``ppsim validate`` of tiny without ``--profile``, once for the session: it calibrates this host
+    (``ppsim calibrate --quick`` in a subprocess, the real thing, into OUTPUT/profile) and validates two
+    requests against that profile. (output dir, CompletedProcess). The quick calibration's own tests
+    (tests/test_calibration_live.py) read the same profile: one real calibration serves both, the
+    slowest part of the suite."""
+    out = tmp_path_factory.mktemp("validate") / "v"
+    flags = ["--num-prompts", "2", "--random-input-len", "16", "--random-output-len", "3", "--repeats", "1"]
+    r = _run_cli("validate", "--model", "tiny", *flags, "--host-guard", "off", "--output-dir", str(out), timeout=600)
+    return out, r

@@ -28,16 +28,12 @@ SHIPPED = Path(__file__).resolve().parents[1] / "profiles" / "tiny-cpu"
 
 
 @pytest.fixture(scope="module")
-def quick_profile(tmp_path_factory) -> tuple[Path, str]:
-    """``ppsim calibrate --quick`` of tiny on this host, once for the module: (profile dir, stdout)."""
-    import contextlib
-    import io
-
-    out = tmp_path_factory.mktemp("calib") / "prof"
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        assert main(["calibrate", "--model", "tiny", "--quick", "--no-link", "--output", str(out)]) == 0
-    return out, buf.getvalue()
+def quick_profile(validated_without_profile) -> tuple[Path, str]:
+    """``ppsim calibrate --quick`` of tiny on this host, as ``ppsim validate`` without ``--profile`` runs
+    it (a subprocess, link included; tests/conftest.py): (profile dir, its output)."""
+    out, r = validated_without_profile
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return out / "profile", r.stdout + r.stderr
 
 
 def test_quick_calibrate_cli(quick_profile):
@@ -50,7 +46,7 @@ def test_quick_calibrate_cli(quick_profile):
     fits = json.loads((out / "fits.json").read_text())
     glue = ("layer_glue", "first_glue", "last_glue")
     # fitted from engine stages, not by leave-one-out
-    derived = (*glue, "stage_idle", "live_stage", "stage_spread", "turnaround", "stage_corun")
+    derived = (*glue, "stage_idle", "live_stage", "stage_spread", "turnaround", "stage_corun", "handoff")
     assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in derived)
     assert fits["stage_idle"]["form"] == "interp" and fits["stage_idle"]["coef"]["xs"][0] == 0.0
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
@@ -62,9 +58,10 @@ def test_quick_calibrate_cli(quick_profile):
     assert rows[0].startswith("op,split") and any(r.startswith("stage_full,heldout") for r in rows)
     for kind in ("stage_first", "stage_mid", "stage_last"):
         assert any(r.startswith(f"{kind},stage") for r in rows)
-    # the live engine's paths at two stages: the transfer (kept; fitted against the link, here none)
-    # and the sampled-token ring's launch and return
-    assert any(r.startswith("handoff,live") for r in rows) and "handoff" not in fits
+    # the live engine's paths at two stages: the transfer (its excess over the link's ping-pong) and
+    # the sampled-token ring's launch and return
+    assert any(r.startswith("handoff,live") for r in rows) and any(r.startswith("send_recv,") for r in rows)
+    assert "handoff" in fits and meta["link_backend"] == "gloo"
     assert all(fits[op]["form"] == "linear" for op in ("launch_multi", "ring_launch", "ring_return"))
     # and, with two micro-batches in flight, stage 1 restarting on an input that waited for it
     assert any(r.startswith("turnaround,live") for r in rows) and fits["turnaround"]["coef"]["c0"] >= 0.0
@@ -72,6 +69,8 @@ def test_quick_calibrate_cli(quick_profile):
     assert any(r.startswith("stage_full,live1") for r in rows) and any(r.startswith("stage_last,live2") for r in rows)
     alone = [r for r in read_samples(out) if str(r["split"]).startswith("live") and "alone_s" in r]
     assert {r["split"] for r in alone} == {"live1", "live2"} and all(r["alone_s"] > 0 for r in alone)
+    depth_by_run = dict(sorted({r["run"]: r["split"] for r in alone}.items()))
+    assert list(depth_by_run.values()) == ["live1", "live2"] * 3  # one stage and two in turn: drift falls on both
     live = fits["live_stage"]["coef"]
     assert live["xs"] == [1.0, 2.0] and all(0.2 < y < 5.0 for y in live["ys"])  # any host: the same code, timed twice
     assert "live_stage" in text and f"its depth ratio x{max(live['ys'][1] / live['ys'][0], 1.0):.3f}" in text
@@ -86,7 +85,9 @@ def test_quick_calibrate_cli(quick_profile):
     # a stage's steps with a second stage process computing on the other core, paired with the same alone
     co = fits["stage_corun"]["coef"]["c0"]
     assert fits["stage_corun"]["form"] == "linear" and 0.5 < co < 3.0 and "stage_corun" in text
-    assert sum(r.startswith("stage_corun,corun") for r in rows) == 3
+    # one reading at the start of each of the 2 grid rounds and one after the live runs, one process
+    readings = [r["reading"] for r in read_samples(out) if r["op"] == "stage_corun"]
+    assert sorted(readings) == [0, 0, 0, 1, 1, 1, 2, 2, 2] and "stage_corun, 3 readings" in text
     # the live runs' computes marked where they started beside an earlier micro-batch (two in flight)
     marked = [r for r in read_samples(out) if r["split"] == "live2" and r.get("corun") == 1]
     assert marked and all(r["op"] in ("stage_first", "stage_last") for r in marked)

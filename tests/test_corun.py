@@ -119,3 +119,29 @@ def test_paired_measurement_runs_a_real_second_stage_process_and_stops_it():
     assert all(r["median_s"] > 0 and r["alone_s"] > 0 and r["repeats"] == 2 for r in rows)
     assert multiprocessing.active_children() == []
     assert fit_corun(rows) is not None
+
+
+def test_one_process_serves_readings_spread_over_a_calibration():
+    """CoRunner: the other stage is spawned once, stopped between readings (so it costs the timing in
+    between nothing), numbered readings, and killed on exit."""
+    import os
+
+    import torch
+
+    from calibration.corun import PLANS, CoRunner
+    from calibration.stage_step import EngineStages
+
+    torch.set_num_threads(1)
+    stages = EngineStages(SHAPE, torch.float32, torch.device("cpu"), 2, seed=0)
+    with CoRunner(stages, SHAPE, "float32") as co:
+        first = co.reading(1, calls=1)
+        pid = co.proc.pid
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        assert state == "T"  # stopped between readings
+        second = co.reading(1, calls=1)
+        assert co.proc.pid == pid
+    assert [r["reading"] for r in first + second] == [0] * len(PLANS) + [1] * len(PLANS)
+    assert multiprocessing.active_children() == [] and not os.path.exists(f"/proc/{pid}/stat")
+    assert fit_corun(first + second) is not None
+    with pytest.raises(RuntimeError, match="outside its with block"):
+        co.reading(1)

@@ -103,26 +103,8 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}
 
 
-def test_validate_calibrates_this_host_without_a_profile(ppsim_cli, tmp_path):
-    out = tmp_path / "v"
-    r = ppsim_cli(
-        "validate",
-        "--model",
-        "tiny",
-        "--num-prompts",
-        "2",
-        "--random-input-len",
-        "16",
-        "--random-output-len",
-        "3",
-        "--repeats",
-        "1",
-        "--host-guard",
-        "off",
-        "--output-dir",
-        str(out),
-        timeout=600,
-    )
+def test_validate_calibrates_this_host_without_a_profile(validated_without_profile):
+    out, r = validated_without_profile
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "no --profile; calibrating tiny" in r.stderr and "quick grid" in r.stderr
     meta = json.loads((out / "profile" / "meta.json").read_text())
