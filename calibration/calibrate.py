@@ -298,12 +298,21 @@ def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0,
 
 def fit_corun(rows: list[dict[str, Any]]) -> OpFit | None:
     """``stage_corun``: a stage's compute while another stage computes on the same host over the same step
-    alone (:mod:`calibration.corun`), the median over its plans of their paired ratios; ``linear`` with
-    no slope (one factor). None without such rows (a GPU calibration, an older artifact)."""
-    ratios = [float(r["median_s"]) / float(r["alone_s"]) for r in rows if r["op"] == "stage_corun" and r.get("alone_s")]
-    if not ratios:
+    alone (:mod:`calibration.corun`): per reading (column ``reading``; an older artifact's rows are one)
+    the median over its plans of their paired ratios, and the **mean** over the readings, which are
+    spread over the calibration's minutes: what the two vCPUs cost each other flips between about 1.0
+    and 1.3 within minutes on this VM (one calibration's seven readings: 0.99, 1.29, 0.92, 1.24, 0.99,
+    1.01, 1.03), and the pipelines charge a draw's every co-running compute, i.e. the time average, not
+    the typical reading. ``linear`` with no slope (one factor). None without such rows (a GPU
+    calibration, an older artifact)."""
+    by_reading: dict[str, list[float]] = {}
+    for r in rows:
+        if r["op"] == "stage_corun" and r.get("alone_s"):
+            by_reading.setdefault(str(r.get("reading", "")), []).append(float(r["median_s"]) / float(r["alone_s"]))
+    if not by_reading:
         return None
-    return OpFit("stage_corun", "linear", "stages", {"c0": float(np.median(ratios)), "c1": 0.0})
+    c0 = float(np.mean([np.median(xs) for xs in by_reading.values()]))
+    return OpFit("stage_corun", "linear", "stages", {"c0": c0, "c1": 0.0})
 
 
 SPREAD_QUANTILES = 32  # the stage_spread table: this many quantiles of the pooled ratios

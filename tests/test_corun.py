@@ -33,6 +33,14 @@ def test_fit_is_the_median_of_the_paired_ratios_and_is_charged_held_at_one():
     assert corun_ratio(fit_corun(_corun_rows([0.97, 0.99, 0.98]))) == 1.0
 
 
+def test_readings_spread_over_the_calibration_are_averaged_not_their_median_taken():
+    """Per reading the median over plans (robust to one plan's noise), then the mean over the readings:
+    the pipelines charge every co-running compute of a draw, so the host's time average counts."""
+    readings = [[0.99, 1.0, 0.98], [1.31, 1.29, 1.11], [1.01, 1.0, 1.02]]
+    rows = [{**r, "reading": k} for k, rs in enumerate(readings) for r in _corun_rows(rs)]
+    assert fit_corun(rows).coef["c0"] == pytest.approx((0.99 + 1.29 + 1.01) / 3)
+
+
 def test_cost_model_carries_the_factor_at_pp2_only_and_the_ring_wrapper_forwards_it():
     fits = {**base_fits(), "stage_corun": OpFit("stage_corun", "linear", "stages", {"c0": 1.07, "c1": 0.0})}
     one = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=1)
