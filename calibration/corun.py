@@ -13,8 +13,9 @@ process runs middle-stage steps of the same model in a loop and is stopped (SIGS
 alternating "with" and "alone" in mirrored order each round. What two busy vCPUs cost each other moves
 within minutes on this VM, so one reading is a snapshot: calibration keeps the other stage's process
 (:class:`CoRunner`) stopped through its whole timing and takes a one-round reading at the start of
-every round of the operator grid and one after the live engine's runs. ``stage_corun`` is the median
-over plans and readings of (median with) / (median alone); the pipelines multiply every compute of a
+every round of the operator grid and one after the live engine's runs. ``stage_corun`` is, per reading,
+the median over plans of (median with) / (median alone), and the mean over the readings
+(:func:`calibration.calibrate.fit_corun`); the pipelines multiply every compute of a
 micro-batch that starts on the first stage while an earlier one is still in the pipeline by it
 (:mod:`ppsim.sim.fast`). CPU only: a GPU's stages each have their own device.
 """
