@@ -30,6 +30,9 @@ def _step_msg(n: int, step_id: int) -> Any:
 
 
 def _child(ctrl: Any, results: Any) -> None:
+    from engine.lifetime import die_with_parent
+
+    die_with_parent()
     while True:
         msg = ctrl.get(timeout=60)
         if msg is None:

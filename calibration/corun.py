@@ -40,7 +40,11 @@ READY_TIMEOUT_S = 120.0
 
 
 def _co_runner(shape: ModelShape, dtype: str, stack: int, ready: Any) -> None:
-    """The other stage: middle-stage steps of the same model, back to back, until killed."""
+    """The other stage: middle-stage steps of the same model, back to back, until killed (or its parent dies:
+    stopped between readings, it would otherwise outlive a calibration ended by a signal)."""
+    from engine.lifetime import die_with_parent
+
+    die_with_parent()
     import torch
 
     from calibration.layer import TORCH_DTYPES

@@ -33,6 +33,9 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, backend: str, 
     import torch
     import torch.distributed as dist
 
+    from engine.lifetime import die_with_parent
+
+    die_with_parent()
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(backend, rank=rank, world_size=2, timeout=timedelta(seconds=60))

@@ -15,7 +15,6 @@ ignores SIGINT so that Ctrl-C is handled once, by the driver.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import os
 import queue
@@ -35,6 +34,7 @@ import torch.distributed as dist
 from engine.checkpoint import load_stage_weights
 from engine.datapath import RingForwarder, RingSender, TokenBroadcast
 from engine.kvcache import PagedKVCache, set_attention_backends
+from engine.lifetime import die_with_parent
 from engine.model import StageModel, build_stage, torch_dtype
 from engine.step import forward_step
 from engine.transport import (
@@ -78,13 +78,6 @@ class StageConfig:
     router_zipf: float = 0.0  # MoE router popularity skew (engine/moe.py)
     fault: tuple[str, int] | None = None  # ("kill" | "stall", step id): fault injection for tests
     path: DataPath = DataPath()  # the policy's send and sampled-token paths
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: the parent-pid check in the control loop still ends the stage
 
 
 def _device(cfg: StageConfig) -> torch.device:
@@ -348,7 +341,7 @@ def _startup_fault(cfg: StageConfig) -> None:
 
 def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
     """Entry point of a stage process (``torch.multiprocessing`` spawn target)."""
-    _die_with_parent()
+    die_with_parent()  # off Linux the parent-pid check in the control loop still ends the stage
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # the result queue's feeder thread (engine/transport.py)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(cfg.threads)

@@ -153,3 +153,53 @@ def test_one_process_serves_readings_spread_over_a_calibration():
     assert fit_corun(first + second) is not None
     with pytest.raises(RuntimeError, match="outside its with block"):
         co.reading(1)
+
+
+PARENT = """
+import sys, time, torch
+from calibration.corun import CoRunner
+from calibration.stage_step import EngineStages
+from tests.test_calibration_glue import SHAPE
+torch.set_num_threads(1)
+stages = EngineStages(SHAPE, torch.float32, torch.device("cpu"), 2, seed=0)
+with CoRunner(stages, SHAPE, "float32") as co:
+    print(co.proc.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def _gone(pid: int, timeout_s: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":  # a zombie of an init that has not reaped it yet: dead
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_calibration_ended_by_sigterm_leaves_no_stopped_co_runner_behind():
+    """SIGTERM skips the parent's ``with`` clean-up; the co-running stage, stopped (SIGSTOP) between
+    readings, dies with its parent (``PR_SET_PDEATHSIG``) instead of staying stopped forever."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        state = open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
+        assert state == "T"  # stopped, as between any two readings
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(30) == -signal.SIGTERM
+        assert _gone(child, 30.0)
+    finally:
+        parent.kill()
+        parent.wait(30)
