@@ -10,6 +10,7 @@ would otherwise stay so forever.
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import signal
 
@@ -22,5 +23,6 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         return
-    if os.getppid() == 1:  # the parent died before the request: nobody is left to signal
+    parent = multiprocessing.parent_process()  # None outside a multiprocessing child
+    if parent is not None and os.getppid() != parent.pid:  # it died before the request: nobody will signal
         os._exit(1)
