@@ -4,6 +4,8 @@ cost model's factor, the rule the pipelines charge it by, and the step-level che
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 
 import pytest
 
@@ -16,6 +18,14 @@ from ppsim.validate.steps import corun_steps, model_factor, step_costs
 from tests.test_calibration_glue import SHAPE, _live_rows, base_fits
 
 FIRST, LAST = StageSpec(0, 0, 2, True, False), StageSpec(1, 2, 4, False, True)
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter (``/proc/PID/stat``), None once it is gone."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
 
 
 def _corun_rows(ratios: list[float]) -> list[dict]:
@@ -132,8 +142,6 @@ def test_paired_measurement_runs_a_real_second_stage_process_and_stops_it():
 def test_one_process_serves_readings_spread_over_a_calibration():
     """CoRunner: the other stage is spawned once, stopped between readings (so it costs the timing in
     between nothing), numbered readings, and killed on exit."""
-    import os
-
     import torch
 
     from calibration.corun import PLANS, CoRunner
@@ -144,8 +152,7 @@ def test_one_process_serves_readings_spread_over_a_calibration():
     with CoRunner(stages, SHAPE, "float32") as co:
         first = co.reading(1, calls=1)
         pid = co.proc.pid
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-        assert state == "T"  # stopped between readings
+        assert _state(pid) == "T"  # stopped between readings
         second = co.reading(1, calls=1)
         assert co.proc.pid == pid
     assert [r["reading"] for r in first + second] == [0] * len(PLANS) + [1] * len(PLANS)
@@ -156,7 +163,7 @@ def test_one_process_serves_readings_spread_over_a_calibration():
 
 
 PARENT = """
-import sys, time, torch
+import time, torch
 from calibration.corun import CoRunner
 from calibration.stage_step import EngineStages
 from tests.test_calibration_glue import SHAPE
@@ -173,11 +180,7 @@ def _gone(pid: int, timeout_s: float) -> bool:
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state == "Z":  # a zombie of an init that has not reaped it yet: dead
+        if _state(pid) in (None, "Z"):  # gone, or a zombie its new parent has not reaped yet: dead
             return True
         time.sleep(0.1)
     return False
@@ -186,20 +189,21 @@ def _gone(pid: int, timeout_s: float) -> bool:
 def test_a_calibration_ended_by_sigterm_leaves_no_stopped_co_runner_behind():
     """SIGTERM skips the parent's ``with`` clean-up; the co-running stage, stopped (SIGSTOP) between
     readings, dies with its parent (``PR_SET_PDEATHSIG``) instead of staying stopped forever."""
-    import signal
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     parent = subprocess.Popen([sys.executable, "-c", PARENT], cwd=root, stdout=subprocess.PIPE, text=True)
+    child = None
     try:
         child = int(parent.stdout.readline())
-        state = open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
-        assert state == "T"  # stopped, as between any two readings
+        assert _state(child) == "T"  # stopped, as between any two readings
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(30) == -signal.SIGTERM
         assert _gone(child, 30.0)
     finally:
         parent.kill()
         parent.wait(30)
+        if child is not None and _state(child) not in (None, "Z"):  # the test failed: leave nothing behind
+            os.kill(child, signal.SIGKILL)
