@@ -175,7 +175,7 @@ class Driver:
         be, client, observer = self.backend, self.client, self.observer
         before, after = self.before_action, self.after_action
         pool, series = self.kv_watch or (None, None)
-        free, num_blocks, last_free = (pool._free, pool.num_blocks, -1) if pool is not None else ((), 0, -1)
+        num_blocks, last_free = (pool.num_blocks, -1) if pool is not None else (0, -1)
         gen = self.core.run()
         reply: Any = None
         spins = 0
@@ -187,8 +187,8 @@ class Driver:
             self.actions += 1
             if after is not None:
                 after()
-            if pool is not None and len(free) != last_free:  # the blocks in use changed since the last look
-                last_free = len(free)
+            if pool is not None and pool.num_free != last_free:  # the blocks in use changed since the last look
+                last_free = pool.num_free
                 used = num_blocks - last_free  # pool.num_used
                 if used != series.kv_used:
                     series.sample_kv(be.now(), used)

@@ -1,6 +1,10 @@
 """KV sizing, unification across stages, admission and preemption."""
 
+from collections import deque
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ppsim.config import build_scenario
 from ppsim.cost.memory import GIB, stage_memory
@@ -49,6 +53,50 @@ def test_block_pool_allocate_free():
     assert pool.allocate(1, 33) and pool.num_free == 1
     pool.free(1)
     assert pool.num_free == 4 and pool.peak_used == 3
+
+
+class _ListPool:
+    """The pool as it was: a FIFO deque of every free id, returned ids appended."""
+
+    def __init__(self, n: int, size: int) -> None:
+        self.size, self.free_ids, self.tables = size, deque(range(n)), {}
+
+    def allocate(self, rid: int, tokens: int) -> bool:
+        table = self.tables.setdefault(rid, [])
+        need = -(-tokens // self.size) - len(table)
+        if need > len(self.free_ids):
+            if not table:
+                del self.tables[rid]
+            return False
+        table.extend(self.free_ids.popleft() for _ in range(max(0, need)))
+        return True
+
+    def free(self, rid: int) -> None:
+        self.free_ids.extend(self.tables.pop(rid, ()))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    ops=st.lists(st.tuples(st.booleans(), st.integers(0, 6), st.integers(0, 200)), max_size=80),
+)
+def test_block_pool_hands_out_the_ids_a_fifo_list_of_every_block_would(n, ops):
+    pool, ref = BlockPool(n, 16), _ListPool(n, 16)
+    for alloc, rid, tokens in ops:
+        if alloc:
+            assert pool.allocate(rid, tokens) == ref.allocate(rid, tokens)
+        else:
+            pool.free(rid)
+            ref.free(rid)
+        assert pool.num_free == len(ref.free_ids)
+        assert {r: pool.block_table(r) for r in range(7)} == {r: ref.tables.get(r, []) for r in range(7)}
+
+
+def test_a_pool_of_a_billion_blocks_costs_the_blocks_in_use():
+    pool = BlockPool(10**9, 1)  # block size 1 on a large GPU: the old free list took tens of GB
+    assert pool.allocate(0, 1000) and pool.block_table(0)[-1] == 999
+    pool.free(0)
+    assert pool.allocate(1, 1001) and pool.block_table(1)[:2] == [1000, 1001] and pool.num_free == 10**9 - 1001
 
 
 def test_admission_waits_for_blocks():
