@@ -6,6 +6,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import pytest
+
 from ppsim.cli import main
 from tests.bad_inputs_runs import REQUESTS_HEAD, SERIES_HEAD, _json, run_dir
 
@@ -29,6 +31,21 @@ def _draws_quietly(run: Path, tmp_path: Path, capsys) -> None:
         assert main(["plot", str(run), "--output", str(tmp_path / "p.png")]) == 0
         assert main(["compare", str(run), str(run), "--output", str(tmp_path / "c.png")]) == 0
     assert [str(w.message) for w in caught] == [] and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"requests_csv": REQUESTS_HEAD + "0,rejected,,,\n1,rejected,,,\n"},  # every request rejected
+        {"config_json": None, "requests_csv": None, "timeline_csv": None, "timeseries_csv": None},  # summary only
+    ],
+    ids=["all-rejected", "summary-only"],
+)
+def test_runs_without_latencies_draw_without_warnings(files, tmp_path, capsys):
+    """compare asked for a legend on latency panels without a line: matplotlib's UserWarning, with its
+    source line, reached stderr."""
+    run_dir(**files)(tmp_path)
+    _draws_quietly(tmp_path / "run", tmp_path, capsys)
 
 
 def test_values_at_the_limits_are_drawn(tmp_path, capsys):
