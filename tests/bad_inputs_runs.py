@@ -263,6 +263,14 @@ CASES_RUNS: list[Case] = [
         _both(run_dir(), _dir("dir.png")),
     ),
     Case("plot-output-in-proc", ["plot", "{d}/run", "--output", "/proc/ppsim-x.png"], "--output:", run_dir()),
+    Case("plot-output-empty", ["plot", "{d}/run", "--output", ""], "--output: empty path; name the PNG", run_dir()),
+    Case("compare-output-blank", ["compare", "{d}/run", "--output", " "], "--output: empty path", run_dir()),
+    Case(
+        "compare-output-and-output-dir",
+        ["compare", "{d}/run", "--output", "{d}/out/c.png", "--output-dir", "/dev/null/x"],
+        "--output-dir: --output names the PNG itself",
+        run_dir(),
+    ),
     Case(
         "compare-outdir-is-file",
         ["compare", "{d}/run", "{d}/run", "--output-dir", "{d}/f"],
