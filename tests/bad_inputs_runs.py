@@ -60,11 +60,26 @@ GOOD_RUN = {
 }
 
 
-def run_dir(**damage: str | bytes) -> Callable[[Path], None]:
+def run_dir(**damage: str | bytes | None) -> Callable[[Path], None]:
     """A small run directory ``{d}/run`` (the files ppsim plot reads); ``damage``: ``summary_json="[1]"``
-    replaces ``summary.json``."""
-    files = {**GOOD_RUN, **{k.replace("_", ".", 1): v for k, v in damage.items()}}
-    return _files(**{f"run__{name}": content for name, content in files.items()})
+    replaces ``summary.json``, ``stage_ops_csv=...`` adds ``stage_ops.csv``, ``timeseries_csv=None`` drops it."""
+    files = {**GOOD_RUN, **{".".join(k.rsplit("_", 1)): v for k, v in damage.items()}}
+    return _files(**{f"run__{name}": content for name, content in files.items() if content is not None})
+
+
+def _json(name: str, **fields: object) -> str:
+    """``name`` of GOOD_RUN with ``fields`` replaced (the workload table for ``request_rate``)."""
+    data = json.loads(GOOD_RUN[name])
+    if "request_rate" in fields:
+        data["workload"] = {**data["workload"], **fields}
+    else:
+        data.update(fields)
+    return json.dumps(data)
+
+
+HUGE = 10**400  # an int JSON reads back whole; past a float's range
+REQUESTS_HEAD = "request_id,status,ttft_ms,tpot_ms,e2el_ms\n"
+SERIES_HEAD = "t_start_s,t_end_s,stage0_busy,stage1_busy,kv_blocks_mean,kv_blocks_max\n"
 
 
 def _plot(case_id: str, fragment: str, **damage: str | bytes) -> Case:
@@ -156,6 +171,89 @@ CASES_RUNS: list[Case] = [
     _plot("plot-timeseries-text", "run/timeseries.csv: line 2", timeseries_csv="t_start_s,t_end_s\n0,x\n"),
     _plot("plot-timeseries-bad-stage", "stageN_busy", timeseries_csv="t_start_s,t_end_s,stageX_busy\n0,1,0.5\n"),
     _compare("compare-summary-list", "run/summary.json", summary_json="[1]\n"),
+    # huge ints (math.isfinite raised OverflowError) and values past the ranges a run can hold (the plots
+    # raised on limits near a float's maximum, or printed numpy/matplotlib warnings)
+    _plot(
+        "plot-summary-huge-int",
+        "run/summary.json: completed is an integer of 401 digits, not a finite number",
+        summary_json=_json("summary.json", completed=HUGE),
+    ),
+    _plot(
+        "plot-summary-busy-huge-int",
+        "run/summary.json: stage_busy_fraction[1] is an integer of 401 digits",
+        summary_json=_json("summary.json", stage_busy_fraction=[0.5, HUGE]),
+    ),
+    _plot(
+        "plot-config-rate-huge-int",
+        "run/config.json: workload.request_rate is an integer of 401 digits",
+        config_json=_json("config.json", request_rate=HUGE),
+    ),
+    _compare(
+        "compare-summary-duration-huge-int",
+        "run/summary.json: duration is an integer of 401 digits",
+        summary_json=_json("summary.json", duration=HUGE),
+    ),
+    _compare(
+        "compare-summary-mean-ttft-huge-int",
+        "run/summary.json: mean_ttft_ms is an integer",
+        summary_json=_json("summary.json", mean_ttft_ms=HUGE),
+    ),
+    _compare(
+        "compare-summary-throughput-past-range",
+        "run/summary.json: request_throughput is 1e+308, not within [0, 1e+30]",
+        summary_json=_json("summary.json", request_throughput=1e308),
+    ),
+    _plot(
+        "plot-summary-bubble-above-one",
+        "run/summary.json: pipeline_bubble_fraction is 1.5, not within [0, 1]",
+        summary_json=_json("summary.json", pipeline_bubble_fraction=1.5),
+    ),
+    _plot(
+        "plot-timeline-window-huge",
+        "run/timeline.csv: line 2: start_s is '-1e308', not within [0, 1e+30]",
+        timeline_csv="track,kind,start_s,end_s\nwindow,window,-1e308,1e308\nstage0,compute,0.0,0.01\n",
+    ),
+    _plot(
+        "plot-timeseries-huge-times",
+        "run/timeseries.csv: line 2: t_start_s is '-1e308'",
+        timeseries_csv=SERIES_HEAD + "-1e308,1e308,0.1,0.1,1,1\n",
+    ),
+    _plot(
+        "plot-timeseries-huge-busy",
+        "run/timeseries.csv: line 3: stage0_busy is '1e308', not within [0, 1]",
+        timeseries_csv=SERIES_HEAD + "0,1,0.5,0.5,1,1\n1,2,1e308,0.5,1,1\n",
+    ),
+    _plot(
+        "plot-timeseries-negative-kv",
+        "run/timeseries.csv: line 2: kv_blocks_mean is '-1e308'",
+        timeseries_csv=SERIES_HEAD + "0,1,0.5,0.5,-1e308,1\n",
+    ),
+    _plot(
+        "plot-timeseries-empty-bin",
+        "run/timeseries.csv: line 2: the bin [1, 1) s is empty",
+        timeseries_csv=SERIES_HEAD + "1,1,0.5,0.5,1,1\n",
+    ),
+    _plot(
+        "plot-timeseries-bins-backwards",
+        "run/timeseries.csv: line 3: the bin [0, 1) s is empty or starts before 2 s",
+        timeseries_csv=SERIES_HEAD + "1,2,0.5,0.5,1,1\n0,1,0.5,0.5,1,1\n",
+    ),
+    _plot(
+        "plot-requests-huge-latency",
+        "run/requests.csv: line 2: ttft_ms is '1e308', not within [0, 1e+30]",
+        requests_csv=REQUESTS_HEAD + "0,finished,1e308,1e308,1e308\n1,finished,-1e308,-1e308,-1e308\n",
+    ),
+    _compare(
+        "compare-requests-negative-latency",
+        "run/requests.csv: line 2: e2el_ms is '-5'",
+        requests_csv=REQUESTS_HEAD + "0,finished,1,1,-5\n",
+    ),
+    _plot(
+        "plot-stage-ops-huge-end",
+        "run/stage_ops.csv: line 2: end_s is '1e308', not within [0, 1e+30]",
+        timeseries_csv=None,
+        stage_ops_csv="track,kind,start_s,end_s\nstage0,compute,0,1e308\n",
+    ),
     _compare("compare-requests-short-row", "run/requests.csv", requests_csv="status,ttft_ms,tpot_ms,e2el_ms\nx\n"),
     # --- plot / compare: output paths, checked before drawing --------------------------------------------
     Case(
@@ -165,6 +263,14 @@ CASES_RUNS: list[Case] = [
         _both(run_dir(), _dir("dir.png")),
     ),
     Case("plot-output-in-proc", ["plot", "{d}/run", "--output", "/proc/ppsim-x.png"], "--output:", run_dir()),
+    Case("plot-output-empty", ["plot", "{d}/run", "--output", ""], "--output: empty path; name the PNG", run_dir()),
+    Case("compare-output-blank", ["compare", "{d}/run", "--output", " "], "--output: empty path", run_dir()),
+    Case(
+        "compare-output-and-output-dir",
+        ["compare", "{d}/run", "--output", "{d}/out/c.png", "--output-dir", "/dev/null/x"],
+        "--output-dir: --output names the PNG itself",
+        run_dir(),
+    ),
     Case(
         "compare-outdir-is-file",
         ["compare", "{d}/run", "{d}/run", "--output-dir", "{d}/f"],

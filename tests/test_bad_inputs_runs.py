@@ -3,10 +3,13 @@ what ppsim itself writes."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
+import pytest
+
 from ppsim.cli import main
-from tests.bad_inputs_runs import run_dir
+from tests.bad_inputs_runs import REQUESTS_HEAD, SERIES_HEAD, _json, run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,6 +22,44 @@ def test_the_undamaged_run_directory_plots_and_compares(tmp_path, capsys):
     assert main(["compare", run, run, "--output-dir", str(tmp_path / "cmp")]) == 0
     assert (tmp_path / "p.png").stat().st_size > 10_000 and (tmp_path / "cmp" / "compare.png").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp", "p.png", "run"]  # probes leave nothing
+
+
+def _draws_quietly(run: Path, tmp_path: Path, capsys) -> None:
+    """plot and compare of ``run`` end in exit 0 with nothing on stderr and no Python warning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["plot", str(run), "--output", str(tmp_path / "p.png")]) == 0
+        assert main(["compare", str(run), str(run), "--output", str(tmp_path / "c.png")]) == 0
+    assert [str(w.message) for w in caught] == [] and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"requests_csv": REQUESTS_HEAD + "0,rejected,,,\n1,rejected,,,\n"},  # every request rejected
+        {"config_json": None, "requests_csv": None, "timeline_csv": None, "timeseries_csv": None},  # summary only
+    ],
+    ids=["all-rejected", "summary-only"],
+)
+def test_runs_without_latencies_draw_without_warnings(files, tmp_path, capsys):
+    """compare asked for a legend on latency panels without a line: matplotlib's UserWarning, with its
+    source line, reached stderr."""
+    run_dir(**files)(tmp_path)
+    _draws_quietly(tmp_path / "run", tmp_path, capsys)
+
+
+def test_values_at_the_limits_are_drawn(tmp_path, capsys):
+    """The ranges run files are held to (tests/bad_inputs_runs.py refuses past them) are drawn whole."""
+    top = 1e30
+    run_dir(
+        summary_json=_json("summary.json", completed=10**30, duration=top, request_throughput=top, mean_ttft_ms=top),
+        requests_csv=REQUESTS_HEAD + "0,finished,0,0,0\n1,finished,1e30,1e30,1e30\n",
+        timeseries_csv=SERIES_HEAD + "0,1e30,1,0,1e30,1e30\n",
+        timeline_csv="track,kind,start_s,end_s\nwindow,window,0,1e30\nstage0,compute,0,1e30\n",
+    )(tmp_path)
+    _draws_quietly(tmp_path / "run", tmp_path, capsys)
+    run_dir(timeseries_csv=None, stage_ops_csv="track,kind,start_s,end_s\nstage0,compute,0,1e30\n")(tmp_path / "ops")
+    _draws_quietly(tmp_path / "ops" / "run", tmp_path, capsys)
 
 
 def test_space_resolves_each_model_once_and_passes_configs_that_do_not_fit(tmp_path, monkeypatch):

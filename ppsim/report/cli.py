@@ -8,6 +8,8 @@ from pathlib import Path
 from ppsim.errors import PPSimError
 from ppsim.outputs import check_output_dir, check_output_file
 
+COMPARE_DIR = "ppsim-compare"  # where compare.png goes without --output or --output-dir
+
 
 def add_plot_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plot", help="redraw a run's dashboard.png from the files of its directory")
@@ -28,11 +30,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from ppsim.report.runfiles import load_run
 
     runs = expand(args.run_dirs)
-    if args.output:
-        _check_png(args.output)
-    if args.output and len(runs) > 1:
+    if args.output is not None:
+        _check_png(args.output, "dashboard.png")
+    if args.output is not None and len(runs) > 1:
         raise PPSimError(f"--output: {len(runs)} runs given; drop --output to write RUN_DIR/dashboard.png each")
-    paths = [Path(args.output) if args.output else run / "dashboard.png" for run in runs]
+    paths = [Path(args.output) if args.output is not None else run / "dashboard.png" for run in runs]
     for path in paths:  # every PNG path and every run's files, before any is drawn
         check_output_file(path, "--output")
     loaded = [load_run(run) for run in runs]
@@ -53,24 +55,32 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
         help="run directories (simulate, engine, validate); ratios are to the first",
     )
     p.add_argument("--output", default=None, help="PNG path (default OUTPUT_DIR/compare.png)")
-    p.add_argument("--output-dir", default="ppsim-compare", help="where compare.png goes (default ppsim-compare)")
+    p.add_argument("--output-dir", default=None, help=f"where compare.png goes (default {COMPARE_DIR})")
     p.set_defaults(handler=cmd_compare)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ppsim.report.compare import compare_runs, format_comparison, write_comparison
 
-    path = Path(args.output) if args.output else Path(args.output_dir) / "compare.png"
-    _check_png(path)
-    if not args.output:
-        check_output_dir(args.output_dir, "--output-dir", names=("compare.png",), replace=False)
-    check_output_file(path, "--output" if args.output else "--output-dir")
+    if args.output is not None and args.output_dir is not None:
+        raise PPSimError("--output-dir: --output names the PNG itself, so no directory is used; drop one of them")
+    if args.output is None:
+        out_dir = COMPARE_DIR if args.output_dir is None else args.output_dir
+        check_output_dir(out_dir, "--output-dir", names=("compare.png",), replace=False)
+        path = Path(out_dir) / "compare.png"
+    else:
+        _check_png(args.output, "compare.png")
+        path = Path(args.output)
+    check_output_file(path, "--output" if args.output is not None else "--output-dir")
     names, runs = compare_runs(args.run_dirs)
     print(format_comparison(names, runs))
     print(f"plot written to {write_comparison(names, runs, path)}")
     return 0
 
 
-def _check_png(path: str | Path) -> None:
+def _check_png(path: str, example: str) -> None:
+    """Refuse an --output that is empty (not the default path) or not a PNG file."""
+    if not path.strip():
+        raise PPSimError(f"--output: empty path; name the PNG file, e.g. {example}, or drop --output for the default")
     if Path(path).suffix.lower() != ".png":
         raise PPSimError(f"--output: {path} is not a .png path; name the file FILE.png")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ppsim.metrics.io import save_figure
-from ppsim.report.dashboard import _figure, cdf_points
+from ppsim.report.dashboard import _empty, _figure, cdf_points
 from ppsim.report.runfiles import RunFiles, load_run, run_dirs, run_label
 
 # (summary key, label) in the order of the ``vllm bench serve`` table, then ppsim's pipeline figures
@@ -96,12 +96,15 @@ def draw_comparison(names: list[str], runs: list[RunFiles]) -> Any:
     fig.suptitle("ppsim compare: " + "  vs  ".join(names), fontsize=11)
     for k, (key, name) in enumerate((("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2EL"))):
         ax = fig.add_subplot(gs[0, k])
-        for run, label, c in zip(runs, names, colors, strict=True):
-            vals = run.latencies_ms.get(key)
-            if vals is not None and len(vals):
-                x, y = cdf_points(vals)
-                median = np.median(np.asarray(vals))
-                ax.step(x, y, where="post", color=c, lw=1.4, label=f"{label} (median {median:.0f})")
+        drawn = [(run.latencies_ms.get(key), label, c) for run, label, c in zip(runs, names, colors, strict=True)]
+        drawn = [(vals, label, c) for vals, label, c in drawn if vals is not None and len(vals)]
+        if not drawn:  # no legend either: matplotlib warns on one without labelled lines
+            _empty(ax, f"{name} CDF", "no finished requests with this latency in these runs")
+            continue
+        for vals, label, c in drawn:
+            x, y = cdf_points(vals)
+            median = np.median(np.asarray(vals))
+            ax.step(x, y, where="post", color=c, lw=1.4, label=f"{label} (median {median:.0f})")
         ax.set_title(f"{name} CDF", fontsize=10)
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("fraction of requests")

@@ -50,20 +50,26 @@ def run_dirs(path: str | Path) -> list[Path]:
 
 
 REWRITE = "re-run ppsim simulate (or ppsim engine) to rewrite it"
-# summary fields the dashboard and compare draw: finite numbers where present
+# summary fields the dashboard draws and compare lists: numbers in range where present
 DRAWN_NUMBERS = (
     "completed",
+    "duration",
     "request_throughput",
     "output_throughput",
     "total_token_throughput",
-    "median_ttft_ms",
-    "median_tpot_ms",
+    *(f"{stat}_{key}_ms" for key in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p99")),
     "pipeline_bubble_fraction",
     "kv_num_blocks",
     "kv_replicas",
     "kv_peak_blocks_used",
+    "num_preemptions",
 )
 TEXT_LIMIT = 64 * 2**20  # bytes of summary.json / config.json / timeseries.csv read whole
+# Every number drawn is within [0, MAX_VALUE] (fractions within [0, 1]): far past any run (its inputs are
+# bounded: 1e7 requests of 1e7 tokens on a 1 GFLOP/s device last ~1e19 s), and far enough below a float's
+# limit (1.8e308) that axis limits, tick steps and bar heights computed from it stay finite.
+MAX_VALUE = 1e30
+ROUNDING = 1e-9  # a value may land this far past its range (relative): 1 - busy / window, a time rounded to ns
 
 
 def damaged(run: Path, name: str, why: str) -> PPSimError:
@@ -72,7 +78,35 @@ def damaged(run: Path, name: str, why: str) -> PPSimError:
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite int or float (not a bool; an int past a float's range is not finite)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def _shown(v: Any) -> str:
+    """``v`` in an error line: an int too long to read by its length, anything else cut at 40 characters."""
+    if isinstance(v, int) and not isinstance(v, bool) and not _number(v):
+        return f"an integer of {len(str(abs(v)))} digits"
+    return f"{v!r:.40}"
+
+
+def _range(name: str) -> tuple[float, float, str]:
+    """(low, high, as an error line says it) of the values of a summary field or CSV column ``name``."""
+    if name.endswith(("_fraction", "_busy")):
+        return -ROUNDING, 1 + ROUNDING, "within [0, 1]"
+    return 0.0, MAX_VALUE * (1 + ROUNDING), f"within [0, {MAX_VALUE:g}]"
+
+
+def _out_of_range(name: str, v: Any) -> str | None:
+    """Why ``v`` cannot be the value of ``name`` (None if it can)."""
+    if not _number(v):
+        return "not a finite number"
+    lo, hi, want = _range(name)
+    return None if lo <= v <= hi else f"not {want}"
 
 
 def _read_text(run: Path, name: str) -> str:
@@ -100,12 +134,14 @@ def _read_object(run: Path, name: str) -> dict[str, Any]:
 
 def read_summary(run: Path) -> dict[str, Any]:
     s = _read_object(run, "summary.json")
-    for k in DRAWN_NUMBERS:
-        if k in s and not _number(s[k]):
-            raise damaged(run, "summary.json", f"{k} is {s[k]!r:.40}, not a finite number")
     busy = s.get("stage_busy_fraction")
-    if busy is not None and not (isinstance(busy, list) and all(_number(x) for x in busy)):
-        raise damaged(run, "summary.json", "stage_busy_fraction is not a list of numbers")
+    if busy is not None and not isinstance(busy, list):
+        raise damaged(run, "summary.json", f"stage_busy_fraction is {_shown(busy)}, not a list of numbers")
+    fields = [(k, s[k]) for k in DRAWN_NUMBERS if k in s]
+    for k, v in fields + [(f"stage_busy_fraction[{i}]", x) for i, x in enumerate(busy or [])]:
+        why = _out_of_range(k.partition("[")[0], v)
+        if why is not None:
+            raise damaged(run, "summary.json", f"{k} is {_shown(v)}, {why}")
     return s
 
 
@@ -119,7 +155,7 @@ def read_config(run: Path) -> dict[str, Any]:
             raise damaged(run, "config.json", f"{k} is {c[k]!r:.40}, not a table")
     rate = (c.get("workload") or {}).get("request_rate")
     if rate is not None and rate != "inf" and not (_number(rate) or rate == math.inf):
-        raise damaged(run, "config.json", f"workload.request_rate is {rate!r:.40}, not a number")
+        raise damaged(run, "config.json", f"workload.request_rate is {_shown(rate)}, not a finite number or inf")
     return c
 
 
@@ -141,8 +177,9 @@ def _float(run: Path, name: str, line: int, col: str, text: str) -> float:
         v = float(text)
     except ValueError:
         raise damaged(run, name, f"line {line}: {col} is {text!r:.40}, not a number") from None
-    if not math.isfinite(v):
-        raise damaged(run, name, f"line {line}: {col} is {text!r:.40}, not a finite number")
+    why = _out_of_range(col, v)
+    if why is not None:
+        raise damaged(run, name, f"line {line}: {col} is {text!r:.40}, {why}")
     return v
 
 
@@ -255,7 +292,19 @@ def _parse(text: str, run: Path | None = None) -> dict[str, list[float]]:
             c.append(_float(where, name, line, col, v))
     if not rows[1:]:
         return {}
-    return dict(zip(head, cols, strict=True))
+    out = dict(zip(head, cols, strict=True))
+    _bins_in_order(where, out["t_start_s"], out["t_end_s"])
+    return out
+
+
+def _bins_in_order(where: Path, starts: list[float], ends: list[float]) -> None:
+    """Each bin of ``timeseries.csv`` ends after it starts and starts where (or after) the one before ends."""
+    prev = 0.0
+    for line, (a, b) in enumerate(zip(starts, ends, strict=True), start=2):
+        if not prev <= a < b:
+            why = f"the bin [{a:g}, {b:g}) s is empty or starts before {prev:g} s, where the one before ends"
+            raise damaged(where, "timeseries.csv", f"line {line}: {why}")
+        prev = b
 
 
 def load_run(path: str | Path, latencies: bool = True, series: bool = True) -> RunFiles:
