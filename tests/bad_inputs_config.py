@@ -32,6 +32,7 @@ QWEN_MOE: dict[str, object] = {
     "num_experts_per_tok": 2,
     "moe_intermediate_size": 128,
 }
+DCC = "engine: {{policy: sglang-ring, enable_dynamic_chunking: {0}, dynamic_chunking_coefficients: {1}}}\n"
 DEEPSEEK_MOE: dict[str, object] = {"n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128}
 
 
@@ -242,4 +243,40 @@ CASES_CONFIG: list[Case] = [
         _hf(**QWEN_MOE, mlp_only_layers=[100, -1]),
     ),
     Case("hf-mlp-only-layers-negative", HF_MODEL, "layer -1 is not one", _hf(**QWEN_MOE, mlp_only_layers=[-1])),
+    # --- SGLang's dynamic-chunking coefficients in a scenario file --------------------------------------
+    Case(
+        "coefficients-negative-in-file",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine.policy.dynamic_chunking_coefficients: a=-1 and b=-2 must be >= 0",
+        _files(**{"c.yaml": DCC.format("true", "[-1, -2, -3]")}),
+    ),
+    Case(
+        "coefficients-negative-in-file-unused",  # dynamic chunking off: still meaningless, still refused
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine.policy.dynamic_chunking_coefficients: a=-1",
+        _files(**{"c.yaml": DCC.format("false", "[-1, -2, -3]")}),
+    ),
+    Case(
+        "coefficients-zero-in-file",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine.policy.dynamic_chunking_coefficients: a=0 and b=0",
+        _files(**{"c.yaml": DCC.format("true", "[0, 0, 0]")}),
+    ),
+    Case(
+        "coefficients-overflow-in-file",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine.policy.dynamic_chunking_coefficients: a=1e+308, b=1e+308 overflow",
+        _files(**{"c.yaml": DCC.format("true", "[1.0e+308, 1.0e+308, 1.0e+308]")}),
+    ),
+    Case(
+        "coefficients-of-another-policy-in-file",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine: dynamic_chunking_coefficients is not a knob of vllm-batch-queue",
+        _files(**{"c.yaml": "engine: {dynamic_chunking_coefficients: [1, 2]}\n"}),
+    ),
+    Case(
+        "sglang-page-above-chunk",
+        [*SIM, *TINY, "--policy", "sglang-ring", "--page-size", "4096", "--chunked-prefill-size", "1024"],
+        "engine.policy.page_size 4096 is above a prefill batch's budget",
+    ),
 ]
