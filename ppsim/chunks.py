@@ -26,16 +26,16 @@ from ppsim.metrics.io import save_figure
 from ppsim.outputs import OutputError
 
 
-def _floats(text: str, flag: str) -> list[float]:
+def _floats(text: str, flag: str, example: str = "1e-6,0.02,1.5") -> list[float]:
     """The comma-separated numbers of ``text``; an empty item (``''``, ``,,1``) is refused, not skipped."""
     try:
         return [float(x) for x in text.split(",")]
     except ValueError:
-        raise PPSimError(f"{flag}: use comma-separated numbers like {'1e-6,0.02,1.5'} (got {text!r:.60})") from None
+        raise PPSimError(f"{flag}: use comma-separated numbers like {example} (got {text!r:.60})") from None
 
 
 def _ints(text: str, flag: str) -> list[int]:
-    vals = _floats(text, flag)
+    vals = _floats(text, flag, "2048,4096")
     if not vals or any(not math.isfinite(v) or v < 1 or v != int(v) for v in vals):
         raise PPSimError(f"{flag}: use comma-separated positive integers like 2048,4096 (got {text!r:.60})")
     return [int(v) for v in vals]
@@ -264,7 +264,7 @@ def cmd_fit_chunks(args: argparse.Namespace) -> int:
         check_plot_path(args.plot)
     chunks = _ints(args.chunk_sizes, "--chunk-sizes")
     check_chunk_sizes(args, s, chunks)
-    smooths = _floats(args.smooth_factors, "--smooth-factors")
+    smooths = _floats(args.smooth_factors, "--smooth-factors", "0.5,0.75,1")
     if not smooths or any(not 0 <= x <= 1 for x in smooths):
         raise PPSimError("--smooth-factors: use comma-separated values in [0, 1] like 0.5,0.75,1")
     res = fit_chunks(s, chunks, smooths)

@@ -182,6 +182,7 @@ CASES_RUNS: list[Case] = [
     Case("fit-chunks-inf", [*FIT, "--chunk-sizes", "inf"], "--chunk-sizes"),
     Case("fit-chunks-nan", [*FIT, "--chunk-sizes", "nan"], "--chunk-sizes"),
     Case("fit-chunks-below-block", [*FIT, "--chunk-sizes", "1"], "--chunk-sizes: 1 tokens"),
+    Case("fit-chunks-empty-item", [*FIT, "--chunk-sizes", "64,,128"], "like 2048,4096 (got '64,,128')"),
     Case("fit-chunks-absurd", [*FIT, "--chunk-sizes", "1000000000000000"], "--chunk-sizes: 1000000000000000"),
     Case(
         "fit-chunks-plot-in-proc",
