@@ -26,15 +26,16 @@ from ppsim.metrics.io import save_figure
 from ppsim.outputs import OutputError
 
 
-def _floats(text: str, flag: str) -> list[float]:
+def _floats(text: str, flag: str, example: str = "1e-6,0.02,1.5") -> list[float]:
+    """The comma-separated numbers of ``text``; an empty item (``''``, ``,,1``) is refused, not skipped."""
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        return [float(x) for x in text.split(",")]
     except ValueError:
-        raise PPSimError(f"{flag}: use comma-separated numbers like {'1e-6,0.02,1.5'}") from None
+        raise PPSimError(f"{flag}: use comma-separated numbers like {example} (got {text!r:.60})") from None
 
 
 def _ints(text: str, flag: str) -> list[int]:
-    vals = _floats(text, flag)
+    vals = _floats(text, flag, "2048,4096")
     if not vals or any(not math.isfinite(v) or v < 1 or v != int(v) for v in vals):
         raise PPSimError(f"{flag}: use comma-separated positive integers like 2048,4096 (got {text!r:.60})")
     return [int(v) for v in vals]
@@ -78,6 +79,11 @@ CHUNK_PLAN_REJECTS: dict[str, str] = {
     "policy": "chunk-plan always plans sglang-ring's chunks; drop it",
     "enable_dynamic_chunking": "chunk-plan always plans dynamic chunking; drop it (--smooth-factor 0: fixed chunks)",
     **{d: "chunk-plan plans one prompt and runs no workload; drop it and give --prompt-len" for d in WORKLOAD_DESTS},
+    "seed": "chunk-plan plans one given prompt and draws nothing at random; drop it",
+    "max_num_seqs": "chunk-plan plans one prompt alone, so the batch limit never applies; drop it",
+    "pp_max_micro_batch_size": "chunk-plan plans one prompt alone, so the batch limit never applies; drop it",
+    "pp_async_batch_depth": "chunk-plan times stage 0's prefill, which extra micro-batch slots do not change; drop it",
+    "link": "chunk-plan times stage 0's prefill, which sends nothing over the link between stages; drop it",
 }
 FIT_CHUNKS_REJECTS: dict[str, str] = {
     "policy": "fit-chunks always runs sglang-ring; drop it",
@@ -109,23 +115,31 @@ def sglang_scenario(args: argparse.Namespace):  # noqa: ANN201 - Scenario
         args.policy = None
 
 
-def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - ChunkModel
+def given_coefficients(args: argparse.Namespace):  # noqa: ANN201 - ChunkModel
+    """The model of ``--coefficients``, checked as ``engine.policy.dynamic_chunking_coefficients`` is."""
+    from ppsim.policies import chunk_coefficients_problem
     from ppsim.policy.chunking import ChunkModel
 
-    if args.coefficients:
-        vals = _floats(args.coefficients, "--coefficients")
-        if len(vals) not in (3, 4):
-            raise PPSimError("--coefficients: give a,b,c (or a,b,c,gamma for the refined form)")
-        if not all(math.isfinite(v) for v in vals):
-            raise PPSimError(
-                f"--coefficients: {args.coefficients} holds inf or nan; give finite numbers like 1e-6,0.02,1.5"
-            )
-        if vals[0] < 0 or vals[1] < 0:
-            raise PPSimError(
-                f"--coefficients: a={vals[0]:g} and b={vals[1]:g} must be >= 0 "
-                "(f(l) = a l^2 + b l + c grows with length), e.g. 1e-6,0.02,1.5"
-            )
-        return ChunkModel(*vals)
+    if args.refined or args.dynamic_chunking_form is not None:
+        flag = "--refined" if args.refined else "--dynamic-chunking-form"
+        raise PPSimError(
+            f"{flag}: picks the form fitted from the cost model, and --coefficients replaces that fit; "
+            "drop one (a,b,c,gamma in --coefficients is the refined form)"
+        )
+    vals = _floats(args.coefficients, "--coefficients")
+    if len(vals) not in (3, 4):
+        raise PPSimError("--coefficients: give a,b,c (or a,b,c,gamma for the refined form), e.g. 1e-6,0.02,1.5")
+    why = chunk_coefficients_problem(vals)
+    if why:
+        raise PPSimError(f"--coefficients: {why}")
+    return ChunkModel(*vals)
+
+
+def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - ChunkModel
+    """(the chunk model, its form): ``--coefficients``, else fitted from the scenario's cost model."""
+    if args.coefficients is not None:
+        model = given_coefficients(args)
+        return model, "refined" if model.gamma else "quadratic"
     from ppsim.cost.chunk_fit import fit_from_cost, fit_refined_from_cost
     from ppsim.deployment import prepare
 
@@ -133,26 +147,36 @@ def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - Ch
     stage0 = prep.topology.stages[0]
     c = scenario.engine.policy.chunked_prefill_size
     if args.refined or scenario.engine.policy.dynamic_chunking_form == "refined":
-        return fit_refined_from_cost(prep.cost, stage0, c, max(args.prompt_len, c))
-    return fit_from_cost(prep.cost, stage0, c)
+        return fit_refined_from_cost(prep.cost, stage0, c, max(args.prompt_len, c)), "refined"
+    return fit_from_cost(prep.cost, stage0, c), "quadratic"
+
+
+def check_prompt_len(args: argparse.Namespace, scenario: Any) -> None:
+    """--prompt-len within [1, MAX_TOKENS] and within --max-model-len when that is given."""
+    if args.prompt_len is None or not 1 <= args.prompt_len <= MAX_TOKENS:
+        raise PPSimError(f"--prompt-len: give the prompt length in tokens, 1 to {MAX_TOKENS}")
+    context = scenario.engine.max_model_len
+    if context is not None and args.prompt_len > context:
+        raise PPSimError(
+            f"--prompt-len: {args.prompt_len} tokens exceed --max-model-len {context} (SGLang refuses such a "
+            "prompt); shorten it or raise --max-model-len"
+        )
 
 
 def cmd_chunk_plan(args: argparse.Namespace) -> int:
     from ppsim.policy.chunking import chunk_plan
 
     reject_flags(args, CHUNK_PLAN_REJECTS)
-    if args.prompt_len is None or not 1 <= args.prompt_len <= MAX_TOKENS:
-        raise PPSimError(f"--prompt-len: give the prompt length in tokens, 1 to {MAX_TOKENS}")
     s = sglang_scenario(args)
+    check_prompt_len(args, s)
     e = s.engine.policy
-    model = resolve_model(args, s)
+    model, form = resolve_model(args, s)
     sizes = chunk_plan(
         args.prompt_len, e.chunked_prefill_size, model, e.smooth_factor, e.page_size, e.max_prefill_tokens
     )
     if args.json:
         print(json.dumps(sizes))
         return 0
-    form = "refined" if model.gamma or args.refined or e.dynamic_chunking_form == "refined" else "quadratic"
     print(
         f"model ({form}, ms): a={model.a:.4g} b={model.b:.4g} c={model.c:.4g}"
         + (f" gamma={model.gamma:.4g}" if model.gamma else "")
@@ -240,7 +264,7 @@ def cmd_fit_chunks(args: argparse.Namespace) -> int:
         check_plot_path(args.plot)
     chunks = _ints(args.chunk_sizes, "--chunk-sizes")
     check_chunk_sizes(args, s, chunks)
-    smooths = _floats(args.smooth_factors, "--smooth-factors")
+    smooths = _floats(args.smooth_factors, "--smooth-factors", "0.5,0.75,1")
     if not smooths or any(not 0 <= x <= 1 for x in smooths):
         raise PPSimError("--smooth-factors: use comma-separated values in [0, 1] like 0.5,0.75,1")
     res = fit_chunks(s, chunks, smooths)

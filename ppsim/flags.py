@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from ppsim.config import EngineConfig, Scenario
-from ppsim.policies import POLICIES, POLICY_KNOBS
+from ppsim.policies import FILE_ONLY_KNOBS, POLICIES, POLICY_KNOBS
 
 # scenario path -> (flags, help). Flags are the engines' names; help None: the field's description.
 FLAG_TABLE: dict[tuple[str, ...], tuple[tuple[str, ...], str | None]] = {
@@ -125,7 +125,7 @@ LIVE_ENGINE_FLAGS: dict[str, tuple[str, str]] = {
     ),
 }
 LIVE_ENGINE_DEST = "live_engine_"  # dest prefix: no clash with a command's own --device or --checkpoint
-NOT_FLAGS = {"dynamic_chunking_coefficients"}  # a tuple: scenario files only (chunk-plan has --coefficients)
+NOT_FLAGS = FILE_ONLY_KNOBS  # a tuple: scenario files only (chunk-plan has --coefficients)
 ALIASED = {"weight_dtype", "kv_cache_dtype"}  # take the engines' aliases (bfloat16, nvfp4, ...): no choices
 
 

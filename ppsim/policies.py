@@ -21,9 +21,11 @@ pipeline options) for them. Sources of every default: docs/policies.md.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ppsim.hardware.presets import DeviceSpec
 from ppsim.policy.pipelines import PipeOptions
@@ -43,6 +45,42 @@ def vllm_batch_defaults(device: DeviceSpec) -> tuple[int, int]:
     is not an A100, else (256, 2048)."""
     big = device.memory_gib >= 70 and "a100" not in device.name.lower()
     return (1024, 8192) if big else (256, 2048)
+
+
+# knobs without a command-line flag (a tuple: scenario files only; chunk-plan has --coefficients)
+FILE_ONLY_KNOBS = frozenset({"dynamic_chunking_coefficients"})
+COEFFICIENTS_EXAMPLE = "e.g. 1e-6,0.02,1.5"
+
+
+def chunk_coefficients_problem(coeffs: Sequence[float]) -> str | None:
+    """Why ``a,b,c`` (or ``a,b,c,gamma``) cannot drive SGLang's dynamic chunking, or None.
+
+    f(l) = a l^2 + b l + c must grow with length (a, b >= 0 and not both 0, so that the target time
+    f(C) - f(0) is positive), the refined form's prefix work gamma L too (gamma >= 0), and the chunk-size
+    solver (``ppsim.policy.chunking.solve_chunk``) must stay finite for sequences up to ``MAX_TOKENS``:
+    only the coefficients' ratios set the chunks, so an overflow is a matter of units."""
+    from ppsim.config import MAX_TOKENS  # ppsim.config imports this module
+
+    a, b, _, gamma = (*coeffs, 0.0)[:4]
+    if not all(math.isfinite(v) for v in coeffs):
+        return f"inf and nan are not coefficients; give finite numbers, {COEFFICIENTS_EXAMPLE}"
+    if a < 0 or b < 0:
+        return f"a={a:g} and b={b:g} must be >= 0 (f(l) = a l^2 + b l + c grows with length), {COEFFICIENTS_EXAMPLE}"
+    if a == b == 0:
+        return (
+            "a=0 and b=0 give every length the same time c, so no chunk size follows from them; "
+            f"give a > 0 or b > 0, {COEFFICIENTS_EXAMPLE}"
+        )
+    if gamma < 0:
+        return f"gamma={gamma:g} must be >= 0 (the prefix adds gamma L to a chunk's time), e.g. 1e-6,0.02,1.5,1e-5"
+    n = float(MAX_TOKENS)
+    slope = 2 * a * n + b  # the solver's B after an n-token prefix; its discriminant B^2 + 4 a T
+    if not math.isfinite(slope * slope + 4 * a * (a * n * n + b * n) + gamma * n):
+        return (
+            f"a={a:g}, b={b:g} overflow the chunk-size solver at {MAX_TOKENS} tokens; only their ratios "
+            f"matter, so scale them down (SGLang fits milliseconds), {COEFFICIENTS_EXAMPLE}"
+        )
+    return None
 
 
 def sglang_chunked_prefill_size(memory_gib: float) -> int:
@@ -215,6 +253,14 @@ class SglangRing(Policy):
         "enable_chunked_prefill": "SGLang chunks prompts by --chunked-prefill-size; give that",
     }
 
+    @field_validator("dynamic_chunking_coefficients")
+    @classmethod
+    def _coefficients(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        why = None if v is None else chunk_coefficients_problem(v)
+        if why:
+            raise ValueError(why)
+        return v
+
     @classmethod
     def budget_fields(cls, tokens: int) -> dict[str, int]:
         return {"chunked_prefill_size": tokens, "max_prefill_tokens": tokens}
@@ -223,6 +269,16 @@ class SglangRing(Policy):
         if self.chunked_prefill_size is None:
             return {"chunked_prefill_size": sglang_chunked_prefill_size(device.memory_gib)}
         return {}
+
+    def check(self, pp: int) -> str | None:
+        # PrefillAdder takes whole pages of a prompt it chunks: a page above the budget takes nothing
+        if self.page_size > self.step_token_budget:
+            return (
+                f"engine.policy.page_size {self.page_size} is above a prefill batch's budget "
+                f"min(chunked_prefill_size, max_prefill_tokens) = {self.step_token_budget}: a chunk is whole "
+                "pages, so a long prompt could never be scheduled; lower --page-size or raise --chunked-prefill-size"
+            )
+        return None
 
     @property
     def step_token_budget(self) -> int:
@@ -333,7 +389,7 @@ for _kind, _t in POLICIES.items():
 def foreign_knob(name: str, kind: str) -> str:
     """The one-line refusal of knob ``name`` given to policy ``kind``."""
     owners = POLICY_KNOBS[name]
-    flag = "--" + name.replace("_", "-")
+    flag = name if name in FILE_ONLY_KNOBS else "--" + name.replace("_", "-")
     hint = POLICIES[kind].foreign_hints.get(name) or f"drop it or use --policy {owners[0]}"
     whose = " and ".join(owners) if len(owners) <= 2 else "the other policies"
     return f"{flag} is not a knob of {kind} (it is of {whose}); {hint}"

@@ -26,6 +26,15 @@ HF_BASE: dict[str, object] = {
     "torch_dtype": "float32",
 }
 
+QWEN_MOE: dict[str, object] = {
+    "model_type": "qwen3_moe",
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 128,
+}
+DCC = "engine: {{policy: sglang-ring, enable_dynamic_chunking: {0}, dynamic_chunking_coefficients: {1}}}\n"
+DEEPSEEK_MOE: dict[str, object] = {"n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128}
+
 
 def _hf(**extra: object) -> Callable[[Path], None]:
     """A tiny Llama ``config.json`` with ``extra`` fields set (``None`` removes one)."""
@@ -201,5 +210,73 @@ CASES_CONFIG: list[Case] = [
         HF_MODEL,
         "key 'hidden_size' appears twice",
         _files(**{"config.json": json.dumps(HF_BASE)[:-1] + ', "hidden_size": 512}'}),
+    ),
+    # --- HF config.json: sizes far past any model (float overflow in the cost model), values HF refuses ----
+    Case("hf-intermediate-400-digits", HF_MODEL, "intermediate_size", _hf(intermediate_size=10**400)),
+    Case("hf-vocab-400-digits", HF_MODEL, "field vocab_size", _hf(vocab_size=10**400)),
+    Case("hf-hidden-400-digits", HF_MODEL, "field hidden_size", _hf(hidden_size=10**400)),
+    Case("hf-experts-absurd", HF_MODEL, "field n_routed_experts", _hf(**{**DEEPSEEK_MOE, "n_routed_experts": 10**9})),
+    Case(
+        "hf-vocab-5000-digits",
+        HF_MODEL,
+        "field vocab_size has 5000 digits",
+        _files(**{"config.json": json.dumps(HF_BASE)[:-1] + ', "vocab_size": 1' + "0" * 4999 + "}"}),
+    ),
+    Case("hf-rope-theta-string", HF_MODEL, "rope_theta = 'abc' is not a number", _hf(rope_theta="abc")),
+    Case(
+        "hf-eps-null",
+        HF_MODEL,
+        "rms_norm_eps = None is not a number",
+        _files(**{"config.json": json.dumps({**HF_BASE, "rms_norm_eps": None})}),
+    ),
+    Case("hf-eps-negative", HF_MODEL, "field rms_norm_eps = -1", _hf(rms_norm_eps=-1)),
+    Case("hf-rope-theta-negative", HF_MODEL, "field rope_theta = -1", _hf(rope_theta=-1)),
+    Case("hf-max-position-absurd", HF_MODEL, "field max_position_embeddings", _hf(max_position_embeddings=10**15)),
+    Case("hf-max-position-400-digits", HF_MODEL, "field max_position_embeddings", _hf(max_position_embeddings=10**400)),
+    Case("hf-hidden-not-divisible", HF_MODEL, "not divisible by num_attention_heads = 8", _hf(hidden_size=250)),
+    Case("hf-sparse-step-zero", HF_MODEL, "decoder_sparse_step = 0", _hf(**QWEN_MOE, decoder_sparse_step=0)),
+    Case("hf-sparse-step-negative", HF_MODEL, "decoder_sparse_step = -2", _hf(**QWEN_MOE, decoder_sparse_step=-2)),
+    Case(
+        "hf-mlp-only-layers-out-of-range",
+        HF_MODEL,
+        "layer 100 is not one of the num_hidden_layers = 8 layers",
+        _hf(**QWEN_MOE, mlp_only_layers=[100, -1]),
+    ),
+    Case("hf-mlp-only-layers-negative", HF_MODEL, "layer -1 is not one", _hf(**QWEN_MOE, mlp_only_layers=[-1])),
+    # --- SGLang's dynamic-chunking coefficients in a scenario file --------------------------------------
+    Case(
+        "coefficients-negative-in-file",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine.policy.dynamic_chunking_coefficients: a=-1 and b=-2 must be >= 0",
+        _files(**{"c.yaml": DCC.format("true", "[-1, -2, -3]")}),
+    ),
+    Case(
+        "coefficients-negative-in-file-unused",  # dynamic chunking off: still meaningless, still refused
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine.policy.dynamic_chunking_coefficients: a=-1",
+        _files(**{"c.yaml": DCC.format("false", "[-1, -2, -3]")}),
+    ),
+    Case(
+        "coefficients-zero-in-file",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine.policy.dynamic_chunking_coefficients: a=0 and b=0",
+        _files(**{"c.yaml": DCC.format("true", "[0, 0, 0]")}),
+    ),
+    Case(
+        "coefficients-overflow-in-file",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine.policy.dynamic_chunking_coefficients: a=1e+308, b=1e+308 overflow",
+        _files(**{"c.yaml": DCC.format("true", "[1.0e+308, 1.0e+308, 1.0e+308]")}),
+    ),
+    Case(
+        "coefficients-of-another-policy-in-file",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine: dynamic_chunking_coefficients is not a knob of vllm-batch-queue",
+        _files(**{"c.yaml": "engine: {dynamic_chunking_coefficients: [1, 2]}\n"}),
+    ),
+    Case(
+        "sglang-page-above-chunk",
+        [*SIM, *TINY, "--policy", "sglang-ring", "--page-size", "4096", "--chunked-prefill-size", "1024"],
+        "engine.policy.page_size 4096 is above a prefill batch's budget",
     ),
 ]

@@ -1,4 +1,4 @@
-"""More bad inputs (sweep spaces, run directories read back, fit-chunks, the engine, output paths), in
+"""More bad inputs (sweep spaces, run directories read back, fit-chunks and chunk-plan, the engine, output paths), in
 the form of :mod:`tests.bad_inputs`: each must end in exit 2, one ``error:`` line, nothing written."""
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ ENG = [*ENGINE, "--output-dir", "{d}/out"]
 OUT = ["--output-dir", "{d}/out"]
 LATE_TRACE = "arrival_s,input_tokens,output_tokens\n0,16,4\n100000,16,4\n"
 FIT = ["fit-chunks", *TINY, "--smooth-factors", "0.5", "--plot", ""]
+PLAN = ["chunk-plan", "--model", "tiny"]
 
 CASES_RUNS: list[Case] = [
     # --- sweep: configurations resolved at load time -------------------------------------------------
@@ -287,11 +288,64 @@ CASES_RUNS: list[Case] = [
     Case("fit-chunks-inf", [*FIT, "--chunk-sizes", "inf"], "--chunk-sizes"),
     Case("fit-chunks-nan", [*FIT, "--chunk-sizes", "nan"], "--chunk-sizes"),
     Case("fit-chunks-below-block", [*FIT, "--chunk-sizes", "1"], "--chunk-sizes: 1 tokens"),
+    Case("fit-chunks-empty-item", [*FIT, "--chunk-sizes", "64,,128"], "like 2048,4096 (got '64,,128')"),
     Case("fit-chunks-absurd", [*FIT, "--chunk-sizes", "1000000000000000"], "--chunk-sizes: 1000000000000000"),
     Case(
         "fit-chunks-plot-in-proc",
         ["fit-chunks", *TINY, "--chunk-sizes", "64", "--smooth-factors", "0.5", "--plot", "/proc/ppsim-x.png"],
         "--plot:",
+    ),
+    # --- chunk-plan: coefficients that plan nothing meaningful, flags it ignored, a prompt past the context ---
+    Case(
+        "coefficients-overflow",
+        [*PLAN, "--coefficients", "1e308,1e308,1e308", "--prompt-len", "100000"],
+        "--coefficients: a=1e+308, b=1e+308 overflow the chunk-size solver",
+    ),
+    Case(
+        "coefficients-gamma-negative",
+        [*PLAN, "--coefficients", "1,1,1,-1e6", "--prompt-len", "100000"],
+        "--coefficients: gamma=-1e+06 must be >= 0",
+    ),
+    *(
+        Case(
+            f"coefficients-constant-{i}",
+            [*PLAN, "--coefficients", c, "--prompt-len", "100000"],
+            "--coefficients: a=0 and b=0 give every length the same time",
+        )
+        for i, c in enumerate(["0,0,0", "0,0,-5", "0,0,1e308"])
+    ),
+    Case(
+        "coefficients-empty",
+        [*PLAN, "--coefficients", "", "--prompt-len", "100"],
+        "--coefficients: use comma-separated numbers",
+    ),
+    Case(
+        "coefficients-empty-items",
+        [*PLAN, "--coefficients", ",,,1,2,3", "--prompt-len", "100"],
+        "(got ',,,1,2,3')",
+    ),
+    Case(
+        "coefficients-and-refined",
+        [*PLAN, "--coefficients", "1e-6,0.02,1.5", "--refined", "--prompt-len", "100"],
+        "--refined: picks the form fitted from the cost model",
+    ),
+    Case(
+        "chunk-plan-page-above-chunk",
+        [*PLAN, "--page-size", "100000000", "--prompt-len", "100000"],
+        "engine.policy.page_size 100000000 is above a prefill batch's budget",
+    ),
+    Case(
+        "chunk-plan-prompt-above-max-model-len",
+        [*PLAN, "--prompt-len", "100000", "--max-model-len", "50"],
+        "--prompt-len: 100000 tokens exceed --max-model-len 50",
+    ),
+    *(
+        Case(
+            f"chunk-plan-ignored-{flag[2:]}",
+            [*PLAN, "--prompt-len", "100", flag, value],
+            f"{flag}: chunk-plan",
+        )
+        for flag, value in [("--seed", "3"), ("--max-num-seqs", "2"), ("--link", "ethernet")]
     ),
     # --- engine: refused before the stages are spawned ---------------------------------------------------
     Case(

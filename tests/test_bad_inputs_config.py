@@ -35,6 +35,41 @@ def test_legitimate_hf_configs_still_load(extra):
 
 
 @pytest.mark.parametrize(
+    "extra",
+    [
+        {"hidden_size": 2**20, "intermediate_size": 2**20, "vocab_size": 2**24},  # the bounds themselves
+        {"max_position_embeddings": 10_000_000},  # MAX_TOKENS
+        {"hidden_size": 250, "head_dim": 32},  # hidden not divisible by heads: fine with an explicit head_dim
+        # rms_norm_eps absent (None drops it): the older layer_norm_epsilon; an int rope_theta
+        {"rms_norm_eps": None, "layer_norm_epsilon": 1e-6, "rope_theta": 1_000_000},
+        {
+            "model_type": "qwen3_moe",
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64,
+            "decoder_sparse_step": 2,
+            "mlp_only_layers": [0, 7],
+        },
+    ],
+)
+def test_hf_configs_at_the_bounds_load(extra):
+    cfg = {k: v for k, v in _tiny(**extra).items() if v is not None}
+    m = from_hf_config(cfg, "t")
+    assert m.hidden_size == cfg["hidden_size"] and m.max_position_embeddings == cfg["max_position_embeddings"]
+    if m.is_moe:  # layers 1, 3, 5 are MoE: even (layer + 1) % 2 and not mlp_only
+        assert [m.layer_is_moe(i) for i in range(8)] == [False, True, False, True, False, True, False, False]
+
+
+def test_a_huge_number_names_its_field_wherever_it_is(tmp_path):
+    from ppsim.models.shape import load_model
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(_tiny())[:-1] + ', "extra": {"deep": [1, 2, -' + "9" * 4400 + "]}}")
+    with pytest.raises(PPSimError, match="field deep has 4400 digits"):
+        load_model(str(p))
+
+
+@pytest.mark.parametrize(
     "quant,dtype",
     [
         ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8"),

@@ -163,3 +163,57 @@ def test_chunk_commands_reject_flags_they_would_override(argv, msg, capsys):
     assert main([*argv, "--model", "tiny"]) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1
+
+
+def _chunk_plan(capsys, *argv: str) -> tuple[int, str, str]:
+    from ppsim.cli import main
+
+    code = main(["chunk-plan", "--model", "tiny", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    "argv, first_line",
+    [
+        (["--coefficients", "0,1,0"], "model (quadratic, ms): a=0 b=1 c=0"),  # a linear cost: a = 0 is allowed
+        (["--coefficients", "1e-6,0.02,1.5,1e-5"], "model (refined, ms): a=1e-06 b=0.02 c=1.5 gamma=1e-05"),
+        (["--coefficients", "1e-6,0.02,1.5", "--page-size", "2048", "--max-model-len", "20000"], "model (quadratic"),
+        (["--refined"], "model (refined, ms)"),
+        (["--dynamic-chunking-form", "refined"], "model (refined, ms)"),
+    ],
+)
+def test_chunk_plan_neighbours_of_the_refused_inputs_still_plan(argv, first_line, capsys):
+    """a = 0 (a linear cost), the refined form given as a,b,c,gamma or fitted, a page as large as the chunk,
+    a prompt as long as --max-model-len: all still plan, and the form printed is the one used."""
+    code, out, err = _chunk_plan(capsys, "--prompt-len", "20000", "--chunked-prefill-size", "2048", *argv)
+    assert code == 0, err
+    assert out.splitlines()[0].startswith(first_line), out
+
+
+def test_a_linear_cost_given_as_coefficients_keeps_chunks_at_c(capsys):
+    code, out, err = _chunk_plan(
+        capsys, "--prompt-len", "20000", "--chunked-prefill-size", "2048", "--json", "--coefficients", "0,1,0"
+    )
+    assert code == 0, err
+    assert set(json.loads(out)[:-1]) == {2048}
+
+
+def test_the_coefficients_example_of_the_docs_is_the_real_message(capsys):
+    """docs/reliability.md quotes chunk-plan's refusal of --coefficients -1,0,0 verbatim."""
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text().splitlines()
+    cmd = "$ ppsim chunk-plan --model tiny --coefficients -1,0,0 --prompt-len 100"
+    quoted = docs[docs.index(cmd) + 1]
+    code, _, err = _chunk_plan(capsys, "--coefficients", "-1,0,0", "--prompt-len", "100")
+    assert code == 2 and err == quoted + "\n"
+
+
+@pytest.mark.parametrize("coeffs", [(0.0, 0.02, 1.5), (1e-6, 0.0, -3.0), (1e-6, 0.02, 1.5, 1e-5), (1e100, 1e100, 0.0)])
+def test_meaningful_coefficients_in_a_file_are_accepted(coeffs):
+    from ppsim.config import build_scenario
+
+    pol = {"kind": "sglang-ring", "enable_dynamic_chunking": True, "dynamic_chunking_coefficients": list(coeffs)}
+    s = build_scenario(None, {"model": "tiny", "engine": {"policy": pol}})
+    assert s.engine.policy.dynamic_chunking_coefficients == coeffs

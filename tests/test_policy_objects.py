@@ -125,6 +125,8 @@ def test_config_json_writes_the_table_and_loads_back(tmp_path):
         ({"policy": "llamacpp", "max_batch_size": 4}, "(it is of trtllm-slots)"),
         ({"policy": {"pp_throttle": True, "kind": "no-pp"}}, "vllm-batch-queue and vllm-mrv2"),
         ({"pp_async_batch_depth": 1}, "not a knob of vllm-batch-queue"),  # the default policy
+        # a knob without a flag is named as the file's key
+        ({"dynamic_chunking_coefficients": [1, 2, 3]}, "dynamic_chunking_coefficients is not a knob of vllm-batch"),
     ],
 )
 def test_a_foreign_knob_is_refused_in_one_line(engine, owner):

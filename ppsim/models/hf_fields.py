@@ -45,6 +45,20 @@ def hf_int(cfg: dict, key: str, default: int | None = None) -> int:
     return v
 
 
+def hf_float(cfg: dict, key: str, default: float) -> float:
+    """The real number at ``key`` (``default`` if absent). A null is refused, unlike :func:`hf_int`'s: HF hands
+    it to the model as None (an ``eps`` or ``rope_theta`` of None fails there); true and "1e-5" are refused too."""
+    if key not in cfg:
+        return default
+    v = cfg[key]
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise HfFieldError(f"{key} = {short_repr(v)} is not a number")
+    try:
+        return float(v)
+    except OverflowError:  # an int past the float range
+        raise HfFieldError(f"{key} = {short_repr(v)} is too large for a number ppsim can use") from None
+
+
 def hf_bool(cfg: dict, key: str, default: bool) -> bool:
     """The true/false at ``key`` (``default`` if absent or null)."""
     v = cfg.get(key)
@@ -68,8 +82,16 @@ def hf_num_layers(cfg: dict) -> int:
 
 
 def _dense_ids(num_layers: int, mlp_only: list[int], sparse_step: int) -> tuple[int, ...]:
-    step, dense = max(1, sparse_step), set(mlp_only)
-    return tuple(i for i in range(num_layers) if i in dense or (i + 1) % step != 0)
+    dense = set(mlp_only)
+    return tuple(i for i in range(num_layers) if i in dense or (i + 1) % sparse_step != 0)
+
+
+def _sparse_step(cfg: dict) -> int:
+    """``decoder_sparse_step``: every step-th layer is MoE (vLLM divides by it; 0 would crash there)."""
+    step = _int(cfg, "decoder_sparse_step", 1)
+    if step < 1:
+        raise HfFieldError(f"decoder_sparse_step = {step} must be >= 1 (every decoder_sparse_step-th layer is MoE)")
+    return step
 
 
 def moe_fields(cfg: dict) -> dict[str, Any]:
@@ -102,15 +124,21 @@ def moe_fields(cfg: dict) -> dict[str, Any]:
             "n_shared_experts": 1 if shared_i else 0,
             "moe_intermediate_size": hf_int(cfg, "moe_intermediate_size"),
             "shared_expert_intermediate_size": shared_i,
-            "mlp_only_layers": _dense_ids(n_layers, _mlp_only(cfg), _int(cfg, "decoder_sparse_step", 1)),
+            "mlp_only_layers": _dense_ids(n_layers, _mlp_only(cfg, n_layers), _sparse_step(cfg)),
         }
     return {}
 
 
-def _mlp_only(cfg: dict) -> list[int]:
+def _mlp_only(cfg: dict, num_layers: int) -> list[int]:
     v = cfg.get("mlp_only_layers") or []
     if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise HfFieldError(f"mlp_only_layers = {short_repr(v)} is not a list of layer numbers")
+    bad = [x for x in v if not 0 <= x < num_layers]
+    if bad:
+        raise HfFieldError(
+            f"mlp_only_layers = {short_repr(v)}: layer {short_repr(bad[0])} is not one of the "
+            f"num_hidden_layers = {num_layers} layers (0 to {num_layers - 1})"
+        )
     return v
 
 

@@ -15,11 +15,14 @@ activation dtype (``torch_dtype``).
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ppsim.config import MAX_TOKENS
 from ppsim.errors import PPSimError
 from ppsim.fileio import loads_json, read_text, short_repr
 from ppsim.models.dtypes import (
@@ -32,11 +35,28 @@ from ppsim.models.dtypes import (
 )
 from ppsim.models.dtypes import kv_dtype as canonical_kv_dtype
 from ppsim.models.dtypes import weight_dtype as canonical_weight_dtype
-from ppsim.models.hf_fields import HfFieldError, hf_bool, hf_int, hf_num_layers, mla_fields, moe_fields
+from ppsim.models.hf_fields import (
+    MAX_LAYERS,
+    HfFieldError,
+    hf_bool,
+    hf_float,
+    hf_int,
+    hf_num_layers,
+    mla_fields,
+    moe_fields,
+)
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "float8_e4m3fn": 1}
+
+# Upper bounds on a shape's counts, far beyond any published model (widths: Llama-3-405B's MLP is 53,248 wide;
+# vocabularies: Gemma's 262,144; heads: 128; experts: Kimi-K2's 384), so that a typo of a few digits is one
+# line naming the field instead of a float overflow deep in the cost model. Sequence length: MAX_TOKENS.
+MAX_WIDTH = 2**20  # hidden, MLP, expert, head and latent dimensions
+MAX_VOCAB = 2**24
+MAX_HEADS = 2**14  # query and KV heads
+MAX_EXPERTS = 2**16  # routed (and shared) experts per MoE layer
 
 
 class ModelShape(BaseModel):
@@ -45,36 +65,40 @@ class ModelShape(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0, description="dense MLP width (dense layers)")
-    num_layers: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0, description="KV heads; 1 for MLA (one latent per token)")
-    head_dim: int = Field(gt=0, description="query/key head dim; MLA: qk_nope_head_dim + qk_rope_head_dim")
-    vocab_size: int = Field(gt=0)
-    max_position_embeddings: int = Field(gt=0)
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH)
+    intermediate_size: int = Field(gt=0, le=MAX_WIDTH, description="dense MLP width (dense layers)")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
+    num_heads: int = Field(gt=0, le=MAX_HEADS)
+    num_kv_heads: int = Field(gt=0, le=MAX_HEADS, description="KV heads; 1 for MLA (one latent per token)")
+    head_dim: int = Field(gt=0, le=MAX_WIDTH, description="query/key head dim; MLA: qk_nope + qk_rope head dims")
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
+    max_position_embeddings: int = Field(gt=0, le=MAX_TOKENS, description="the default --max-model-len")
     dtype: str = "bfloat16"
     dtype_bytes: int = Field(default=2, gt=0, description="activation bytes per element")
     attention_bias: bool = False
     tie_word_embeddings: bool = False
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
+    rms_norm_eps: float = Field(default=1e-5, gt=0, lt=1)
+    rope_theta: float = Field(default=10000.0, gt=0)
     # --- attention kind; MLA dims (DeepSeek) ------------------------------------------------------
     attention: Literal["mha", "gqa", "mla"] | None = None  # None: mha if kv heads == heads, else gqa
     qk_norm: bool = False  # Qwen3: RMSNorm on q and k per head
-    q_lora_rank: int | None = Field(default=None, gt=0)
-    kv_lora_rank: int = Field(default=0, ge=0)
-    qk_nope_head_dim: int = Field(default=0, ge=0)
-    qk_rope_head_dim: int = Field(default=0, ge=0)
-    v_head_dim: int = Field(default=0, ge=0)
+    q_lora_rank: int | None = Field(default=None, gt=0, le=MAX_WIDTH)
+    kv_lora_rank: int = Field(default=0, ge=0, le=MAX_WIDTH)
+    qk_nope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH)
+    qk_rope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH)
+    v_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH)
     # --- mixture of experts (0 experts: a dense model) ----------------------------------------------
-    n_routed_experts: int = Field(default=0, ge=0)
+    n_routed_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS)
     num_experts_per_tok: int = Field(default=0, ge=0, description="top-k")
-    n_shared_experts: int = Field(default=0, ge=0)
-    moe_intermediate_size: int = Field(default=0, ge=0, description="width of one routed expert")
-    shared_expert_intermediate_size: int = Field(default=0, ge=0, description="all shared experts together")
-    first_k_dense_replace: int = Field(default=0, ge=0, description="dense layers before the first MoE layer")
-    moe_layer_freq: int = Field(default=1, ge=1)
+    n_shared_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS)
+    moe_intermediate_size: int = Field(default=0, ge=0, le=MAX_WIDTH, description="width of one routed expert")
+    shared_expert_intermediate_size: int = Field(
+        default=0, ge=0, le=MAX_WIDTH, description="all shared experts together"
+    )
+    first_k_dense_replace: int = Field(
+        default=0, ge=0, le=MAX_LAYERS, description="dense layers before the first MoE layer"
+    )
+    moe_layer_freq: int = Field(default=1, ge=1, le=MAX_LAYERS)
     mlp_only_layers: tuple[int, ...] = ()  # further dense layers (Qwen-MoE)
     # --- storage dtypes (None: the activation dtype) ------------------------------------------------
     weight_dtype: WeightDtype | None = None
@@ -292,6 +316,12 @@ def _heads(cfg: dict, hidden: int) -> tuple[int, int, int]:
     if heads < 1:
         raise HfFieldError(f"num_attention_heads = {heads} must be >= 1")
     kv = hf_int(cfg, "num_key_value_heads", heads)
+    # HF's default head_dim hidden_size // heads would drop the rest (MLA sets its own head dims)
+    if cfg.get("head_dim") is None and not cfg.get("kv_lora_rank") and hidden % heads:
+        raise HfFieldError(
+            f"hidden_size = {hidden} is not divisible by num_attention_heads = {heads}; "
+            "give head_dim, or a hidden_size that divides evenly"
+        )
     head_dim = hf_int(cfg, "head_dim", hidden // heads)
     return heads, kv, head_dim
 
@@ -318,8 +348,8 @@ def _hf_fields(cfg: dict, name: str) -> dict[str, Any]:
         dtype_bytes=DTYPE_BYTES[dtype],
         attention_bias=hf_bool(cfg, "attention_bias", mt in ("qwen", "qwen2", "qwen2_moe")),
         tie_word_embeddings=hf_bool(cfg, "tie_word_embeddings", False),
-        rms_norm_eps=float(cfg.get("rms_norm_eps", cfg.get("layer_norm_epsilon", 1e-5))),
-        rope_theta=float(cfg.get("rope_theta", cfg.get("rotary_emb_base", 10000.0))),
+        rms_norm_eps=hf_float(cfg, "rms_norm_eps", hf_float(cfg, "layer_norm_epsilon", 1e-5)),
+        rope_theta=hf_float(cfg, "rope_theta", hf_float(cfg, "rotary_emb_base", 10000.0)),
         qk_norm=mt.startswith("qwen3"),
         weight_dtype=checkpoint_weight_dtype(cfg, dtype),
     )
@@ -350,6 +380,17 @@ def from_hf_config(cfg: dict, name: str) -> ModelShape:
         raise PPSimError(f"model config {name}: bad value ({first}); fix config.json") from None
 
 
+def _json_error(text: str, err: Exception) -> str:
+    """The parser's complaint, or for a whole number past Python's digit limit (which the parser reports
+    without a position, advising ``sys.set_int_max_str_digits``) the field that holds it."""
+    digits = re.search(rf"\d{{{sys.get_int_max_str_digits() + 1},}}", text)
+    if "integer string conversion" not in str(err) or digits is None:
+        return str(err)[:200]
+    keys = re.findall(r'"([^"\\]{1,100})"\s*:', text[: digits.start()])
+    where = f"field {keys[-1]}" if keys else "a number"
+    return f"{where} has {digits.end() - digits.start()} digits, far above any model's size; fix config.json"
+
+
 def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
 
@@ -369,7 +410,7 @@ def load_hf_config(model: str) -> tuple[dict, str]:
     try:
         cfg = loads_json(text)
     except (ValueError, RecursionError) as err:  # json.JSONDecodeError is a ValueError
-        raise PPSimError(f"model: cannot read {path}: {str(err)[:200]}") from None
+        raise PPSimError(f"model: cannot read {path}: {_json_error(text, err)}") from None
     if not isinstance(cfg, dict):
         raise PPSimError(f"model: {path} is not a JSON object")
     return cfg, (model if path == preset else path.parent.name or str(path))
