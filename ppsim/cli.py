@@ -11,10 +11,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ppsim.errors import PPSimError
+from ppsim.fileio import short_repr
 from ppsim.metrics.trace import TRACE_WINDOW_S
 
 # characters that would break an error line (newlines, NUL, other controls, Unicode line separators)
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# a negative number or a list of numbers, as float() reads them ("-1e-6,0,0", "-inf", "-Infinity", "-nan")
+_NUMBER_WORD = "infinity|inf|nan"
+_NEGATIVE_NUMBER = re.compile(rf"^-(\d|\.\d|{_NUMBER_WORD})([\d.e+\-,:]|{_NUMBER_WORD})*$", re.IGNORECASE)
 
 
 def one_line(text: str) -> str:
@@ -27,17 +31,25 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # "-1", "-1.5", "-1e-6,0,0": values, not flags (no ppsim flag starts with a digit)
-        self._negative_number_matcher = re.compile(r"^-(\d|\.\d)[\d.eE+\-,:]*$")
+        # "-1", "-1.5", "-1e-6,0,0", "-inf", "-nan,0,0": values, not flags (no ppsim flag starts with a digit,
+        # -inf or -nan); their validation says what is wrong with them
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"error: {one_line(message)} (see `{self.prog} --help`)\n")
 
 
 def _window_s(text: str) -> float:
-    v = float(text)
+    """``--trace-window-s``: positive seconds, or inf (argparse puts the flag's name before the message)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
     if not v > 0:
-        raise argparse.ArgumentTypeError(f"--trace-window-s: {text} is not a positive number of seconds")
+        raise argparse.ArgumentTypeError(
+            f"{short_repr(text)} is not a positive number of seconds; "
+            f"give one such as {TRACE_WINDOW_S:g}, or inf for the whole run"
+        )
     return v
 
 
