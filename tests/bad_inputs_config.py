@@ -95,6 +95,26 @@ CASES_CONFIG: list[Case] = [
         _trace("arrival_s,input_tokens,output_tokens,abort_after_token\n0,16,4,2\n"),
     ),
     Case("trace-duplicate-column", TRACE_RUN, "arrival_s twice", _trace("arrival_s," + HEADER + "0,0,16,4\n")),
+    Case("trace-header-only", TRACE_RUN, "has a header but no requests", _trace(HEADER)),
+    Case(  # the file's line, not the count of non-blank rows ("row 2")
+        "trace-bad-cell-after-blank-lines",
+        TRACE_RUN,
+        "t.csv line 4: output_tokens is 'x', not a whole number",
+        _trace(HEADER + "\n\n0,10,x\n"),
+    ),
+    Case(
+        "trace-float-token-count",
+        TRACE_RUN,
+        "line 2: input_tokens is '10.0', not a whole number",
+        _trace(HEADER + "0,10.0,5\n"),
+    ),
+    Case("trace-missing-cell", TRACE_RUN, "line 2: no output_tokens value", _trace(HEADER + "0,10\n")),
+    Case(
+        "trace-bad-optional-cell",
+        TRACE_RUN,
+        "line 2: abort_after_s is 'soon', not a number of seconds",
+        _trace("arrival_s,input_tokens,output_tokens,abort_after_s\n0,16,4,soon\n"),
+    ),
     Case("trace-dev-zero", [*SIM, "--model", "tiny", "--trace", "/dev/zero"], "not a regular file"),
     Case("trace-is-dir", [*SIM, "--model", "tiny", "--trace", "{d}"], "not a regular file"),
     Case(
