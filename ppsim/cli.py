@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ppsim.errors import PPSimError
-from ppsim.fileio import short_repr
+from ppsim.fileio import permission_fix, short_repr
 from ppsim.metrics.trace import TRACE_WINDOW_S
 
 # characters that would break an error line (newlines, NUL, other controls, Unicode line separators)
@@ -286,9 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except OSError as err:  # a file that vanished or a disk that filled outside the result writers
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"error: {one_line(f'{where}{err.strerror or err}')}", file=sys.stderr)
-        return 1
+        where, fix = f"{err.filename}: " if err.filename else "", permission_fix(err)
+        print(f"error: {one_line(f'{where}{err.strerror or err}{fix}')}", file=sys.stderr)
+        return 2 if fix else 1  # a path the user may not read is bad input
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import numpy as np
 
 from ppsim.config import MAX_ARRIVAL_S, WorkloadConfig
 from ppsim.errors import PPSimError
-from ppsim.fileio import MAX_TRACE_BYTES, check_regular_file, short_repr
+from ppsim.fileio import MAX_TRACE_BYTES, check_regular_file, os_error, short_repr
 from ppsim.policy.requests import Request
 
 TRACE_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
@@ -199,7 +199,7 @@ def read_trace(path: str) -> Workload:
             except csv.Error as err:  # a cell over the csv module's limit (128 KiB), a NUL in a quoted cell
                 raise PPSimError(f"workload.trace: {path} line {reader.line_num}: {err}; fix the CSV") from None
     except OSError as err:
-        raise PPSimError(f"workload.trace: cannot read {path}: {err.strerror}") from None
+        raise os_error("workload.trace", "read", path, err) from None
     except UnicodeDecodeError as err:
         raise PPSimError(f"workload.trace: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     if not cols[0]:
