@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ppsim.errors import PPSimError
+from ppsim.errors import PPSimError, Terminated
 from ppsim.fileio import permission_fix, short_repr
 from ppsim.metrics.trace import TRACE_WINDOW_S
 
@@ -267,6 +269,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`~ppsim.errors.Terminated` (a KeyboardInterrupt), so that ``timeout``, Slurm
+    and Kubernetes get Ctrl-C's clean-up: no temporary result directory left, the engine's partial
+    results written. Main thread only."""
+
+    def raise_terminated(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -275,13 +297,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None) or COMMANDS[args.command][0]
     try:
-        return handler(args)
+        with sigterm_as_interrupt():
+            return handler(args)
     except PPSimError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
         return getattr(err, "exit_code", 2)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM: the clean-up on the way here has run
+        print("terminated (SIGTERM)" if isinstance(err, Terminated) else "interrupted", file=sys.stderr)
+        return 128 + signal.SIGTERM if isinstance(err, Terminated) else 130
     except BrokenPipeError:  # `ppsim models | head`
         sys.stderr.close()
         return 0
