@@ -173,6 +173,35 @@ CASES_CONFIG: list[Case] = [
     Case("compute-efficiency-tiny", CONFIG, "cost.compute_efficiency", _toml("[cost]\ncompute_efficiency = 1e-300\n")),
     Case("step-overhead-absurd", CONFIG, "cost.step_overhead_us", _toml("[cost]\nstep_overhead_us = 1e300\n")),
     Case("layer-overhead-absurd", CONFIG, "cost.layer_overhead_us", _toml("[cost]\nlayer_overhead_us = 1e300\n")),
+    # --- -inf and -nan are values, not flags (they were "expected one argument") ---------------------
+    Case("request-rate-minus-inf", [*SIM, *TINY, "--request-rate", "-inf"], "workload.request_rate"),
+    Case(
+        "trace-window-minus-inf",
+        [*SIM, *TINY, "--trace-window-s", "-inf"],
+        "--trace-window-s: '-inf' is not a positive number of seconds",
+    ),
+    Case(
+        "coefficients-minus-inf",
+        ["chunk-plan", "--model", "tiny", "--coefficients", "-inf,0,0", "--prompt-len", "100"],
+        "--coefficients: -inf,0,0 holds inf or nan",
+    ),
+    Case(
+        "coefficients-minus-infinity-second",
+        ["chunk-plan", "--model", "tiny", "--coefficients", "-1,-Infinity,0", "--prompt-len", "100"],
+        "--coefficients: -1,-Infinity,0 holds inf or nan",
+    ),
+    # --trace-window-s: the flag named once, with the form it takes (was "invalid _window_s value", or
+    # "argument --trace-window-s: --trace-window-s: 0 ...")
+    Case(
+        "trace-window-zero",
+        [*SIM, *TINY, "--trace-window-s", "0"],
+        "argument --trace-window-s: '0' is not a positive number of seconds; give one such as 60",
+    ),
+    Case(
+        "trace-window-not-a-number",
+        [*SIM, *TINY, "--trace-window-s", "abc"],
+        "argument --trace-window-s: 'abc' is not a positive number of seconds",
+    ),
     # --- one file, one value -------------------------------------------------------------------
     Case(
         "knob-flat-and-in-policy-table",
