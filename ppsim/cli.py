@@ -302,9 +302,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PPSimError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
         return getattr(err, "exit_code", 2)
-    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM: the clean-up on the way here has run
-        print("terminated (SIGTERM)" if isinstance(err, Terminated) else "interrupted", file=sys.stderr)
-        return 128 + signal.SIGTERM if isinstance(err, Terminated) else 130
+    except Terminated:  # SIGTERM: the clean-up on the way here has run, as for Ctrl-C
+        print("terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `ppsim models | head`
         sys.stderr.close()
         return 0
