@@ -7,10 +7,8 @@ without torch installed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import sys
-from collections.abc import Iterator
 
 
 def add_engine_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,9 +33,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
 
     s = scenario_from_args(args)  # its live_engine section: the engine's own flags over the config file's
     out_dir = check_output_dir(args.output_dir)
-    try:
-        with sigterm_as_interrupt():
-            run = run_engine(s, out_dir, log=lambda m: print(m, flush=True), dashboard=not args.no_dashboard)
+    try:  # SIGTERM raises Terminated, a KeyboardInterrupt (ppsim.cli.main)
+        run = run_engine(s, out_dir, log=lambda m: print(m, flush=True), dashboard=not args.no_dashboard)
     except EngineFault as err:
         print(f"error: {err}", file=sys.stderr)
         print(f"partial results written to {out_dir}/", file=sys.stderr)
@@ -59,23 +56,3 @@ def cmd_engine(args: argparse.Namespace) -> int:
         f"{'' if args.no_dashboard else ', dashboard.png'})"
     )
     return report_rejections(*rejections_of(run.prep, run.requests, run.summary))
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises :class:`engine.run.Terminated` (a KeyboardInterrupt) while the engine runs, so
-    ``timeout``, Slurm and Kubernetes get the partial results Ctrl-C gets. Main thread only."""
-    from engine.run import Terminated
-
-    def raise_terminated(signum: int, frame: object) -> None:
-        raise Terminated()
-
-    try:
-        previous = signal.signal(signal.SIGTERM, raise_terminated)
-    except ValueError:  # not the main thread: leave SIGTERM alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -35,7 +35,7 @@ from engine.transport import DataPath, switch_interval
 from engine.worker import StageConfig
 from ppsim.config import Scenario, scenario_json
 from ppsim.deployment import Prepared, kv_figures, prepare
-from ppsim.errors import PPSimError
+from ppsim.errors import PPSimError, Terminated
 from ppsim.live_engine import LiveEngineConfig
 from ppsim.metrics.io import dumps, run_files
 from ppsim.metrics.summary import summarize
@@ -55,10 +55,6 @@ MAX_REPLAY_S = 3600.0
 
 # the engine's options are the scenario's ``live_engine`` section; the old name stays for callers
 EngineOptions = LiveEngineConfig
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, Slurm, Kubernetes) during a run: handled as Ctrl-C, exit status 143."""
 
 
 class EngineFault(StageFault):

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ppsim.errors import PPSimError
+from ppsim.errors import PPSimError, Terminated
+from ppsim.fileio import permission_fix, short_repr
 from ppsim.metrics.trace import TRACE_WINDOW_S
 
 # characters that would break an error line (newlines, NUL, other controls, Unicode line separators)
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# a negative number or a list of numbers, as float() reads them ("-1e-6,0,0", "-inf", "-Infinity", "-nan")
+_NUMBER_WORD = "infinity|inf|nan"
+_NEGATIVE_NUMBER = re.compile(rf"^-(\d|\.\d|{_NUMBER_WORD})([\d.e+\-,:]|{_NUMBER_WORD})*$", re.IGNORECASE)
 
 
 def one_line(text: str) -> str:
@@ -27,17 +33,25 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # "-1", "-1.5", "-1e-6,0,0": values, not flags (no ppsim flag starts with a digit)
-        self._negative_number_matcher = re.compile(r"^-(\d|\.\d)[\d.eE+\-,:]*$")
+        # "-1", "-1.5", "-1e-6,0,0", "-inf", "-nan,0,0": values, not flags (no ppsim flag starts with a digit,
+        # -inf or -nan); their validation says what is wrong with them
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"error: {one_line(message)} (see `{self.prog} --help`)\n")
 
 
 def _window_s(text: str) -> float:
-    v = float(text)
+    """``--trace-window-s``: positive seconds, or inf (argparse puts the flag's name before the message)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
     if not v > 0:
-        raise argparse.ArgumentTypeError(f"--trace-window-s: {text} is not a positive number of seconds")
+        raise argparse.ArgumentTypeError(
+            f"{short_repr(text)} is not a positive number of seconds; "
+            f"give one such as {TRACE_WINDOW_S:g}, or inf for the whole run"
+        )
     return v
 
 
@@ -255,6 +269,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`~ppsim.errors.Terminated` (a KeyboardInterrupt), so that ``timeout``, Slurm
+    and Kubernetes get Ctrl-C's clean-up: no temporary result directory left, the engine's partial
+    results written. Main thread only."""
+
+    def raise_terminated(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -263,10 +297,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None) or COMMANDS[args.command][0]
     try:
-        return handler(args)
+        with sigterm_as_interrupt():
+            return handler(args)
     except PPSimError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
         return getattr(err, "exit_code", 2)
+    except Terminated:  # SIGTERM: the clean-up on the way here has run, as for Ctrl-C
+        print("terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -274,9 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except OSError as err:  # a file that vanished or a disk that filled outside the result writers
-        where = f"{err.filename}: " if err.filename else ""
-        print(f"error: {one_line(f'{where}{err.strerror or err}')}", file=sys.stderr)
-        return 1
+        where, fix = f"{err.filename}: " if err.filename else "", permission_fix(err)
+        print(f"error: {one_line(f'{where}{err.strerror or err}{fix}')}", file=sys.stderr)
+        return 2 if fix else 1  # a path the user may not read is bad input
 
 
 if __name__ == "__main__":

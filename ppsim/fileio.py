@@ -7,6 +7,7 @@ real one; a trace of a billion requests is ~30 GiB, so traces are capped at 1 Gi
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import reprlib
@@ -36,12 +37,23 @@ def short_repr(value: Any, limit: int = REPR_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def permission_fix(err: OSError) -> str:
+    """The fix to append to a message about ``err`` if its cause is permissions (a file that cannot be
+    read, a directory above it that cannot be searched); else ``""``."""
+    return "; fix the permissions of it or of a directory above it" if err.errno in (errno.EACCES, errno.EPERM) else ""
+
+
+def os_error(flag: str, verb: str, path: str | Path, err: OSError) -> PPSimError:
+    """``FLAG: cannot VERB PATH: why``, with the fix if the cause is permissions."""
+    return PPSimError(f"{flag}: cannot {verb} {path}: {err.strerror or err}{permission_fix(err)}")
+
+
 def check_regular_file(path: str | Path, flag: str, limit_bytes: int) -> None:
     """Refuse ``path`` unless it is a readable regular file of at most ``limit_bytes``."""
     try:
         st = os.stat(path)
     except OSError as err:
-        raise PPSimError(f"{flag}: cannot read {path}: {err.strerror}") from None
+        raise os_error(flag, "read", path, err) from None
     except ValueError:  # an embedded NUL byte
         raise PPSimError(f"{flag}: the path {str(path)!r} contains a NUL byte; fix the path") from None
     if not stat.S_ISREG(st.st_mode):
@@ -60,7 +72,7 @@ def read_text(path: str | Path, flag: str, limit_bytes: int = MAX_MAPPING_BYTES)
         with open(path, encoding="utf-8") as f:
             text = f.read(limit_bytes + 1)  # the file may have grown since the check
     except OSError as err:
-        raise PPSimError(f"{flag}: cannot read {path}: {err.strerror}") from None
+        raise os_error(flag, "read", path, err) from None
     except UnicodeDecodeError as err:
         raise PPSimError(f"{flag}: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     if len(text) > limit_bytes:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from ppsim.errors import PPSimError
+from ppsim.fileio import os_error
 
 MARKER = ".ppsim-result"
 # what ppsim commands wrote into a result directory before the marker existed
@@ -139,6 +140,13 @@ def check_output_dir(
     ``names``: the files about to be written (one taken by a directory is refused). ``replace``:
     the directory is replaced whole, so it must be empty or a previous ppsim result.
     """
+    try:
+        return _check_output_dir(out, flag, names, replace)
+    except OSError as err:  # ``out`` cannot be read, or a directory above it cannot be searched
+        raise os_error(flag, "access", err.filename or out, err) from None
+
+
+def _check_output_dir(out: str | Path, flag: str, names: Iterable[str], replace: bool) -> Path:
     d = _abs(out, flag)
     _check_names(d, flag, f".{d.name}.tmp-{os.getpid()}")
     if d.exists() and not d.is_dir():
@@ -183,6 +191,13 @@ def check_output_file(out: str | Path, flag: str) -> Path:
     """Raise (one line) unless a file can be written atomically at ``out`` (as
     :func:`ppsim.metrics.io.atomic_write` does: a temporary file beside it, then a rename); return it
     as an absolute path. Checked before the work whose result it is."""
+    try:
+        return _check_output_file(out, flag)
+    except OSError as err:  # a directory above ``out`` cannot be searched
+        raise os_error(flag, "access", err.filename or out, err) from None
+
+
+def _check_output_file(out: str | Path, flag: str) -> Path:
     p = _abs(out, flag)
     tmp_name = f".{p.name}.tmp{os.getpid()}"
     _check_names(p, flag, tmp_name)

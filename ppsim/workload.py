@@ -25,7 +25,7 @@ import numpy as np
 
 from ppsim.config import MAX_ARRIVAL_S, WorkloadConfig
 from ppsim.errors import PPSimError
-from ppsim.fileio import MAX_TRACE_BYTES, check_regular_file, short_repr
+from ppsim.fileio import MAX_TRACE_BYTES, check_regular_file, os_error, short_repr
 from ppsim.policy.requests import Request
 
 TRACE_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
@@ -165,6 +165,23 @@ def _optional(v: str | None, kind: type) -> Any:
     return kind(v) if v not in (None, "") else None
 
 
+NUMBER_FORMS = {float: "a number of seconds such as 0.5", int: "a whole number such as 16"}
+
+
+def _bad_cell(row: list[str], at: list[int], opt: list[int | None], where: str) -> PPSimError:
+    """The error for a row whose cells did not parse: the first cell that is missing or not a number."""
+    kinds = (float, int, int, int, float)
+    for n, (i, name, kind) in enumerate(zip([*at, *opt], TRACE_COLUMNS + OPTIONAL_COLUMNS, kinds, strict=True)):
+        text = row[i] if i is not None and i < len(row) else ""
+        if not text and n < len(at):
+            return PPSimError(f"{where}: no {name} value; give {', '.join(TRACE_COLUMNS)} on every line")
+        try:
+            _optional(text, kind)
+        except ValueError:
+            return PPSimError(f"{where}: {name} is {short_repr(text)}, not {NUMBER_FORMS[kind]}; fix the cell")
+    return PPSimError(f"{where} has a non-numeric value")
+
+
 def read_trace(path: str) -> Workload:
     """CSV with a header ``arrival_s,input_tokens,output_tokens``, optionally ``abort_after_tokens``
     (the client cancels after that many output tokens) and ``abort_after_s`` (after that long).
@@ -176,16 +193,17 @@ def read_trace(path: str) -> Workload:
             reader = csv.reader(f)
             try:
                 at, opt = _columns(next(reader, None), path)
-                for i, row in enumerate(r for r in reader if r):  # blank lines skipped, as csv.DictReader does
-                    _trace_row(row, at, opt, f"workload.trace: {path} row {i + 2}", cols)
+                for row in reader:
+                    if row:  # blank lines skipped, as csv.DictReader does; errors name the file's line
+                        _trace_row(row, at, opt, f"workload.trace: {path} line {reader.line_num}", cols)
             except csv.Error as err:  # a cell over the csv module's limit (128 KiB), a NUL in a quoted cell
                 raise PPSimError(f"workload.trace: {path} line {reader.line_num}: {err}; fix the CSV") from None
     except OSError as err:
-        raise PPSimError(f"workload.trace: cannot read {path}: {err.strerror}") from None
+        raise os_error("workload.trace", "read", path, err) from None
     except UnicodeDecodeError as err:
         raise PPSimError(f"workload.trace: {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     if not cols[0]:
-        raise PPSimError(f"workload.trace: {path} needs a header with columns {', '.join(TRACE_COLUMNS)}")
+        raise PPSimError(f"workload.trace: {path} has a header but no requests; add a line per request, e.g. 0,16,4")
     t, n_in, n_out, ab_n, ab_s = (np.frombuffer(c, dtype=np.float64 if c.typecode == "d" else np.int64) for c in cols)
     order = np.lexsort((np.arange(len(t)), t))
     return Workload(order, t[order], n_in[order], n_out[order], ab_n[order], ab_s[order])
@@ -222,7 +240,7 @@ def _trace_row(row: list[str], at: list[int], opt: list[int | None], where: str,
         abort_n = _optional(cell(opt[0]), int)
         abort_s = _optional(cell(opt[1]), float)
     except (TypeError, ValueError):
-        raise PPSimError(f"{where} has a non-numeric value") from None
+        raise _bad_cell(row, at, opt, where) from None
     if not math.isfinite(t) or t < 0 or n_in < 1 or n_out < 1:
         raise PPSimError(f"{where}: arrival_s must be finite and >= 0, token counts >= 1")
     if t > MAX_ARRIVAL_S:

@@ -104,6 +104,26 @@ CASES_CONFIG: list[Case] = [
         _trace("arrival_s,input_tokens,output_tokens,abort_after_token\n0,16,4,2\n"),
     ),
     Case("trace-duplicate-column", TRACE_RUN, "arrival_s twice", _trace("arrival_s," + HEADER + "0,0,16,4\n")),
+    Case("trace-header-only", TRACE_RUN, "has a header but no requests", _trace(HEADER)),
+    Case(  # the file's line, not the count of non-blank rows ("row 2")
+        "trace-bad-cell-after-blank-lines",
+        TRACE_RUN,
+        "t.csv line 4: output_tokens is 'x', not a whole number",
+        _trace(HEADER + "\n\n0,10,x\n"),
+    ),
+    Case(
+        "trace-float-token-count",
+        TRACE_RUN,
+        "line 2: input_tokens is '10.0', not a whole number",
+        _trace(HEADER + "0,10.0,5\n"),
+    ),
+    Case("trace-missing-cell", TRACE_RUN, "line 2: no output_tokens value", _trace(HEADER + "0,10\n")),
+    Case(
+        "trace-bad-optional-cell",
+        TRACE_RUN,
+        "line 2: abort_after_s is 'soon', not a number of seconds",
+        _trace("arrival_s,input_tokens,output_tokens,abort_after_s\n0,16,4,soon\n"),
+    ),
     Case("trace-dev-zero", [*SIM, "--model", "tiny", "--trace", "/dev/zero"], "not a regular file"),
     Case("trace-is-dir", [*SIM, "--model", "tiny", "--trace", "{d}"], "not a regular file"),
     Case(
@@ -162,6 +182,35 @@ CASES_CONFIG: list[Case] = [
     Case("compute-efficiency-tiny", CONFIG, "cost.compute_efficiency", _toml("[cost]\ncompute_efficiency = 1e-300\n")),
     Case("step-overhead-absurd", CONFIG, "cost.step_overhead_us", _toml("[cost]\nstep_overhead_us = 1e300\n")),
     Case("layer-overhead-absurd", CONFIG, "cost.layer_overhead_us", _toml("[cost]\nlayer_overhead_us = 1e300\n")),
+    # --- -inf and -nan are values, not flags (they were "expected one argument") ---------------------
+    Case("request-rate-minus-inf", [*SIM, *TINY, "--request-rate", "-inf"], "workload.request_rate"),
+    Case(
+        "trace-window-minus-inf",
+        [*SIM, *TINY, "--trace-window-s", "-inf"],
+        "--trace-window-s: '-inf' is not a positive number of seconds",
+    ),
+    Case(
+        "coefficients-minus-inf",
+        ["chunk-plan", "--model", "tiny", "--coefficients", "-inf,0,0", "--prompt-len", "100"],
+        "--coefficients: -inf,0,0 holds inf or nan",
+    ),
+    Case(
+        "coefficients-minus-infinity-second",
+        ["chunk-plan", "--model", "tiny", "--coefficients", "-1,-Infinity,0", "--prompt-len", "100"],
+        "--coefficients: -1,-Infinity,0 holds inf or nan",
+    ),
+    # --trace-window-s: the flag named once, with the form it takes (was "invalid _window_s value", or
+    # "argument --trace-window-s: --trace-window-s: 0 ...")
+    Case(
+        "trace-window-zero",
+        [*SIM, *TINY, "--trace-window-s", "0"],
+        "argument --trace-window-s: '0' is not a positive number of seconds; give one such as 60",
+    ),
+    Case(
+        "trace-window-not-a-number",
+        [*SIM, *TINY, "--trace-window-s", "abc"],
+        "argument --trace-window-s: 'abc' is not a positive number of seconds",
+    ),
     # --- one file, one value -------------------------------------------------------------------
     Case(
         "knob-flat-and-in-policy-table",

@@ -6,6 +6,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,6 +75,65 @@ def test_full_disk_on_a_small_tmpfs(tmp_path, capsys):
         assert os.listdir(disk) == ["run"]
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+# a run whose write stalls once its first files are staged, until a signal comes (the moment the
+# temporary directory is half-written, without depending on the host's speed)
+STALLED_WRITE = """
+import sys, time
+import ppsim.outputs
+from ppsim.cli import main
+
+real = ppsim.outputs._write_tree
+
+def stalled(root, files):
+    real(root, files)
+    print("staged", flush=True)
+    time.sleep(120)
+
+ppsim.outputs._write_tree = stalled
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _default_signals() -> None:
+    """In the child: SIGINT and SIGTERM at their defaults (a background job starts with SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize(
+    "sig, code, last", [(signal.SIGTERM, 143, "terminated (SIGTERM)"), (signal.SIGINT, 130, "interrupted")]
+)
+def test_a_signal_while_writing_leaves_the_previous_results(tmp_path, sig, code, last):
+    """SIGTERM (``timeout``, Slurm, Kubernetes) cleans up as Ctrl-C does: it left ``.out.tmp-PID`` behind."""
+    out = tmp_path / "out"
+    assert _simulate(out, "--no-dashboard") == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    args = ["simulate", *TINY, "--seed", "7", "--no-dashboard", "--quiet", "--output-dir", str(out)]
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    p = subprocess.Popen(
+        [sys.executable, "-c", STALLED_WRITE, *args],
+        cwd=root,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_default_signals,
+    )
+    try:
+        lines = iter(p.stdout.readline, "")  # ends if the child exits
+        assert "staged\n" in lines, p.stderr.read()
+        assert [d.name for d in tmp_path.glob(".out.tmp-*")] == [f".out.tmp-{p.pid}"]  # half-written now
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == code and err.splitlines()[-1] == last, err
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # no temporary directory left
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_a_new_run_replaces_another_commands_results(tmp_path):

@@ -1,6 +1,16 @@
 """Bad input: one clear line on stderr, non-zero exit, nothing written."""
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOBODY = 65534
 
 
 @pytest.mark.parametrize(
@@ -79,3 +89,79 @@ def test_custom_hardware_error_names_the_field(ppsim_cli, tmp_path):
     cfg.write_text('hardware = {name = "x", peak_tflops = -5, hbm_bandwidth_gbps = 100, memory_gib = 80}\n')
     r = ppsim_cli("simulate", "--config", str(cfg))
     assert r.returncode == 2 and r.stderr.startswith("error: hardware.peak_tflops:")
+
+
+def _run_unprivileged(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Python with ``args`` in ``cwd``, as ``nobody`` when the tests run as root (whom file modes do not
+    stop): through ``setpriv``, which also starts an interpreter installed under root's home."""
+    who = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"] if os.geteuid() == 0 else []
+    return subprocess.run(
+        [*who, sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(cwd / "home"), "MPLCONFIGDIR": str(cwd / "home")},
+    )
+
+
+@pytest.fixture(scope="module")
+def locked_dir():
+    """A scratch directory holding ``locked/``, a directory of mode 000, as seen by a process that its
+    mode stops (``nobody`` when the tests run as root); skipped where no such process can be made."""
+    d = Path(tempfile.mkdtemp(prefix="ppsim-locked-"))
+    d.chmod(0o777)  # nobody writes its outputs here
+    (d / "home").mkdir(mode=0o777)
+    (d / "locked").mkdir(mode=0)
+    try:
+        if os.geteuid() == 0 and shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: no process here is denied a mode-000 directory")
+        probe = "import os, ppsim.cli\ntry:\n    os.listdir('locked')\nexcept PermissionError:\n    print('denied')"
+        r = _run_unprivileged("-c", probe, cwd=d)
+        if r.stdout.strip() != "denied":
+            pytest.skip(f"no process here is denied a mode-000 directory ({r.stdout}{r.stderr[-300:]})")
+        yield d
+    finally:
+        (d / "locked").chmod(0o700)
+        shutil.rmtree(d)
+
+
+SMALL = ["--model", "tiny", "-pp", "2", "--num-prompts", "2", "--random-input-len", "16", "--random-output-len", "4"]
+DENIED = "Permission denied; fix the permissions of it or of a directory above it"
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["simulate", *SMALL, "--output-dir", "locked"], "error: --output-dir: cannot access {d}/locked: "),
+        (["simulate", *SMALL, "--output-dir", "locked/run"], "error: --output-dir: cannot access {d}/locked/run: "),
+        (
+            ["fit-chunks", *SMALL, "--chunk-sizes", "64", "--smooth-factors", "0.5", "--plot", "locked/p.png"],
+            "error: --plot: cannot access {d}/locked/p.png: ",
+        ),
+        (
+            ["simulate", "--model", "tiny", "--trace", "locked/t.csv", "--output-dir", "out"],
+            "error: workload.trace: cannot read locked/t.csv: ",
+        ),
+        (["simulate", *SMALL, "--config", "locked/c.toml", "--output-dir", "out"], "error: --config: cannot read"),
+    ],
+    ids=["output-dir", "output-dir-below", "fit-chunks-plot", "trace", "config"],
+)
+def test_a_path_behind_a_directory_without_permission(locked_dir, args, fragment):
+    r = _run_unprivileged("-m", "ppsim.cli", *args, cwd=locked_dir)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(fragment.format(d=locked_dir)), r.stderr
+    assert DENIED in r.stderr, r.stderr
+    assert sorted(os.listdir(locked_dir)) == ["home", "locked"]  # nothing written, no temporary directory left
+
+
+def test_a_permission_error_no_command_names_is_bad_input(monkeypatch, capsys):
+    """The last resort in main() (a path read where no flag is known): the path, the fix, exit status 2."""
+    from ppsim import cli
+
+    def denied(args):
+        raise PermissionError(13, "Permission denied", "runs/a/summary.json")
+
+    monkeypatch.setitem(cli.COMMANDS, "bubble", (denied, "help"))
+    assert cli.main(["bubble"]) == 2
+    assert capsys.readouterr().err == f"error: runs/a/summary.json: {DENIED}\n"
