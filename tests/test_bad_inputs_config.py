@@ -38,7 +38,7 @@ def test_legitimate_hf_configs_still_load(extra):
     "extra",
     [
         {"hidden_size": 2**20, "intermediate_size": 2**20, "vocab_size": 2**24},  # the bounds themselves
-        {"max_position_embeddings": 10_000_000},  # MAX_TOKENS
+        {"max_position_embeddings": 10_485_760},  # Llama 4 Scout's 10M context (MAX_TOKENS: 16 Mi)
         {"hidden_size": 250, "head_dim": 32},  # hidden not divisible by heads: fine with an explicit head_dim
         # rms_norm_eps absent (None drops it): the older layer_norm_epsilon; an int rope_theta
         {"rms_norm_eps": None, "layer_norm_epsilon": 1e-6, "rope_theta": 1_000_000},
