@@ -63,9 +63,9 @@ class OutputError(PPSimError):
     exit_code = 1
 
 
-def _abs(out: str | Path, flag: str) -> Path:
+def _abs(out: str | Path, flag: str, example: str = "a directory such as ppsim-results") -> Path:
     if str(out).strip() == "":
-        raise PPSimError(f"{flag}: empty path; give a directory such as ppsim-results")
+        raise PPSimError(f"{flag}: empty path; give {example}")
     if "\0" in str(out):
         raise PPSimError(f"{flag}: {str(out)!r} holds a NUL character; give a plain path")
     d = Path(os.path.abspath(os.path.expanduser(str(out))))
@@ -198,7 +198,7 @@ def check_output_file(out: str | Path, flag: str) -> Path:
 
 
 def _check_output_file(out: str | Path, flag: str) -> Path:
-    p = _abs(out, flag)
+    p = _abs(out, flag, "a PNG file such as plot.png")
     tmp_name = f".{p.name}.tmp{os.getpid()}"
     _check_names(p, flag, tmp_name)
     if p.is_dir():

@@ -290,6 +290,7 @@ CASES_RUNS: list[Case] = [
     Case("fit-chunks-below-block", [*FIT, "--chunk-sizes", "1"], "--chunk-sizes: 1 tokens"),
     Case("fit-chunks-empty-item", [*FIT, "--chunk-sizes", "64,,128"], "like 2048,4096 (got '64,,128')"),
     Case("fit-chunks-absurd", [*FIT, "--chunk-sizes", "1000000000000000"], "--chunk-sizes: 1000000000000000"),
+    Case("fit-chunks-plot-blank", [*FIT, "--plot", " "], "--plot: empty path; give a PNG file such as plot.png"),
     Case(
         "fit-chunks-plot-in-proc",
         ["fit-chunks", *TINY, "--chunk-sizes", "64", "--smooth-factors", "0.5", "--plot", "/proc/ppsim-x.png"],

@@ -144,11 +144,18 @@ DENIED = "Permission denied; fix the permissions of it or of a directory above i
             "error: workload.trace: cannot read locked/t.csv: ",
         ),
         (["simulate", *SMALL, "--config", "locked/c.toml", "--output-dir", "out"], "error: --config: cannot read"),
+        (["simulate", "--model", "locked", "--output-dir", "out"], "error: --model: cannot read locked: "),
+        (
+            ["simulate", "--model", "{d}/locked/config.json", "--output-dir", "out"],
+            "error: --model: cannot read {d}/locked/config.json: ",
+        ),
+        (["plot", "locked"], "error: run directory: cannot read locked: "),
+        (["compare", "locked", "--output", "c.png"], "error: run directory: cannot read locked: "),
     ],
-    ids=["output-dir", "output-dir-below", "fit-chunks-plot", "trace", "config"],
+    ids=["output-dir", "output-dir-below", "fit-chunks-plot", "trace", "config", "model", "model-abs", "plot", "compare"],
 )
 def test_a_path_behind_a_directory_without_permission(locked_dir, args, fragment):
-    r = _run_unprivileged("-m", "ppsim.cli", *args, cwd=locked_dir)
+    r = _run_unprivileged("-m", "ppsim.cli", *(a.format(d=locked_dir) for a in args), cwd=locked_dir)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith(fragment.format(d=locked_dir)), r.stderr
     assert DENIED in r.stderr, r.stderr

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ppsim.config import MAX_TOKENS
 from ppsim.errors import PPSimError
-from ppsim.fileio import loads_json, read_text, short_repr
+from ppsim.fileio import loads_json, os_error, read_text, short_repr
 from ppsim.models.dtypes import (
     KV_BYTES,
     WEIGHT_BYTES,
@@ -397,11 +397,15 @@ def list_presets() -> list[str]:
 
 def load_hf_config(model: str) -> tuple[dict, str]:
     """The raw ``config.json`` dict of a preset name, a ``config.json`` path or a directory holding one."""
-    preset = PRESET_DIR / f"{model}.json"
-    path = preset if preset.is_file() else Path(model)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
+    preset = PRESET_DIR / f"{model}.json"  # a name only: an absolute path joined here would replace the dir
+    try:
+        path = preset if ("/" not in model and preset.is_file()) else Path(model)
+        if path.is_dir():
+            path = path / "config.json"
+        found = path.is_file()
+    except OSError as err:  # a directory on the way that cannot be searched
+        raise os_error("--model", "read", model, err) from None
+    if not found:
         raise PPSimError(
             f"model: unknown preset or missing file {short_repr(model)}; use one of {', '.join(list_presets())} "
             "or a path to a HF config.json"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ppsim.errors import PPSimError
+from ppsim.fileio import os_error, permission_fix
 from ppsim.metrics.series import SERIES_FIELDS_HEAD, TIMELINE_FIELDS, WINDOW_AFTER, SeriesRecorder, series_csv
 
 LATENCIES = ("ttft", "tpot", "e2el")
@@ -37,15 +38,20 @@ class RunFiles:
 
 def run_dirs(path: str | Path) -> list[Path]:
     """``path`` if it holds a run, else the runs of a ``ppsim validate`` directory (engine-*, sim)."""
+    if not str(path).strip():
+        raise PPSimError("run directory: empty path; pass a directory written by ppsim simulate, engine or validate")
     p = Path(path)
-    if (p / "summary.json").is_file():
-        return [p]
-    if (p / "validation.json").is_file():
-        subs = sorted(d for d in p.glob("engine-*") if (d / "summary.json").is_file())
-        subs += [d for d in (p / "sim",) if (d / "summary.json").is_file()]
-        if subs:
-            return subs
-    what = "does not exist" if not p.exists() else "holds no summary.json"
+    try:
+        if (p / "summary.json").is_file():
+            return [p]
+        if (p / "validation.json").is_file():
+            subs = sorted(d for d in p.glob("engine-*") if (d / "summary.json").is_file())
+            subs += [d for d in (p / "sim",) if (d / "summary.json").is_file()]
+            if subs:
+                return subs
+        what = "does not exist" if not p.exists() else "holds no summary.json"
+    except OSError as err:  # a directory on the way that cannot be searched
+        raise os_error("run directory", "read", p, err) from None
     raise PPSimError(f"{p}: {what}; pass a directory written by ppsim simulate, engine or validate")
 
 
@@ -75,6 +81,16 @@ ROUNDING = 1e-9  # a value may land this far past its range (relative): 1 - busy
 def damaged(run: Path, name: str, why: str) -> PPSimError:
     """The one-line error for a damaged file of a run directory."""
     return PPSimError(f"{run}/{name}: {why}; {REWRITE}")
+
+
+def unreadable(run: Path, name: str, err: OSError) -> PPSimError:
+    """A run file that cannot be read: the permissions' fix if that is why, else :func:`damaged`'s."""
+    fix = permission_fix(err)
+    return (
+        PPSimError(f"{run}/{name}: unreadable ({err.strerror or err}){fix}")
+        if fix
+        else damaged(run, name, f"unreadable ({err.strerror or err})")
+    )
 
 
 def _number(v: Any) -> bool:
@@ -118,7 +134,7 @@ def _read_text(run: Path, name: str) -> str:
     except UnicodeDecodeError as err:
         raise damaged(run, name, f"not UTF-8 text (byte {err.start})") from None
     except OSError as err:
-        raise damaged(run, name, f"unreadable ({err.strerror or err})") from None
+        raise unreadable(run, name, err) from None
 
 
 def _read_object(run: Path, name: str) -> dict[str, Any]:
@@ -169,7 +185,7 @@ def _table(run: Path, name: str) -> Iterator[tuple[int, list[str]]]:
     except csv.Error as err:
         raise damaged(run, name, f"not CSV ({err})") from None
     except OSError as err:
-        raise damaged(run, name, f"unreadable ({err.strerror or err})") from None
+        raise unreadable(run, name, err) from None
 
 
 def _float(run: Path, name: str, line: int, col: str, text: str) -> float:
