@@ -27,7 +27,7 @@ from ppsim.typed import Model
 
 # Bounds on what would otherwise be unbounded (a typo of a few zeros must not allocate terabytes):
 MAX_NUM_PROMPTS = 10_000_000  # requests in one run
-MAX_TOKENS = 16 * 1024**2  # tokens in one sequence (the longest context served today: Llama 4 Scout, 10 Mi = 10,485,760)
+MAX_TOKENS = 16 * 1024**2  # tokens in one sequence (the longest context served today: Llama 4 Scout, 10,485,760)
 # Simulated times: float seconds keep sub-microsecond resolution up to ~1e7 s (~4 months); times in ms or
 # epoch seconds would round TTFT and TPOT to 0 there, and far above that overflow integer nanoseconds.
 MAX_ARRIVAL_S = 1e7  # arrivals (and client abort delays) at most this many seconds after the run starts

@@ -152,7 +152,10 @@ DENIED = "Permission denied; fix the permissions of it or of a directory above i
         (["plot", "locked"], "error: run directory: cannot read locked: "),
         (["compare", "locked", "--output", "c.png"], "error: run directory: cannot read locked: "),
     ],
-    ids=["output-dir", "output-dir-below", "fit-chunks-plot", "trace", "config", "model", "model-abs", "plot", "compare"],
+    ids=[
+        *("output-dir", "output-dir-below", "fit-chunks-plot", "trace", "config"),
+        *("model", "model-abs", "plot", "compare"),
+    ],
 )
 def test_a_path_behind_a_directory_without_permission(locked_dir, args, fragment):
     r = _run_unprivileged("-m", "ppsim.cli", *(a.format(d=locked_dir) for a in args), cwd=locked_dir)
