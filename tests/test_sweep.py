@@ -171,6 +171,44 @@ def test_sweep_resume_skips_done_configs(tmp_path: Path):
     assert rep4.reused == 0
 
 
+DAMAGE = [
+    ("[]", "a JSON list, not an object"),
+    ('"x"', "a JSON str, not an object"),
+    ("5", "a JSON int, not an object"),
+    ("{", "unreadable (JSONDecodeError)"),
+    (lambda r: r.pop("num_gpus"), "num_gpus: Field required"),
+    (lambda r: r.update(labels=["pp"]), "labels: Input should be a valid dictionary"),
+    (lambda r: r.update(max_rate_rps="abc"), "max_rate_rps: Input should be a valid number"),
+    (lambda r: r.pop("at_max_rate"), "status ok without at_max_rate"),
+    (lambda r: r.update(key="0" * 16), "holds the result of '0000000000000000'"),
+]
+
+
+def test_damaged_results_are_redone_and_named(tmp_path: Path, capsys):
+    """A result file that is not what evaluate() writes is evaluated again, with one line on stderr
+    naming it; it was a traceback (``[]``, no num_gpus, labels a list) or reused (a rate of "abc")."""
+    sp = _space()
+    first = run_sweep(sp, tmp_path, workers=1, progress=False)
+    key = make_tasks(sp)[0].key
+    path = tmp_path / "results" / f"{key}.json"
+    good = path.read_text()
+    for damage, why in DAMAGE:
+        if callable(damage):
+            r = json.loads(good)
+            damage(r)
+            damage = json.dumps(r)
+        path.write_text(damage)
+        capsys.readouterr()
+        rep = run_sweep(sp, tmp_path, workers=1, progress=False)
+        err = capsys.readouterr().err
+        assert rep.evaluated == 1 and rep.reused == 1, why
+        assert err.count("\n") == 1 and f"{key}.json: {why}" in err, err
+        assert _strip(rep.results) == _strip(first.results)
+    capsys.readouterr()
+    rep = run_sweep(sp, tmp_path, workers=1, progress=False)  # the file was rewritten whole
+    assert rep.reused == 2 and capsys.readouterr().err == ""
+
+
 def test_memory_infeasible_reported_not_dropped(tmp_path: Path):
     sp = _space(
         base={"model": "llama-2-70b", "workload": {"num_prompts": 8, "random_input_len": 64, "random_output_len": 4}},
