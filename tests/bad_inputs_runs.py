@@ -127,6 +127,13 @@ CASES_RUNS: list[Case] = [
         "base.workload.trace: the sweep searches the request rate of a synthetic workload",
         workload='trace = "t.csv"\n',
     ),
+    _sweep(
+        "sweep-space-too-large",
+        "\n".join(
+            f"{k} = [{', '.join(str(i) for i in range(1, 8))}]" for k in ("seed", "pp", "tp", "batch", "block_size")
+        ),
+        "s.toml has 16,807 configurations (seed 7 x pp 7 x tp 7 x batch 7 x block_size 7 values), more than the 10,000",
+    ),
     # --- plot / compare: damaged run directories --------------------------------------------------------
     _plot("plot-summary-list", "run/summary.json: a JSON list, not an object", summary_json="[1]\n"),
     _plot(

@@ -60,6 +60,10 @@ def _space(**over):
         ({"search": {"max_steps": 0}}, "search.max_steps"),
         ({"search": {"steps": 3}}, "search.steps: unknown setting"),
         ({"base": {"workload": {"request_rate": 3}}}, "base.workload.request_rate"),
+        (
+            {"space": {"pp": list(range(1, 101)), "tp": list(range(1, 102)), "num_gpus": [1]}},
+            "space: the space file has 10,100 configurations (pp 100 x tp 101 values), more than the 10,000",
+        ),
     ],
 )
 def test_space_errors_name_the_field(over, field):
