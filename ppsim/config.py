@@ -9,7 +9,7 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ppsim.errors import PPSimError
 from ppsim.fileio import read_mapping, short_repr
@@ -282,6 +282,35 @@ def _read_file(path: str) -> dict[str, Any]:
     return read_mapping(path, "--config", "scenario fields")
 
 
+def _table_fields(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """The fields of ``model`` that take only a table of fields (``str | Spec``, which also takes a name, excepted)."""
+    fields = {name: f.annotation for name, f in model.model_fields.items()}
+    return {n: a for n, a in fields.items() if isinstance(a, type) and issubclass(a, BaseModel)}
+
+
+def _non_table(data: dict[str, Any], model: type[BaseModel] = Scenario, where: str = "") -> tuple[str, Any] | None:
+    """The first section of ``data`` (``workload``, ``engine.cpu``, ...) given as something else than a table."""
+    for name, sub in _table_fields(model).items():
+        v = data.get(name, {})
+        bad = _non_table(v, sub, f"{where}{name}.") if isinstance(v, dict) else (f"{where}{name}", v)
+        if bad:
+            return bad
+    return None
+
+
+def check_sections(data: dict[str, Any], source: str, prefix: str = "", field: str | None = None) -> None:
+    """Refuse a section that ``source`` gives as something else than a table: merged with a flag's table (or a
+    sweep's rate), it would be replaced, and the mistake hidden. ``prefix`` goes before the section's path in
+    the message, ``field`` replaces both."""
+    bad = _non_table(data)
+    if bad:
+        path, v = bad
+        raise PPSimError(
+            f"{field or prefix + path}: {source} sets {path} to {short_repr(v)}, not a table; it is a section: "
+            "give a table of its fields or remove it"
+        )
+
+
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
@@ -333,6 +362,7 @@ def build_scenario(config_path: str | None = None, overrides: dict[str, Any] | N
     """Scenario from an optional file, then nested ``overrides`` (CLI flags) on top."""
     data = _read_file(config_path) if config_path else {}
     if config_path:
+        check_sections(data, config_path)
         _knob_given_twice(data, config_path)
     data = _merge(data, overrides or {})
     try:

@@ -163,6 +163,15 @@ CASES_CONFIG: list[Case] = [
             'kind = "vllm-batch-queue"\nmax_num_batched_tokens = 128\n'
         ),
     ),
+    # --- a section that is not a table: a flag's table merged into it replaced it (TINY sets workload, -pp) ------
+    Case("section-scalar-under-flag", CONFIG, "c.toml sets workload to 5, not a table", _toml("workload = 5\n")),
+    Case(
+        "sections-garbage-under-flags",
+        [*CONFIG, "--max-num-seqs", "8"],
+        "c.toml sets cluster to [1, 2], not a table",
+        _toml('engine = "garbage"\ncluster = [1, 2]\n'),
+    ),
+    Case("subsection-scalar", CONFIG, "c.toml sets engine.cpu to 5", _toml("[engine]\ncpu = 5\n")),
     # --- lax values: pydantic reads true as 1 -----------------------------------------------------
     Case(
         "int-field-true",

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ppsim.config import Scenario, _cut, _merge, format_validation_error
+from ppsim.config import Scenario, _cut, _merge, check_sections, format_validation_error
 from ppsim.errors import PPSimError
 from ppsim.fileio import read_mapping
 from ppsim.flags import flag_paths
@@ -155,7 +155,7 @@ def _parse_search(raw: Any) -> SearchSettings:
     return SearchSettings(float(tol), steps)
 
 
-def _parse_axes(raw: Any) -> tuple[dict[str, list[Any]], tuple[int, ...] | None]:
+def _parse_axes(raw: Any, source: str) -> tuple[dict[str, list[Any]], tuple[int, ...] | None]:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -175,6 +175,7 @@ def _parse_axes(raw: Any) -> tuple[dict[str, list[Any]], tuple[int, ...] | None]
         whole = len(path) == 2 and path[0] == "workload"  # "workload.request_rate" (else a table axis)
         for x in v:
             where, fix = (f"space.{k}", "remove this axis") if whole else (f"space.{k}.{{}}", "remove it")
+            check_sections(_nested(path, x), source, field=f"space.{k}")
             _check_workload(_nested(path, x).get("workload"), where, fix)
         if path in seen and not isinstance(v[0], dict):
             raise PPSimError(f"space.{k}: sets the same field as space.{seen[path]}; keep one of them")
@@ -230,8 +231,9 @@ def parse_space(data: dict[str, Any], default_name: str = "sweep", source: str =
     base = data.get("base") or {}
     if not isinstance(base, dict):
         raise PPSimError("base: must be a table of scenario fields (as in a --config file)")
+    check_sections(base, source, prefix="base.")
     _check_workload(base.get("workload"), "base.workload.{}", "remove it")
-    axes, gpus = _parse_axes(data.get("space"))
+    axes, gpus = _parse_axes(data.get("space"), source)
     slo = _parse_slo(data.get("slo"))
     search = _parse_search(data.get("search"))
     name = str(data.get("name") or default_name)
