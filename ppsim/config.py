@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -28,6 +29,9 @@ from ppsim.typed import Model
 # Bounds on what would otherwise be unbounded (a typo of a few zeros must not allocate terabytes):
 MAX_NUM_PROMPTS = 10_000_000  # requests in one run
 MAX_TOKENS = 10_000_000  # tokens in one sequence (the longest context windows served today: 10M)
+# Tokens per KV block: vLLM 0.9-0.16 accept 1 to 256 (CacheConfig.BlockSize), later ones any positive int, and
+# hybrid (Mamba) models align attention blocks to the state's page, a few thousand tokens at most
+MAX_BLOCK_SIZE = 4096
 # Simulated times: float seconds keep sub-microsecond resolution up to ~1e7 s (~4 months); times in ms or
 # epoch seconds would round TTFT and TPOT to 0 there, and far above that overflow integer nanoseconds.
 MAX_ARRIVAL_S = 1e7  # arrivals (and client abort delays) at most this many seconds after the run starts
@@ -112,7 +116,7 @@ class EngineConfig(_Frozen):
     max_num_seqs: int | None = Field(default=None, ge=1, description="running requests at most")
     # vLLM --max-model-len: prompt + output tokens a request may have; None: the model's max_position_embeddings
     max_model_len: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    block_size: int = Field(default=16, ge=1, description="tokens per KV block (vLLM default 16)")
+    block_size: int = Field(default=16, ge=1, le=MAX_BLOCK_SIZE, description="tokens per KV block (vLLM default 16)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     activation_reserve_gib: float = Field(default=2.0, ge=0, description="per GPU, kept out of the KV pool")
     cpu: CpuOverheads = CpuOverheads()
@@ -262,17 +266,35 @@ class Scenario(_Frozen):
         e, pp = self.engine, self.cluster.pipeline_parallel_size
         device = resolve_device(self.hardware)
         fill = e.policy.fill_defaults(device, pp)
-        if fill or e.max_num_seqs is None:
-            pol = e.policy.model_copy(update=fill)
-            seqs = e.max_num_seqs or pol.default_max_num_seqs(device, pp)
-            eng = e.model_copy(update={"policy": pol, "max_num_seqs": seqs})
-            return self.model_copy(update={"engine": eng})._check()
-        if e.step_token_budget < e.block_size:
-            raise ValueError("engine.max_num_batched_tokens must be >= engine.block_size")
-        why = e.policy.check(pp)
+        pol = e.policy.model_copy(update=fill) if fill else e.policy
+        if pol.step_token_budget < e.block_size:
+            raise ValueError(_budget_below_block(e, pol))
+        why = pol.check(pp)
         if why:
             raise ValueError(why)
+        if fill or e.max_num_seqs is None:
+            seqs = e.max_num_seqs or pol.default_max_num_seqs(device, pp)
+            eng = e.model_copy(update={"policy": pol, "max_num_seqs": seqs})
+            return self.model_copy(update={"engine": eng})
         return self
+
+
+def _budget_below_block(e: EngineConfig, pol: PolicyConfig) -> str:
+    """A step's token budget below one KV block, blamed on the setting the user gave: the policy's budget knob
+    (``max_num_batched_tokens``, SGLang's ``chunked_prefill_size`` or ``max_prefill_tokens``), or block_size."""
+    budget, bs = pol.step_token_budget, e.block_size
+    names = list(type(pol).budget_fields(budget))
+    knob = next((n for n in names if getattr(pol, n, None) == budget and n in e.policy.model_fields_set), None)
+    if knob is None and "block_size" in e.model_fields_set:
+        knob = next(n for n in names if getattr(pol, n, None) == budget)
+        return (
+            f"engine.block_size: {bs} tokens per KV block, more than the {budget} tokens a step may take "
+            f"(engine.{knob}); lower block_size or raise {knob}"
+        )
+    return (
+        f"engine.{knob or names[0]}: {budget} tokens per step, fewer than one KV block of "
+        f"engine.block_size {bs} tokens; raise it to at least {bs}"
+    )
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -322,6 +344,7 @@ UNION_PREFIXES = ("function-", "literal[", "list[")  # pydantic's names for unio
 UNION_NAMES = {"str", "int", "float", "DeviceSpec", "LinkSpec", *POLICIES}  # policy kinds: the union's tags
 
 
+FIELD_NAMED = re.compile(r"[a-z_]+(\.[a-z_]+)+: ")  # "engine.block_size: ..."
 MAX_MESSAGE_CHARS = 400  # a field name or message quoting a huge value is cut to this
 
 
@@ -336,6 +359,8 @@ def format_validation_error(err: ValidationError) -> str:
     loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith(UNION_PREFIXES) and str(x) not in UNION_NAMES)
     loc, msg = _cut(loc, 120), _cut(e["msg"].removeprefix("Value error, "))
     # the value as given, cut short: a YAML alias bomb of 400 bytes has a repr of gigabytes
+    if not loc and FIELD_NAMED.match(msg):  # a check across fields that names the field to fix
+        return msg
     return (
         f"{loc or 'scenario'}: {msg} (got {short_repr(e.get('input'))})"
         if "input" in e and not isinstance(e.get("input"), dict)

@@ -153,6 +153,27 @@ CASES_CONFIG: list[Case] = [
     Case("compute-efficiency-tiny", CONFIG, "cost.compute_efficiency", _toml("[cost]\ncompute_efficiency = 1e-300\n")),
     Case("step-overhead-absurd", CONFIG, "cost.step_overhead_us", _toml("[cost]\nstep_overhead_us = 1e300\n")),
     Case("layer-overhead-absurd", CONFIG, "cost.layer_overhead_us", _toml("[cost]\nlayer_overhead_us = 1e300\n")),
+    # --- a step budget below one KV block: the setting given is named (it blamed max_num_batched_tokens) -----
+    Case(
+        "sglang-chunk-below-block",
+        [*SIM, *TINY, "--policy", "sglang-ring", "--chunked-prefill-size", "8"],
+        "engine.chunked_prefill_size: 8 tokens per step, fewer than one KV block of engine.block_size 16",
+    ),
+    Case(
+        "sglang-prefill-budget-below-block",
+        [*SIM, *TINY, "--policy", "sglang-ring", "--max-prefill-tokens", "8"],
+        "engine.max_prefill_tokens: 8 tokens per step",
+    ),
+    Case(
+        "block-above-default-budget",
+        [*SIM, *TINY, "--policy", "llamacpp", "--block-size", "4096"],
+        "engine.block_size: 4096 tokens per KV block, more than the 2048 tokens a step may take",
+    ),
+    Case(
+        "block-size-absurd",
+        [*SIM, *TINY, "--block-size", "100000000000000", "--max-num-batched-tokens", "100000000000000"],
+        "engine.block_size: Input should be less than or equal to 4096",
+    ),
     # --- one file, one value -------------------------------------------------------------------
     Case(
         "knob-flat-and-in-policy-table",
