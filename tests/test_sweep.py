@@ -366,6 +366,8 @@ def test_cli_interrupt_exits_130_with_finished_results_saved(tmp_path: Path, mon
         (["--ray-address", "10.0.0.1:6379"], "--ray-address: only used with --executor ray"),
         (["--executor", "ray", "--ray-address", "auto", "--workers", "4"], "--workers: ignored when connecting"),
         (["--workers", "0"], "--workers: must be >= 1"),
+        (["--executor", "ray", "--ray-address", ""], "--ray-address: empty; give the cluster's HOST:PORT"),
+        (["--executor", "ray", "--ray-address", " "], "--ray-address: empty"),
     ],
 )
 def test_contradictory_executor_flags_rejected(tmp_path: Path, flags, msg, capsys):
