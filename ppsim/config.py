@@ -391,9 +391,30 @@ def build_scenario(config_path: str | None = None, overrides: dict[str, Any] | N
         _knob_given_twice(data, config_path)
     data = _merge(data, overrides or {})
     try:
-        return Scenario.model_validate(data)
+        s = Scenario.model_validate(data)
     except ValidationError as err:
         raise PPSimError(format_validation_error(err)) from None
+    _refuse_without_effect(s)
+    return s
+
+
+def _refuse_without_effect(s: Scenario) -> None:
+    """Refuse a setting away from its default that changes nothing in this run. Here, not in the models: a
+    sweep's product may pair it with an axis value that turns it off (a window with ``abort_rate = 0``), which
+    is no mistake; and the default is let pass, as every config.json written so far holds it."""
+    if s.workload.abort_rate == 0 and s.workload.abort_window_s != WorkloadConfig().abort_window_s:
+        raise PPSimError(
+            "workload.abort_window_s: no request is aborted (abort_rate is 0), so the window changes nothing; "
+            "set --abort-rate or drop --abort-window-s"
+        )
+    if s.cost.moe_routing_skew != 1:
+        from ppsim.models.shape import load_model
+
+        if not load_model(s.model).is_moe:
+            raise PPSimError(
+                f"cost.moe_routing_skew: {short_repr(s.model, 80)} is a dense model (no experts to route to), so "
+                "the skew changes nothing; drop --moe-routing-skew or pick a MoE model"
+            )
 
 
 def scenario_json(s: Scenario) -> str:

@@ -174,6 +174,23 @@ CASES_CONFIG: list[Case] = [
         [*SIM, *TINY, "--block-size", "100000000000000", "--max-num-batched-tokens", "100000000000000"],
         "engine.block_size: Input should be less than or equal to 4096",
     ),
+    # --- a value that changes nothing in this run (accepted silently) ---------------------------------
+    Case(
+        "abort-window-without-rate",
+        [*SIM, *TINY, "--abort-window-s", "5"],
+        "workload.abort_window_s: no request is aborted (abort_rate is 0)",
+    ),
+    Case(
+        "moe-skew-on-dense-model",
+        [*SIM, *TINY, "--moe-routing-skew", "1e308"],
+        "cost.moe_routing_skew: 'tiny' is a dense model",
+    ),
+    Case(
+        "chunking-coefficients-negative-while-off",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine.policy.dynamic_chunking_coefficients: chunking: quadratic coefficient a=-1 must be >= 0",
+        _files(**{"c.yaml": "engine: {policy: sglang-ring, dynamic_chunking_coefficients: [-1, -2, -3]}\n"}),
+    ),
     # --- one file, one value -------------------------------------------------------------------
     Case(
         "knob-flat-and-in-policy-table",
