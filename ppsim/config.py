@@ -286,7 +286,7 @@ def _budget_below_block(e: EngineConfig, pol: PolicyConfig) -> str:
     names = list(type(pol).budget_fields(budget))
     knob = next((n for n in names if getattr(pol, n, None) == budget and n in e.policy.model_fields_set), None)
     if knob is None and "block_size" in e.model_fields_set:
-        knob = next(n for n in names if getattr(pol, n, None) == budget)
+        knob = next((n for n in names if getattr(pol, n, None) == budget), names[0])
         return (
             f"engine.block_size: {bs} tokens per KV block, more than the {budget} tokens a step may take "
             f"(engine.{knob}); lower block_size or raise {knob}"

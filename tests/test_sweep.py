@@ -185,6 +185,7 @@ DAMAGE = [
     (lambda r: r.update(max_rate_rps="abc"), "max_rate_rps: Input should be a valid number"),
     (lambda r: r.pop("at_max_rate"), "status ok without at_max_rate"),
     (lambda r: r.update(key="0" * 16), "holds the result of '0000000000000000'"),
+    ("{}", "version: Field required"),
 ]
 
 

@@ -110,7 +110,8 @@ def _read_result(p: Path, key: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"unreadable ({type(err).__name__})"
     if not isinstance(r, dict):
         return None, f"a JSON {type(r).__name__}, not an object"
-    if r.get("version") != RESULT_VERSION or r.get("status") == "error":
+    v = r.get("version")
+    if (type(v) is int and v != RESULT_VERSION) or r.get("status") == "error":  # no version: damage (below)
         return None, None
     try:
         StoredResult.model_validate(r)
