@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ppsim.errors import PPSimError
 from ppsim.fileio import read_mapping, short_repr
@@ -28,6 +29,9 @@ from ppsim.typed import Model
 # Bounds on what would otherwise be unbounded (a typo of a few zeros must not allocate terabytes):
 MAX_NUM_PROMPTS = 10_000_000  # requests in one run
 MAX_TOKENS = 16 * 1024**2  # tokens in one sequence (the longest context served today: Llama 4 Scout, 10,485,760)
+# Tokens per KV block: vLLM 0.9-0.16 accept 1 to 256 (CacheConfig.BlockSize), later ones any positive int, and
+# hybrid (Mamba) models align attention blocks to the state's page, a few thousand tokens at most
+MAX_BLOCK_SIZE = 4096
 # Simulated times: float seconds keep sub-microsecond resolution up to ~1e7 s (~4 months); times in ms or
 # epoch seconds would round TTFT and TPOT to 0 there, and far above that overflow integer nanoseconds.
 MAX_ARRIVAL_S = 1e7  # arrivals (and client abort delays) at most this many seconds after the run starts
@@ -112,7 +116,7 @@ class EngineConfig(_Frozen):
     max_num_seqs: int | None = Field(default=None, ge=1, description="running requests at most")
     # vLLM --max-model-len: prompt + output tokens a request may have; None: the model's max_position_embeddings
     max_model_len: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    block_size: int = Field(default=16, ge=1, description="tokens per KV block (vLLM default 16)")
+    block_size: int = Field(default=16, ge=1, le=MAX_BLOCK_SIZE, description="tokens per KV block (vLLM default 16)")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     activation_reserve_gib: float = Field(default=2.0, ge=0, description="per GPU, kept out of the KV pool")
     cpu: CpuOverheads = CpuOverheads()
@@ -262,17 +266,35 @@ class Scenario(_Frozen):
         e, pp = self.engine, self.cluster.pipeline_parallel_size
         device = resolve_device(self.hardware)
         fill = e.policy.fill_defaults(device, pp)
-        if fill or e.max_num_seqs is None:
-            pol = e.policy.model_copy(update=fill)
-            seqs = e.max_num_seqs or pol.default_max_num_seqs(device, pp)
-            eng = e.model_copy(update={"policy": pol, "max_num_seqs": seqs})
-            return self.model_copy(update={"engine": eng})._check()
-        if e.step_token_budget < e.block_size:
-            raise ValueError("engine.max_num_batched_tokens must be >= engine.block_size")
-        why = e.policy.check(pp)
+        pol = e.policy.model_copy(update=fill) if fill else e.policy
+        if pol.step_token_budget < e.block_size:
+            raise ValueError(_budget_below_block(e, pol))
+        why = pol.check(pp)
         if why:
             raise ValueError(why)
+        if fill or e.max_num_seqs is None:
+            seqs = e.max_num_seqs or pol.default_max_num_seqs(device, pp)
+            eng = e.model_copy(update={"policy": pol, "max_num_seqs": seqs})
+            return self.model_copy(update={"engine": eng})
         return self
+
+
+def _budget_below_block(e: EngineConfig, pol: PolicyConfig) -> str:
+    """A step's token budget below one KV block, blamed on the setting the user gave: the policy's budget knob
+    (``max_num_batched_tokens``, SGLang's ``chunked_prefill_size`` or ``max_prefill_tokens``), or block_size."""
+    budget, bs = pol.step_token_budget, e.block_size
+    names = list(type(pol).budget_fields(budget))
+    knob = next((n for n in names if getattr(pol, n, None) == budget and n in e.policy.model_fields_set), None)
+    if knob is None and "block_size" in e.model_fields_set:
+        knob = next((n for n in names if getattr(pol, n, None) == budget), names[0])
+        return (
+            f"engine.block_size: {bs} tokens per KV block, more than the {budget} tokens a step may take "
+            f"(engine.{knob}); lower block_size or raise {knob}"
+        )
+    return (
+        f"engine.{knob or names[0]}: {budget} tokens per step, fewer than one KV block of "
+        f"engine.block_size {bs} tokens; raise it to at least {bs}"
+    )
 
 
 # --- loading --------------------------------------------------------------------------------
@@ -280,6 +302,35 @@ class Scenario(_Frozen):
 
 def _read_file(path: str) -> dict[str, Any]:
     return read_mapping(path, "--config", "scenario fields")
+
+
+def _table_fields(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """The fields of ``model`` that take only a table of fields (``str | Spec``, which also takes a name, excepted)."""
+    fields = {name: f.annotation for name, f in model.model_fields.items()}
+    return {n: a for n, a in fields.items() if isinstance(a, type) and issubclass(a, BaseModel)}
+
+
+def _non_table(data: dict[str, Any], model: type[BaseModel] = Scenario, where: str = "") -> tuple[str, Any] | None:
+    """The first section of ``data`` (``workload``, ``engine.cpu``, ...) given as something else than a table."""
+    for name, sub in _table_fields(model).items():
+        v = data.get(name, {})
+        bad = _non_table(v, sub, f"{where}{name}.") if isinstance(v, dict) else (f"{where}{name}", v)
+        if bad:
+            return bad
+    return None
+
+
+def check_sections(data: dict[str, Any], source: str, prefix: str = "", field: str | None = None) -> None:
+    """Refuse a section that ``source`` gives as something else than a table: merged with a flag's table (or a
+    sweep's rate), it would be replaced, and the mistake hidden. ``prefix`` goes before the section's path in
+    the message, ``field`` replaces both."""
+    bad = _non_table(data)
+    if bad:
+        path, v = bad
+        raise PPSimError(
+            f"{field or prefix + path}: {source} sets {path} to {short_repr(v)}, not a table; it is a section: "
+            "give a table of its fields or remove it"
+        )
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -293,6 +344,7 @@ UNION_PREFIXES = ("function-", "literal[", "list[")  # pydantic's names for unio
 UNION_NAMES = {"str", "int", "float", "DeviceSpec", "LinkSpec", *POLICIES}  # policy kinds: the union's tags
 
 
+FIELD_NAMED = re.compile(r"[a-z_]+(\.[a-z_]+)+: ")  # "engine.block_size: ..."
 MAX_MESSAGE_CHARS = 400  # a field name or message quoting a huge value is cut to this
 
 
@@ -307,6 +359,8 @@ def format_validation_error(err: ValidationError) -> str:
     loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith(UNION_PREFIXES) and str(x) not in UNION_NAMES)
     loc, msg = _cut(loc, 120), _cut(e["msg"].removeprefix("Value error, "))
     # the value as given, cut short: a YAML alias bomb of 400 bytes has a repr of gigabytes
+    if not loc and FIELD_NAMED.match(msg):  # a check across fields that names the field to fix
+        return msg
     return (
         f"{loc or 'scenario'}: {msg} (got {short_repr(e.get('input'))})"
         if "input" in e and not isinstance(e.get("input"), dict)
@@ -333,12 +387,34 @@ def build_scenario(config_path: str | None = None, overrides: dict[str, Any] | N
     """Scenario from an optional file, then nested ``overrides`` (CLI flags) on top."""
     data = _read_file(config_path) if config_path else {}
     if config_path:
+        check_sections(data, config_path)
         _knob_given_twice(data, config_path)
     data = _merge(data, overrides or {})
     try:
-        return Scenario.model_validate(data)
+        s = Scenario.model_validate(data)
     except ValidationError as err:
         raise PPSimError(format_validation_error(err)) from None
+    _refuse_without_effect(s)
+    return s
+
+
+def _refuse_without_effect(s: Scenario) -> None:
+    """Refuse a setting away from its default that changes nothing in this run. Here, not in the models: a
+    sweep's product may pair it with an axis value that turns it off (a window with ``abort_rate = 0``), which
+    is no mistake; and the default is let pass, as every config.json written so far holds it."""
+    if s.workload.abort_rate == 0 and s.workload.abort_window_s != WorkloadConfig().abort_window_s:
+        raise PPSimError(
+            "workload.abort_window_s: no request is aborted (abort_rate is 0), so the window changes nothing; "
+            "set --abort-rate or drop --abort-window-s"
+        )
+    if s.cost.moe_routing_skew != 1:
+        from ppsim.models.shape import load_model
+
+        if not load_model(s.model).is_moe:
+            raise PPSimError(
+                f"cost.moe_routing_skew: {short_repr(s.model, 80)} is a dense model (no experts to route to), so "
+                "the skew changes nothing; drop --moe-routing-skew or pick a MoE model"
+            )
 
 
 def scenario_json(s: Scenario) -> str:

@@ -211,6 +211,44 @@ CASES_CONFIG: list[Case] = [
         [*SIM, *TINY, "--trace-window-s", "abc"],
         "argument --trace-window-s: 'abc' is not a positive number of seconds",
     ),
+    # --- a step budget below one KV block: the setting given is named (it blamed max_num_batched_tokens) -----
+    Case(
+        "sglang-chunk-below-block",
+        [*SIM, *TINY, "--policy", "sglang-ring", "--chunked-prefill-size", "8"],
+        "engine.chunked_prefill_size: 8 tokens per step, fewer than one KV block of engine.block_size 16",
+    ),
+    Case(
+        "sglang-prefill-budget-below-block",
+        [*SIM, *TINY, "--policy", "sglang-ring", "--max-prefill-tokens", "8"],
+        "engine.max_prefill_tokens: 8 tokens per step",
+    ),
+    Case(
+        "block-above-default-budget",
+        [*SIM, *TINY, "--policy", "llamacpp", "--block-size", "4096"],
+        "engine.block_size: 4096 tokens per KV block, more than the 2048 tokens a step may take",
+    ),
+    Case(
+        "block-size-absurd",
+        [*SIM, *TINY, "--block-size", "100000000000000", "--max-num-batched-tokens", "100000000000000"],
+        "engine.block_size: Input should be less than or equal to 4096",
+    ),
+    # --- a value that changes nothing in this run (accepted silently) ---------------------------------
+    Case(
+        "abort-window-without-rate",
+        [*SIM, *TINY, "--abort-window-s", "5"],
+        "workload.abort_window_s: no request is aborted (abort_rate is 0)",
+    ),
+    Case(
+        "moe-skew-on-dense-model",
+        [*SIM, *TINY, "--moe-routing-skew", "1e308"],
+        "cost.moe_routing_skew: 'tiny' is a dense model",
+    ),
+    Case(
+        "chunking-coefficients-negative-while-off",
+        [*SIM, *TINY, "--config", "{d}/c.yaml"],
+        "engine.policy.dynamic_chunking_coefficients: chunking: quadratic coefficient a=-1 must be >= 0",
+        _files(**{"c.yaml": "engine: {policy: sglang-ring, dynamic_chunking_coefficients: [-1, -2, -3]}\n"}),
+    ),
     # --- one file, one value -------------------------------------------------------------------
     Case(
         "knob-flat-and-in-policy-table",
@@ -221,6 +259,15 @@ CASES_CONFIG: list[Case] = [
             'kind = "vllm-batch-queue"\nmax_num_batched_tokens = 128\n'
         ),
     ),
+    # --- a section that is not a table: a flag's table merged into it replaced it (TINY sets workload, -pp) ------
+    Case("section-scalar-under-flag", CONFIG, "c.toml sets workload to 5, not a table", _toml("workload = 5\n")),
+    Case(
+        "sections-garbage-under-flags",
+        [*CONFIG, "--max-num-seqs", "8"],
+        "c.toml sets cluster to [1, 2], not a table",
+        _toml('engine = "garbage"\ncluster = [1, 2]\n'),
+    ),
+    Case("subsection-scalar", CONFIG, "c.toml sets engine.cpu to 5", _toml("[engine]\ncpu = 5\n")),
     # --- lax values: pydantic reads true as 1 -----------------------------------------------------
     Case(
         "int-field-true",

@@ -143,6 +143,28 @@ CASES_RUNS: list[Case] = [
         "base.workload.trace: the sweep searches the request rate of a synthetic workload",
         workload='trace = "t.csv"\n',
     ),
+    _sweep(
+        "sweep-space-too-large",
+        "\n".join(
+            f"{k} = [{', '.join(str(i) for i in range(1, 8))}]" for k in ("seed", "pp", "tp", "batch", "block_size")
+        ),
+        "s.toml has 16,807 configurations (seed 7 x pp 7 x tp 7 x batch 7 x block_size 7 values), more than the 10,000",
+    ),
+    # --- sweep: a section that is not a table (the placeholder request rate replaced it) ---------------
+    Case(
+        "sweep-base-section-not-table",
+        ["sweep", "--space", "{d}/s.toml", "--no-progress", "--workers", "1", "--output-dir", "{d}/out"],
+        "s.toml sets workload to 'garbage', not a table",
+        _files(
+            **{"s.toml": '[base]\nmodel = "tiny"\nworkload = "garbage"\n[space]\npp = [1]\n[slo]\np99_ttft_ms = 100\n'}
+        ),
+    ),
+    _sweep("sweep-axis-section-not-table", 'workload = ["garbage"]', "s.toml sets workload to"),
+    _sweep(
+        "sweep-axis-subsection-not-table",
+        '"engine.cpu" = [5]\n"engine.cpu.schedule_us" = [1]',
+        "s.toml sets engine.cpu to 5, not a table",
+    ),
     # --- plot / compare: damaged run directories --------------------------------------------------------
     _plot("plot-summary-list", "run/summary.json: a JSON list, not an object", summary_json="[1]\n"),
     _plot(

@@ -43,6 +43,19 @@ def test_model_that_does_not_fit_names_stage_and_shortfall():
         prepare(s)
 
 
+def test_block_larger_than_memory_names_block_size():
+    """One block bigger than the whole budget names --block-size first (the message named only -pp / -tp /
+    --gpu-memory-utilization, and an absurd block size is now refused by its bound)."""
+    shape = load_model("llama-3-70b")
+    st = prepare(build_scenario(overrides={"model": "llama-3-70b"})).topology.stages[1]
+    with pytest.raises(PPSimError, match=r"one KV block of 4096 tokens alone takes 0\.3 GiB: lower --block-size, or"):
+        stage_memory(shape, st, 0.5, 0.5, 0.0, 4096)
+    with pytest.raises(PPSimError, match=r"KV block\); raise --pipeline"):  # the block fits: -pp / -tp only
+        stage_memory(shape, st, 0.5, 0.5, 0.0, 16)
+    with pytest.raises(PPSimError, match="engine.block_size: Input should be less than or equal to 4096"):
+        build_scenario(overrides={"engine": {"block_size": 100_000_000_000_000, "max_num_batched_tokens": 10**14}})
+
+
 def test_block_pool_allocate_free():
     pool = BlockPool(4, 16)
     assert pool.allocate(1, 17)  # 2 blocks

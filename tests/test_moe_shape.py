@@ -101,7 +101,13 @@ def test_weight_dtypes_and_scale_overhead() -> None:
 
 def test_scenario_dtype_aliases() -> None:
     s = build_scenario(
-        None, {"weight_dtype": "modelopt_fp4", "kv_cache_dtype": "fp8_e4m3", "cost": {"moe_routing_skew": 2.0}}
+        None,
+        {
+            "model": "tiny-moe",  # a routing skew on a dense model is refused (it changes nothing)
+            "weight_dtype": "modelopt_fp4",
+            "kv_cache_dtype": "fp8_e4m3",
+            "cost": {"moe_routing_skew": 2.0},
+        },
     )
     assert (s.weight_dtype, s.kv_cache_dtype, s.cost.moe_routing_skew) == ("fp4", "fp8", 2.0)
     with pytest.raises(PPSimError, match="weight_dtype"):
@@ -116,6 +122,8 @@ def test_cli_flags_map_onto_scenario() -> None:
     p = argparse.ArgumentParser()
     add_scenario_flags(p)
     s = scenario_from_args(
-        p.parse_args(["--quantization", "fp8", "--kv-cache-dtype", "fp8", "--moe-routing-skew", "3"])
+        p.parse_args(
+            ["--model", "tiny-moe", "--quantization", "fp8", "--kv-cache-dtype", "fp8", "--moe-routing-skew", "3"]
+        )
     )
     assert (s.weight_dtype, s.kv_cache_dtype, s.cost.moe_routing_skew) == ("fp8", "fp8", 3.0)

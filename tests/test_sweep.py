@@ -60,6 +60,10 @@ def _space(**over):
         ({"search": {"max_steps": 0}}, "search.max_steps"),
         ({"search": {"steps": 3}}, "search.steps: unknown setting"),
         ({"base": {"workload": {"request_rate": 3}}}, "base.workload.request_rate"),
+        (
+            {"space": {"pp": list(range(1, 101)), "tp": list(range(1, 102)), "num_gpus": [1]}},
+            "space: the space file has 10,100 configurations (pp 100 x tp 101 values), more than the 10,000",
+        ),
     ],
 )
 def test_space_errors_name_the_field(over, field):
@@ -169,6 +173,45 @@ def test_sweep_resume_skips_done_configs(tmp_path: Path):
     # a changed SLO is a different key: nothing reused
     rep4 = run_sweep(_space(slo={"p99_ttft_ms": 9}), tmp_path, workers=1, progress=False)
     assert rep4.reused == 0
+
+
+DAMAGE = [
+    ("[]", "a JSON list, not an object"),
+    ('"x"', "a JSON str, not an object"),
+    ("5", "a JSON int, not an object"),
+    ("{", "unreadable (JSONDecodeError)"),
+    (lambda r: r.pop("num_gpus"), "num_gpus: Field required"),
+    (lambda r: r.update(labels=["pp"]), "labels: Input should be a valid dictionary"),
+    (lambda r: r.update(max_rate_rps="abc"), "max_rate_rps: Input should be a valid number"),
+    (lambda r: r.pop("at_max_rate"), "status ok without at_max_rate"),
+    (lambda r: r.update(key="0" * 16), "holds the result of '0000000000000000'"),
+    ("{}", "version: Field required"),
+]
+
+
+def test_damaged_results_are_redone_and_named(tmp_path: Path, capsys):
+    """A result file that is not what evaluate() writes is evaluated again, with one line on stderr
+    naming it; it was a traceback (``[]``, no num_gpus, labels a list) or reused (a rate of "abc")."""
+    sp = _space()
+    first = run_sweep(sp, tmp_path, workers=1, progress=False)
+    key = make_tasks(sp)[0].key
+    path = tmp_path / "results" / f"{key}.json"
+    good = path.read_text()
+    for damage, why in DAMAGE:
+        if callable(damage):
+            r = json.loads(good)
+            damage(r)
+            damage = json.dumps(r)
+        path.write_text(damage)
+        capsys.readouterr()
+        rep = run_sweep(sp, tmp_path, workers=1, progress=False)
+        err = capsys.readouterr().err
+        assert rep.evaluated == 1 and rep.reused == 1, why
+        assert err.count("\n") == 1 and f"{key}.json: {why}" in err, err
+        assert _strip(rep.results) == _strip(first.results)
+    capsys.readouterr()
+    rep = run_sweep(sp, tmp_path, workers=1, progress=False)  # the file was rewritten whole
+    assert rep.reused == 2 and capsys.readouterr().err == ""
 
 
 def test_memory_infeasible_reported_not_dropped(tmp_path: Path):
@@ -324,6 +367,8 @@ def test_cli_interrupt_exits_130_with_finished_results_saved(tmp_path: Path, mon
         (["--ray-address", "10.0.0.1:6379"], "--ray-address: only used with --executor ray"),
         (["--executor", "ray", "--ray-address", "auto", "--workers", "4"], "--workers: ignored when connecting"),
         (["--workers", "0"], "--workers: must be >= 1"),
+        (["--executor", "ray", "--ray-address", ""], "--ray-address: empty; give the cluster's HOST:PORT"),
+        (["--executor", "ray", "--ray-address", " "], "--ray-address: empty"),
     ],
 )
 def test_contradictory_executor_flags_rejected(tmp_path: Path, flags, msg, capsys):

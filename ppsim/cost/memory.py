@@ -71,9 +71,15 @@ def stage_memory(
         )
     if blocks < 1:
         short = (weights + per_tok * block_size - budget) / GIB
+        block = per_tok * block_size
+        fix = (  # the block alone larger than the memory: its size is the first thing to fix
+            f"one KV block of {block_size} tokens alone takes {block / GIB:.1f} GiB: lower --block-size, or "
+            if block > budget
+            else ""
+        )
         raise PPSimError(
             f"memory: stage {stage.index} needs {weights / GIB:.1f} GiB of weights per GPU but has "
-            f"{budget / GIB:.1f} GiB (short by {short:.1f} GiB for even one KV block); raise "
+            f"{budget / GIB:.1f} GiB (short by {short:.1f} GiB for even one KV block); {fix}raise "
             "--pipeline-parallel-size / --tensor-parallel-size or --gpu-memory-utilization"
         )
     return StageMemory(stage.index, weights, pool, per_tok, blocks)

@@ -143,6 +143,11 @@ def check_executor_flags(executor: str, workers: int | None, ray_address: str | 
     """Reject flags the chosen executor would ignore."""
     if workers is not None and workers < 1:
         raise PPSimError("--workers: must be >= 1")
+    if ray_address is not None and not ray_address.strip():  # else taken as absent: a local Ray started
+        raise PPSimError(
+            "--ray-address: empty; give the cluster's HOST:PORT (e.g. 10.0.0.1:6379), or drop --ray-address "
+            "to start a local Ray instance"
+        )
     if ray_address and executor != "ray":
         raise PPSimError("--ray-address: only used with --executor ray; add --executor ray or drop --ray-address")
     if ray_address and workers is not None:

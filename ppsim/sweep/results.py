@@ -2,7 +2,8 @@
 
 ``OUT/results/<key>.json`` holds one configuration's result, keyed by a hash of its resolved
 scenario, SLOs and search settings, and written atomically, so an interrupted sweep resumes by
-skipping every key already on disk (errors excepted: they are retried). Ranking: configurations
+skipping every key already on disk (errors excepted: they are retried; a damaged file, one that
+:class:`StoredResult` does not validate, is evaluated again and named). Ranking: configurations
 that meet the SLOs by requests/s per GPU (highest first), then those that meet them at no tested
 rate, then those that do not fit in memory, then errors.
 """
@@ -13,10 +14,15 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+
+from ppsim.config import format_validation_error
+from ppsim.fileio import short_repr
 from ppsim.metrics.io import atomic_write, dumps, save_figure
 from ppsim.sweep.evaluate import RESULT_VERSION
+from ppsim.typed import Model
 
 STATUS_ORDER = {"ok": 0, "slo-unmet": 1, "no-fit": 2, "error": 3}
 METRIC_COLUMNS = [
@@ -35,6 +41,41 @@ METRIC_COLUMNS = [
 ]
 
 
+class _Stored(Model):
+    # as written by save_result: JSON types exactly (no "abc" for a number), finite; other fields kept as saved
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+
+
+class AtMaxRate(_Stored):
+    p99_ttft_ms: float
+    p99_tpot_ms: float
+
+
+class StoredResult(_Stored):
+    """The fields of a saved result that the table, ``sweep.csv`` and the plot read (evaluate.py writes them)."""
+
+    version: int
+    key: str
+    status: Literal["ok", "slo-unmet", "no-fit", "error"]
+    labels: dict[str, str]
+    num_gpus: int = Field(ge=1)
+    runs: int = Field(ge=0)
+    max_rate_rps: float = Field(ge=0)
+    rate_per_gpu: float = Field(default=0.0, ge=0)
+    output_tok_s_per_gpu: float | None = Field(default=None, ge=0)
+    saturation_rps: float | None = Field(default=None, ge=0)
+    kv_capacity_tokens: int | None = Field(default=None, ge=0)
+    limit: str | None = None
+    message: str | None = None
+    at_max_rate: AtMaxRate | None = None
+
+    @model_validator(mode="after")
+    def _ok_has_its_figures(self) -> StoredResult:
+        if self.status == "ok" and (self.at_max_rate is None or self.output_tok_s_per_gpu is None):
+            raise ValueError("status ok without at_max_rate and output_tok_s_per_gpu")
+        return self
+
+
 def result_path(out_dir: Path, key: str) -> Path:
     return out_dir / "results" / f"{key}.json"
 
@@ -43,21 +84,40 @@ def save_result(out_dir: Path, result: dict[str, Any]) -> None:
     atomic_write(result_path(out_dir, result["key"]), dumps(result))
 
 
-def load_done(out_dir: Path, keys: list[str]) -> dict[str, dict[str, Any]]:
-    """Results already on disk for ``keys`` (unreadable or older-version files and errors are redone:
-    an error may come from a bug since fixed or a worker that died)."""
-    done = {}
+def load_done(out_dir: Path, keys: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Results already on disk for ``keys``, and the damaged files among them (``KEY.json: why``). Damaged
+    files are redone, as are older-version files and errors (an error may come from a bug since fixed or
+    a worker that died)."""
+    done, damaged = {}, []
     for k in keys:
         p = result_path(out_dir, k)
         if not p.exists():
             continue
-        try:
-            r = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        if r.get("version") == RESULT_VERSION and r.get("key") == k and r.get("status") != "error":
+        r, why = _read_result(p, k)
+        if why:
+            damaged.append(f"{p.name}: {why}")
+        elif r is not None:
             done[k] = r
-    return done
+    return done, damaged
+
+
+def _read_result(p: Path, key: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The result saved at ``p`` if it can be reused, else None and why it is damaged (None for an older
+    version or an error: not damage, only redone)."""
+    try:
+        r = json.loads(p.read_text())
+    except (OSError, ValueError) as err:
+        return None, f"unreadable ({type(err).__name__})"
+    if not isinstance(r, dict):
+        return None, f"a JSON {type(r).__name__}, not an object"
+    v = r.get("version")
+    if (type(v) is int and v != RESULT_VERSION) or r.get("status") == "error":  # no version: damage (below)
+        return None, None
+    try:
+        StoredResult.model_validate(r)
+    except ValidationError as err:
+        return None, format_validation_error(err).removeprefix("scenario: ")  # "scenario": no field named
+    return (r, None) if r["key"] == key else (None, f"holds the result of {short_repr(r['key'])}")
 
 
 def rank(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ppsim.config import _cut
 from ppsim.errors import PPSimError
 from ppsim.metrics.io import dumps
 from ppsim.outputs import check_output_dir, write_result_set
@@ -56,6 +57,12 @@ def make_tasks(space: SweepSpace) -> list[Task]:
     return list({t.key: t for t in tasks}.values())
 
 
+def _damaged_line(out: Path, damaged: list[str]) -> str:
+    """One line for the damaged files of ``OUT/results/``, which are evaluated again."""
+    shown = "; ".join(damaged[:3]) + (f"; ... ({len(damaged) - 3} more)" if len(damaged) > 3 else "")
+    return f"warning: {out}/results/: {len(damaged)} damaged result file(s) evaluated again: {_cut(shown)}"
+
+
 def run_sweep(
     space: SweepSpace,
     out_dir: str | Path,
@@ -68,7 +75,9 @@ def run_sweep(
     out = check_output_dir(out_dir, names=("sweep.csv", "space.json", "pareto.png"), replace=False)
     t0 = time.perf_counter()
     tasks = make_tasks(space)
-    done = load_done(out, [t.key for t in tasks])
+    done, damaged = load_done(out, [t.key for t in tasks])
+    if damaged:
+        print(_damaged_line(out, damaged), file=sys.stderr)
     todo = [t for t in tasks if t.key not in done]
     bar = Progress(len(todo), enabled=progress)
     runs = 0

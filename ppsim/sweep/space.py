@@ -29,12 +29,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ppsim.config import Scenario, _merge, format_validation_error
+from ppsim.config import Scenario, _cut, _merge, check_sections, format_validation_error
 from ppsim.errors import PPSimError
 from ppsim.fileio import read_mapping
 from ppsim.flags import flag_paths
 
 SECTIONS = ("name", "base", "space", "slo", "search")
+# The product of the axes (before the num_gpus filter) at most: each configuration is checked at load time
+# (~0.5 ms) and then costs a few simulated runs, so 10,000 is already hours of work on one host
+MAX_CONFIGURATIONS = 10_000
 
 # axis name -> path: every deployment flag's field by its name (ppsim/flags.py: the engines' names, each
 # policy knob beside engine.policy, the flat form the scenario maps; the workload is the search's), plus
@@ -152,7 +155,7 @@ def _parse_search(raw: Any) -> SearchSettings:
     return SearchSettings(float(tol), steps)
 
 
-def _parse_axes(raw: Any) -> tuple[dict[str, list[Any]], tuple[int, ...] | None]:
+def _parse_axes(raw: Any, source: str) -> tuple[dict[str, list[Any]], tuple[int, ...] | None]:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -172,12 +175,26 @@ def _parse_axes(raw: Any) -> tuple[dict[str, list[Any]], tuple[int, ...] | None]
         whole = len(path) == 2 and path[0] == "workload"  # "workload.request_rate" (else a table axis)
         for x in v:
             where, fix = (f"space.{k}", "remove this axis") if whole else (f"space.{k}.{{}}", "remove it")
+            check_sections(_nested(path, x), source, field=f"space.{k}")
             _check_workload(_nested(path, x).get("workload"), where, fix)
         if path in seen and not isinstance(v[0], dict):
             raise PPSimError(f"space.{k}: sets the same field as space.{seen[path]}; keep one of them")
         seen[path] = k
         axes[k] = v
     return axes, gpus
+
+
+def _check_size(raw: Any, source: str) -> None:
+    """Refuse a space of more than MAX_CONFIGURATIONS combinations before any is built."""
+    axes = raw if isinstance(raw, dict) else {}  # not a table: _parse_axes names it
+    lengths = {k: len(v) for k, v in axes.items() if isinstance(v, list) and k != "num_gpus"}
+    count = math.prod(lengths.values())
+    if count > MAX_CONFIGURATIONS:
+        product = " x ".join(f"{k} {n}" for k, n in lengths.items())
+        raise PPSimError(
+            f"space: {source} has {count:,} configurations ({_cut(product, 200)} values), more than the "
+            f"{MAX_CONFIGURATIONS:,} a sweep may have; give the axes fewer values or split the space into several files"
+        )
 
 
 def _check_workload(wl: Any, where: str, fix: str) -> None:
@@ -201,20 +218,22 @@ def load_space(path: str | Path) -> SweepSpace:
     from ppsim.sweep.resolve import resolve_configs
 
     data = read_space_file(path)
-    space = parse_space(data, default_name=Path(path).stem)
+    space = parse_space(data, default_name=Path(path).stem, source=str(path))
     resolve_configs(space.configs)
     return space
 
 
-def parse_space(data: dict[str, Any], default_name: str = "sweep") -> SweepSpace:
+def parse_space(data: dict[str, Any], default_name: str = "sweep", source: str = "the space file") -> SweepSpace:
     for k in data:
         if k not in SECTIONS:
             raise PPSimError(f"{k}: unknown section in the space file; use {', '.join(SECTIONS)}")
+    _check_size(data.get("space"), source)
     base = data.get("base") or {}
     if not isinstance(base, dict):
         raise PPSimError("base: must be a table of scenario fields (as in a --config file)")
+    check_sections(base, source, prefix="base.")
     _check_workload(base.get("workload"), "base.workload.{}", "remove it")
-    axes, gpus = _parse_axes(data.get("space"))
+    axes, gpus = _parse_axes(data.get("space"), source)
     slo = _parse_slo(data.get("slo"))
     search = _parse_search(data.get("search"))
     name = str(data.get("name") or default_name)
