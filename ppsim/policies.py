@@ -28,7 +28,6 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ppsim.hardware.presets import DeviceSpec
-from ppsim.policy.chunking import ChunkModel
 from ppsim.policy.pipelines import PipeOptions
 from ppsim.typed import TaggedModel
 
@@ -257,6 +256,7 @@ class SglangRing(Policy):
     @field_validator("dynamic_chunking_coefficients")
     @classmethod
     def _coefficients(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        """Checked with dynamic chunking on or off (``chunk_coefficients_problem``)."""
         why = None if v is None else chunk_coefficients_problem(v)
         if why:
             raise ValueError(why)
@@ -265,14 +265,6 @@ class SglangRing(Policy):
     @classmethod
     def budget_fields(cls, tokens: int) -> dict[str, int]:
         return {"chunked_prefill_size": tokens, "max_prefill_tokens": tokens}
-
-    @field_validator("dynamic_chunking_coefficients")
-    @classmethod
-    def _coefficients(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
-        """Checked as the chunk model checks them (a, b >= 0, finite), with dynamic chunking on or off."""
-        if v is not None:
-            ChunkModel(*v)
-        return v
 
     def fill_defaults(self, device: DeviceSpec, pp: int) -> dict[str, Any]:
         if self.chunked_prefill_size is None:

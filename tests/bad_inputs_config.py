@@ -246,7 +246,7 @@ CASES_CONFIG: list[Case] = [
     Case(
         "chunking-coefficients-negative-while-off",
         [*SIM, *TINY, "--config", "{d}/c.yaml"],
-        "engine.policy.dynamic_chunking_coefficients: chunking: quadratic coefficient a=-1 must be >= 0",
+        "engine.policy.dynamic_chunking_coefficients: a=-1 and b=-2 must be >= 0",
         _files(**{"c.yaml": "engine: {policy: sglang-ring, dynamic_chunking_coefficients: [-1, -2, -3]}\n"}),
     ),
     # --- one file, one value -------------------------------------------------------------------

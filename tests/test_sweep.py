@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ppsim.errors import PPSimError
+from ppsim.errors import PPSimError, Terminated
 from ppsim.sweep.progress import Progress
 from ppsim.sweep.results import pareto_front
 from ppsim.sweep.runner import make_tasks, run_sweep
@@ -339,7 +339,9 @@ def test_keyboard_interrupt_cancels_pool_and_keeps_finished(tmp_path: Path, monk
         pool.submit(len, [])  # shut down
 
 
-def test_cli_interrupt_exits_130_with_finished_results_saved(tmp_path: Path, monkeypatch, capsys):
+@pytest.mark.parametrize("signal, rc, said", [(KeyboardInterrupt, 130, "interrupted"), (Terminated, 143, "SIGTERM")])
+def test_cli_interrupt_exits_130_with_finished_results_saved(tmp_path: Path, monkeypatch, capsys, signal, rc, said):
+    """Ctrl-C: 130; SIGTERM (``main`` raises Terminated from its handler): 143, as every command."""
     import ppsim.sweep.runner as runner
     from ppsim.cli import main
 
@@ -347,7 +349,7 @@ def test_cli_interrupt_exits_130_with_finished_results_saved(tmp_path: Path, mon
         from ppsim.sweep.evaluate import evaluate
 
         yield evaluate(tasks[0])
-        raise KeyboardInterrupt
+        raise signal
 
     monkeypatch.setattr(runner, "run_tasks", one_then_interrupt)
     f = tmp_path / "s.toml"
@@ -355,9 +357,9 @@ def test_cli_interrupt_exits_130_with_finished_results_saved(tmp_path: Path, mon
         '[base]\nmodel = "tiny"\n[base.workload]\nnum_prompts = 16\nrandom_input_len = 32\n'
         "random_output_len = 4\n[space]\npp = [1, 2]\n[slo]\np99_ttft_ms = 50\n[search]\nmax_steps = 3\n"
     )
-    rc = main(["sweep", "--space", str(f), "--output-dir", str(tmp_path / "o"), "--no-progress"])
-    assert rc == 130
-    assert "1 configurations evaluated" in capsys.readouterr().err
+    assert main(["sweep", "--space", str(f), "--output-dir", str(tmp_path / "o"), "--no-progress"]) == rc
+    err = capsys.readouterr().err
+    assert "1 configurations evaluated" in err and said in err
     assert len(list((tmp_path / "o" / "results").glob("*.json"))) == 1
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ppsim.config import _cut
-from ppsim.errors import PPSimError
+from ppsim.errors import PPSimError, Terminated
 from ppsim.metrics.io import dumps
 from ppsim.outputs import check_output_dir, write_result_set
 from ppsim.sweep.evaluate import Task, config_key
@@ -40,11 +40,13 @@ class SweepReport:
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a sweep; the configurations finished so far are saved under ``OUT/results/``."""
+    """Ctrl-C or SIGTERM (``terminated``) during a sweep; the configurations finished so far are saved
+    under ``OUT/results/``."""
 
-    def __init__(self, out_dir: Path, finished: int, reused: int, total: int) -> None:
+    def __init__(self, out_dir: Path, finished: int, reused: int, total: int, terminated: bool = False) -> None:
         super().__init__(f"{finished} evaluated, {reused} reused of {total}")
         self.out_dir, self.finished, self.reused, self.total = out_dir, finished, reused, total
+        self.terminated = terminated
 
 
 def make_tasks(space: SweepSpace) -> list[Task]:
@@ -90,8 +92,8 @@ def run_sweep(
                 fresh[r["key"]] = r
                 runs += r.get("runs", 0)
                 bar.update()
-        except KeyboardInterrupt:
-            raise SweepInterrupted(out, len(fresh), len(done), len(tasks)) from None
+        except KeyboardInterrupt as err:
+            raise SweepInterrupted(out, len(fresh), len(done), len(tasks), isinstance(err, Terminated)) from None
         finally:
             results_iter.close()  # shuts the pool down (queued configurations cancelled) if interrupted
     by_key = {**done, **fresh}
@@ -147,12 +149,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         rep = run_sweep(space, args.output_dir, args.executor, args.workers, args.ray_address, not args.no_progress)
     except SweepInterrupted as intr:
+        how = "terminated (SIGTERM)" if intr.terminated else "interrupted"
         print(
-            f"\ninterrupted: {intr.finished} configurations evaluated in this run ({intr.reused} reused, "
+            f"\n{how}: {intr.finished} configurations evaluated in this run ({intr.reused} reused, "
             f"{intr.total} in all) are kept in {intr.out_dir}/results/; rerun the same command to resume",
             file=sys.stderr,
         )
-        return 130
+        return 143 if intr.terminated else 130
     print(format_table(rep.results, list(space.axes), args.top))
     print(
         f"{rep.evaluated} evaluated ({rep.simulated_runs} simulated runs), {rep.reused} reused from "
