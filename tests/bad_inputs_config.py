@@ -192,12 +192,12 @@ CASES_CONFIG: list[Case] = [
     Case(
         "coefficients-minus-inf",
         ["chunk-plan", "--model", "tiny", "--coefficients", "-inf,0,0", "--prompt-len", "100"],
-        "--coefficients: -inf,0,0 holds inf or nan",
+        "--coefficients: inf and nan are not coefficients",
     ),
     Case(
         "coefficients-minus-infinity-second",
         ["chunk-plan", "--model", "tiny", "--coefficients", "-1,-Infinity,0", "--prompt-len", "100"],
-        "--coefficients: -1,-Infinity,0 holds inf or nan",
+        "--coefficients: inf and nan are not coefficients",
     ),
     # --trace-window-s: the flag named once, with the form it takes (was "invalid _window_s value", or
     # "argument --trace-window-s: --trace-window-s: 0 ...")
