@@ -121,6 +121,7 @@ OUT = ["--output-dir", "{d}/out"]
 LATE_TRACE = "arrival_s,input_tokens,output_tokens\n0,16,4\n100000,16,4\n"
 FIT = ["fit-chunks", *TINY, "--smooth-factors", "0.5", "--plot", ""]
 PLAN = ["chunk-plan", "--model", "tiny"]
+VAL = ["validate", *TINY, "--profile", "profiles/tiny-cpu", "--repeats", "1", *OUT]
 
 CASES_RUNS: list[Case] = [
     # --- sweep: configurations resolved at load time -------------------------------------------------
@@ -436,5 +437,25 @@ CASES_RUNS: list[Case] = [
         ["simulate", *TINY, "--output-dir", "{d}/f/a\nb"],
         "--output-dir: ",
         _files(f="x"),
+    ),
+    # --- validate: host-guard limits, repeats, a workload of which no request would be served -------------
+    Case("validate-host-max-drift-inf", [*VAL, "--host-max-drift", "inf"], "--host-max-drift: inf must be in (0, 10]"),
+    Case("validate-host-max-drift-huge", [*VAL, "--host-max-drift", "1e9"], "--host-max-drift: 1e+09 must be in"),
+    Case(
+        "validate-host-max-drift-guard-off",
+        [*VAL, "--host-guard", "off", "--host-max-drift", "0.5"],
+        "--host-max-drift: the host guard is off",
+    ),
+    Case(
+        "validate-host-min-core-share-guard-off",
+        [*VAL, "--host-guard", "off", "--host-min-core-share", "0.5"],
+        "--host-min-core-share: the host guard is off",
+    ),
+    Case("validate-repeats-huge", [*VAL, "--repeats", "1000000"], "--repeats: 1000000 must be in [1, 100]"),
+    Case(
+        "validate-every-request-rejected",
+        [*VAL, "--kv-blocks", "1"],
+        "4 of 4 requests rejected: 4 need up to 2 KV blocks, the cache has 1",
+        needs_torch=True,
     ),
 ]

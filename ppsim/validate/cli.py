@@ -16,11 +16,18 @@ CALIBRATE_TIMEOUT_S = 1800
 
 def add_validate_parser(sub: argparse._SubParsersAction) -> None:
     from ppsim.cli import add_live_engine_flags, add_scenario_flags
+    from ppsim.validate.host import DEFAULT_MAX_DRIFT, DEFAULT_MIN_CORE_SHARE, MAX_DRIFT
+    from ppsim.validate.preflight import MAX_REPEATS
 
     p = sub.add_parser("validate", help="run the live engine and the simulator on one workload and compare")
     add_scenario_flags(p)
     add_live_engine_flags(p)  # --threads-per-stage, --device, --backend, ...: the scenario's live_engine
-    p.add_argument("--repeats", type=int, default=3, help="engine runs, to measure run-to-run spread (default 3)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help=f"engine runs, to measure run-to-run spread (default 3, at most {MAX_REPEATS})",
+    )
     p.add_argument(
         "--calibrate",
         action="store_true",
@@ -36,15 +43,16 @@ def add_validate_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--host-max-drift",
         type=float,
-        default=0.20,
+        default=DEFAULT_MAX_DRIFT,
         help="largest difference of the CPU probe from the profile's calibration-time probe "
-        "(or, for a profile without one, between readings), as a fraction (default 0.20)",
+        f"(or, for a profile without one, between readings), as a fraction (default {DEFAULT_MAX_DRIFT}, "
+        f"at most {MAX_DRIFT:g})",
     )
     p.add_argument(
         "--host-min-core-share",
         type=float,
-        default=0.85,
-        help="smallest share of a core the CPU probe may get (default 0.85)",
+        default=DEFAULT_MIN_CORE_SHARE,
+        help=f"smallest share of a core the CPU probe may get (default {DEFAULT_MIN_CORE_SHARE})",
     )
     p.add_argument("--output-dir", default="ppsim-validation")
     p.set_defaults(handler=cmd_validate)
@@ -116,15 +124,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ppsim.errors import PPSimError
     from ppsim.outputs import check_output_dir
     from ppsim.validate.host import HostGuard
+    from ppsim.validate.preflight import check_engine_inputs, check_repeats
     from ppsim.validate.run import format_report, validate
 
     if args.calibrate and args.profile:
         raise PPSimError("--calibrate: makes a new profile, --profile uses an existing one; give one of them")
-    if args.repeats < 1:
-        raise PPSimError("--repeats: must be >= 1")
+    check_repeats(args.repeats)
     host = HostGuard(args.host_guard, args.host_max_drift, args.host_min_core_share)
     check_output_dir(args.output_dir)
-    s = scenario_from_args(args)  # bad input fails here, before a calibration of minutes
+    s = scenario_from_args(args)  # bad input fails here or in the engine's checks, before a calibration of minutes
+    check_engine_inputs(s)
     made = None
     if not args.profile:
         made = MadeProfile(Path(args.output_dir))

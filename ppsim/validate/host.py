@@ -54,6 +54,9 @@ PROBE_CODE = (
     f"print(cpu / {PROBE_SLICES}, wall / {PROBE_SLICES})\n"
 )
 PROBE_TIMEOUT_S = 60.0
+MAX_DRIFT = 10.0  # --host-max-drift: a host 11x slower than at calibration is no longer the host it measured
+DEFAULT_MAX_DRIFT = 0.20
+DEFAULT_MIN_CORE_SHARE = 0.85
 GuardMode = Literal["flag", "refuse", "off"]
 
 
@@ -103,8 +106,8 @@ class HostGuard:
     """Readings around each engine repeat and the judgement over them."""
 
     mode: GuardMode = "flag"
-    max_drift: float = 0.20
-    min_core_share: float = 0.85
+    max_drift: float = DEFAULT_MAX_DRIFT
+    min_core_share: float = DEFAULT_MIN_CORE_SHARE
     probe: Callable[[], tuple[float, float]] = cpu_probe
     loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg
     readings: list[HostReading] = field(default_factory=list)
@@ -118,10 +121,26 @@ class HostGuard:
     def __post_init__(self) -> None:
         if self.mode not in ("flag", "refuse", "off"):
             raise PPSimError(f"--host-guard: {self.mode!r} is not one of flag, refuse, off")
-        if not self.max_drift > 0:
-            raise PPSimError(f"--host-max-drift: {self.max_drift} must be > 0 (a fraction, e.g. 0.15)")
+        if not 0 < self.max_drift <= MAX_DRIFT:
+            raise PPSimError(
+                f"--host-max-drift: {self.max_drift:g} must be in (0, {MAX_DRIFT:g}] (a fraction, e.g. 0.15)"
+            )
         if not 0 < self.min_core_share <= 1:
             raise PPSimError(f"--host-min-core-share: {self.min_core_share} must be in (0, 1]")
+        if self.mode == "off":
+            self._no_limits_when_off()
+
+    def _no_limits_when_off(self) -> None:
+        """A limit away from its default with the guard off would judge nothing: refused, not ignored."""
+        for flag, value, default in (
+            ("--host-max-drift", self.max_drift, DEFAULT_MAX_DRIFT),
+            ("--host-min-core-share", self.min_core_share, DEFAULT_MIN_CORE_SHARE),
+        ):
+            if value != default:
+                raise PPSimError(
+                    f"{flag}: the host guard is off (--host-guard off), so no reading is judged against "
+                    "the limit; drop it, or use --host-guard flag or refuse"
+                )
 
     def read(self, when: str) -> None:
         """Take one reading; in ``refuse`` mode raise at once if the host is already off."""

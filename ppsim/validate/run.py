@@ -31,6 +31,7 @@ from ppsim.sim.executor import simulate
 from ppsim.validate.compare import compare_summaries, per_request_errors, verdict
 from ppsim.validate.host import HostGuard, host_line
 from ppsim.validate.path import format_path, summarize_path
+from ppsim.validate.preflight import check_repeats
 from ppsim.validate.report import format_table, validation_files
 from ppsim.validate.steps import corun_factor_of, format_steps, model_factor, step_costs, summarize_steps
 
@@ -87,8 +88,7 @@ def prepare_validation(
             "validate: needs a calibration artifact of this machine; pass --profile DIR "
             "(make one with `ppsim calibrate --model MODEL --device cpu`) or --calibrate"
         )
-    if repeats < 1:
-        raise PPSimError("--repeats: must be >= 1")
+    check_repeats(repeats)
     out = check_output_dir(out_dir)
     if engine_options is not None:  # given beside the scenario: they replace its live_engine section
         s = s.model_copy(update={"live_engine": engine_options})
