@@ -100,7 +100,7 @@ def samples_csv(rows: list[dict[str, Any]]) -> str:
 def write_artifact(out: str | Path, meta: dict[str, Any], fits: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
     """The three files as one set: an earlier artifact in ``out`` is replaced whole or kept whole."""
     files = {"samples.csv": samples_csv(rows), "fits.json": dumps(fits), "meta.json": dumps(meta)}
-    return outputs.write_result_set(out, files, "--output")
+    return outputs.write_result_set(out, files, "--output-dir")
 
 
 def read_samples(d: str | Path) -> list[dict[str, Any]]:

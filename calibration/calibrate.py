@@ -28,6 +28,7 @@ import numpy as np
 
 from calibration.artifact import base_meta, check_output_dir, device_name, write_artifact
 from calibration.fit import fit_select, fit_to_json, predict
+from calibration.host_memory import check_memory
 from ppsim.cost.base import StageSpec
 from ppsim.cost.profiled import (
     REQ_OPS,
@@ -40,6 +41,7 @@ from ppsim.cost.profiled import (
     fit_from_json,
 )
 from ppsim.errors import PPSimError
+from ppsim.live_engine import MAX_THREADS_PER_STAGE
 from ppsim.models.shape import ModelShape, load_model
 from ppsim.policy.plan import PlanItem, StepPlan, make_plan
 from ppsim.validate.host import cpu_probe
@@ -453,6 +455,11 @@ def calibrate(
     """
     if threads is not None and threads < 1:
         raise PPSimError(f"--threads: {threads} is not a thread count; use 1 or more (default 1)")
+    if threads is not None and threads > MAX_THREADS_PER_STAGE:
+        raise PPSimError(
+            f"--threads: {threads} is more than {MAX_THREADS_PER_STAGE}, the most torch threads a stage process "
+            "may run (the live engine's limit); give about the CPU cores, e.g. 4"
+        )
     check_output_dir(out)
     import torch
 
@@ -475,9 +482,15 @@ def calibrate(
         )
     if router_zipf < 0:
         raise PPSimError(f"--moe-router-zipf: {router_zipf} is negative; use 0 (router alone) or more")
-    dtype = dtype or shape.dtype
+    if router_zipf and not shape.is_moe:
+        raise PPSimError(
+            f"--moe-router-zipf: {shape.name} is a dense model (no experts to route to), so the router skew "
+            "changes nothing; drop --moe-router-zipf or pick a MoE model"
+        )
+    dtype = shape.dtype if dtype is None else dtype
     if dtype not in TORCH_DTYPES:
-        raise PPSimError(f"--dtype: {dtype} is not one of {', '.join(TORCH_DTYPES)}")
+        raise PPSimError(f"--dtype: {dtype!r} is not one of {', '.join(TORCH_DTYPES)}")
+    check_memory(shape, dtype, TORCH_DTYPES[dtype].itemsize, STACK_BYTES, device)
     if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()

@@ -23,6 +23,8 @@ def add_output_dir_flag(p: argparse.ArgumentParser, what: str) -> None:
 
 def resolve_vidur_root(root: str | None) -> str:
     """``--root``, else ``$PPSIM_VIDUR_ROOT``; refuse with where the data comes from when neither is set."""
+    if root == "":
+        raise PPSimError(f"--root: empty; pass {VIDUR_SOURCE}, or drop --root to use ${VIDUR_ROOT_ENV}")
     root = root or os.environ.get(VIDUR_ROOT_ENV) or None
     if root is None:
         raise PPSimError(f"--root: not given; pass --root DIR or set {VIDUR_ROOT_ENV}=DIR, DIR being {VIDUR_SOURCE}")
@@ -104,15 +106,16 @@ def cmd_import_vidur(args: argparse.Namespace) -> int:
     from calibration.vidur_import import import_vidur
 
     check_output_dir(args.output)  # before the data root: a bad output path is the first thing to fix
-    meta, fits = import_vidur(
-        resolve_vidur_root(args.root),
-        args.device,
-        args.model,
-        args.output,
-        tp=args.tp,
-        vidur_model=args.vidur_model,
-        network=args.network,
-    )
+    root = resolve_vidur_root(args.root)
+    try:
+        meta, fits = import_vidur(
+            root, args.device, args.model, args.output, tp=args.tp, vidur_model=args.vidur_model, network=args.network
+        )
+    except PPSimError as err:  # a bad root from the environment is named as such, not as the flag not given
+        msg = str(err)
+        if args.root is None and msg.startswith("--root:"):
+            raise PPSimError(VIDUR_ROOT_ENV + msg[len("--root") :]) from None
+        raise
     for op, f in sorted(fits.items()):
         src = f.get("source", "")
         cv = f.get("cv_median_abs_rel_err")

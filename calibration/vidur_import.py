@@ -33,6 +33,11 @@ one measured file: 4 q_dim FLOPs per causal query-key pair; decode reads
 data lacks (e.g. 8: only 2 and 4 workers are shipped; the simulator then times the ring all-reduce
 over the scenario's ``cluster.tp_link``, as the roofline does). ``--network`` must name a
 ``network/<dev>_<network>`` folder (``pairwise_nvlink``, ``dgx``).
+
+Refused, naming the file (and line and column): an empty or header-only file, a column named twice, a
+time of 0 or above :data:`MAX_TIME_S`, a table of fewer than two sizes, attention rows too few or too
+alike to fit. ``--device`` must be a ``compute/`` folder with a ppsim preset (:data:`DEVICE_PRESET`),
+which ``meta.json`` records as ``hardware``: the cost model refuses the profile on other hardware.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from calibration.artifact import base_meta, check_output_dir, write_artifact
-from calibration.fit import fit_op, fit_to_json
+from calibration.fit import fit_op, fit_to_json, prefill_features
 from ppsim.cost.kernels import FIT, device_fit
 from ppsim.errors import PPSimError
 from ppsim.hardware.presets import resolve_device
@@ -74,7 +79,13 @@ MLP_OPS = {
     "add": "add",
 }
 DEVICE_PRESET = {"a100": "a100-80gb", "h100": "h100-sxm", "a40": "a40"}
-
+# One kernel, transfer or CPU overhead: Vidur's slowest median is 0.14 s (Llama-3-70B's MLP at 16k tokens on
+# A100); a minute is a typo or a corrupt cell, and 1e300 ms overflowed the simulator's clock.
+MAX_TIME_S = 60.0
+# Coefficients of the fitted attention forms (fit.py): a fit needs one point more than it has coefficients,
+# for a leave-one-out error
+FIT_COEFS = {"prefill_attn": 4, "decode_attn": 3}
+FIT_COLUMNS = {"prefill_attn": "prefill_chunk_size, kv_cache_size", "decode_attn": "batch_size, kv_cache_size"}
 
 FIX = "fix the file or copy it again from a Vidur checkout's data/profiling"
 
@@ -99,11 +110,23 @@ def _rows(path: Path) -> list[Row]:
         raise PPSimError(f"--root: {path} line {line} is not UTF-8 text; {FIX}") from None
     except (OSError, csv.Error) as err:
         raise PPSimError(f"--root: cannot read {path}: {err}; {FIX}") from None
+    _check_header(path, reader.fieldnames, rows)
     for r in rows:
         if None in r or None in r.values():  # DictReader's restkey / restval
             width = "more" if None in r else "fewer"
             raise PPSimError(f"--root: {path} line {r.line} has {width} cells than the header (truncated?); {FIX}")
     return rows
+
+
+def _check_header(path: Path, header: list[str] | None, rows: list[Row]) -> None:
+    """Refuse a file without rows, or with a column named twice (``DictReader`` keeps the last silently)."""
+    if not rows:
+        what = "is empty" if not header else "has a header but no rows"
+        raise PPSimError(f"--root: {path} {what}; {FIX}")
+    cols = header or []
+    twice = sorted({c for c in cols if cols.count(c) > 1})
+    if twice:
+        raise PPSimError(f"--root: {path} line 1 names column {twice[0]} twice; {FIX}")
 
 
 def _num(r: Row, col: str) -> float:
@@ -128,21 +151,30 @@ def _int(r: Row, col: str) -> int:
     return int(x)
 
 
-def _ms(r: Row, col: str) -> float:
-    """Cell ``col`` (milliseconds) in seconds; an empty cell is 0."""
-    return _num(r, col) * 1e-3 if r.get(col, "") != "" else 0.0
+def _ms(r: Row, col: str, positive: bool = False) -> float:
+    """Cell ``col`` (milliseconds) in seconds; an empty cell is 0. A time above :data:`MAX_TIME_S`, or
+    zero where ``positive`` (a measured operator: no kernel takes no time), is refused."""
+    if r.get(col, "") == "":
+        return 0.0
+    s = _num(r, col) * 1e-3
+    if s > MAX_TIME_S or (positive and s == 0):
+        why = f"above {MAX_TIME_S:g} s" if s else "zero: no measured operator takes no time"
+        raise PPSimError(f"--root: {r.path} line {r.line} column {col}: {r[col]!r} ms is {why}; {FIX}")
+    return s
 
 
 def table(rows: list[Row], key: str, col: str) -> dict[str, Any]:
-    """``interp`` coefficients: the median seconds of ``col`` at each ``key`` (mean over repeats of a key)."""
+    """``interp`` coefficients: the median seconds of ``col`` at each ``key`` (mean over repeats of a key),
+    at two values of ``key`` or more (one would time every size alike)."""
     by: dict[float, list[float]] = {}
     for r in rows:
         if r.get(col, "") != "":
-            by.setdefault(_num(r, key), []).append(_ms(r, col))
+            by.setdefault(_num(r, key), []).append(_ms(r, col, positive=True))
     xs = sorted(by)
-    if not xs:
+    if len(xs) < 2:
         where = rows[0].path if rows else "vidur import"
-        raise PPSimError(f"--root: {where}: no values of {col}; {FIX}")
+        got = f"only at {key} = {xs[0]:g}" if xs else "no values"
+        raise PPSimError(f"--root: {where}: {col} has {got}; a table needs two {key} values or more; {FIX}")
     return {"xs": xs, "ys": [float(np.mean(by[x])) for x in xs]}
 
 
@@ -227,10 +259,7 @@ def attention_fits(path: Path, tp: int) -> dict[str, dict[str, Any]]:
         ("attn_decode", "False", "time_stats.attn_decode.median"),
     ):
         sel = [r for r in rows if r.get("is_prefill") == is_pre and r.get(col, "") != ""]
-        y = np.array([_ms(r, col) + sum(_ms(r, e) for e in extra) for r in sel])
-        ok = y > 0
-        if ok.sum() < 2:
-            raise PPSimError(f"--root: {path}: fewer than 2 {op} times at tensor parallel size {tp}; {FIX}")
+        y = np.array([_ms(r, col, positive=True) + sum(_ms(r, e) for e in extra) for r in sel])
         if is_pre == "True":
             feats = {
                 "chunk": np.array([_num(r, "prefill_chunk_size") for r in sel]),
@@ -241,9 +270,34 @@ def attention_fits(path: Path, tp: int) -> dict[str, dict[str, Any]]:
             B = np.array([_num(r, "batch_size") for r in sel])
             feats = {"batch": B, "ctx_tokens": B * np.array([_num(r, "kv_cache_size") for r in sel])}
             form = "decode_attn"
-        fit, stats = fit_op(op, form, "", {k: v[ok] for k, v in feats.items()}, y[ok])
+        _check_fit_points(path, op, form, feats, tp)
+        fit, stats = fit_op(op, form, "", feats, y)
         out[op] = {**fit_to_json(fit, stats), "source": f"{path.name} ({col}+reshapes, fitted)"}
     return out
+
+
+def _check_fit_points(path: Path, op: str, form: str, feats: dict[str, np.ndarray], tp: int) -> None:
+    """Refuse rows too few, or too alike, to fit ``form``: one point more than its coefficients, which
+    vary the features independently (decodes all at one context would leave the context's cost unknown)."""
+    n = FIT_COEFS[form]
+    x = np.column_stack(list(feats.values()))
+    points = len(np.unique(x, axis=0))
+    if points <= n or _rank(form, feats) < n:
+        cols = FIT_COLUMNS[form]
+        got = f"{points} distinct ({cols}) points" + ("" if points <= n else ", which do not vary them independently")
+        raise PPSimError(
+            f"--root: {path}: {op} at tensor parallel size {tp} has {got}; its {form} fit has {n} coefficients "
+            f"and needs {n + 1} points or more that vary both, for a cross-validated error; {FIX}"
+        )
+
+
+def _rank(form: str, feats: dict[str, np.ndarray]) -> int:
+    """The rank of ``form``'s least-squares design over ``feats``, its columns scaled to one magnitude."""
+    if form == "prefill_attn":
+        design = prefill_features(feats["chunk"], feats["prefix"])
+    else:
+        design = np.column_stack([np.ones_like(feats["batch"]), feats["batch"], feats["ctx_tokens"]])
+    return int(np.linalg.matrix_rank(design / np.maximum(np.abs(design).max(axis=0), 1e-300)))
 
 
 def cpu_fits(root: Path, device: str) -> tuple[dict[str, dict[str, Any]], str | None]:
@@ -254,8 +308,6 @@ def cpu_fits(root: Path, device: str) -> tuple[dict[str, dict[str, Any]], str | 
     if not path.is_file():
         return {}, f"cpu overheads: none under {root}/cpu_overheads; the scenario's engine.cpu is used"
     rows = _rows(path)
-    if not rows:
-        raise PPSimError(f"--root: {path} has no rows; {FIX}")
     cols = {
         "schedule": "schedule_median",
         "update": "process_model_outputs_median",
@@ -267,6 +319,36 @@ def cpu_fits(root: Path, device: str) -> tuple[dict[str, dict[str, Any]], str | 
         op: _interp(table(rows, "batch_size", c), "n" if op in ("schedule", "update") else "reqs", f"{src} {c}")
         for op, c in cols.items()
     }, note
+
+
+def check_device(root: Path, device: str) -> None:
+    """Refuse a ``--device`` with no ``compute/<device>`` folder under ``root``, or one no ppsim hardware
+    preset describes (the import models lm_head, sampling and attention on the preset)."""
+    have = sorted(p.name for p in (root / "compute").iterdir() if p.is_dir())
+    if device not in have:
+        raise PPSimError(
+            f"--device: no folder {device!r} under {root}/compute; devices there: {', '.join(have) or 'none'}"
+        )
+    if device not in DEVICE_PRESET:
+        pairs = ", ".join(f"{k} -> {v}" for k, v in DEVICE_PRESET.items())
+        raise PPSimError(
+            f"--device: {device} has no ppsim hardware preset, on which the import models what Vidur did not "
+            f"measure (lm_head, attention, sampling); import a device folder that maps to one ({pairs})"
+            + ("" if set(have) & set(DEVICE_PRESET) else f"; {root}/compute has none")
+        )
+
+
+def mlp_rows(path: Path, tp: int) -> list[Row]:
+    """The rows of ``path`` (an mlp.csv) at tensor parallel size ``tp``; refused when it has none, naming
+    the sizes it has."""
+    rows = _rows(path)
+    sizes = sorted({_int(r, "num_tensor_parallel_workers") for r in rows})
+    if tp not in sizes:
+        raise PPSimError(
+            f"-tp: {path} has no rows at tensor parallel size {tp}; it has {', '.join(map(str, sizes))}: "
+            "pass -tp one of them"
+        )
+    return [r for r in rows if _int(r, "num_tensor_parallel_workers") == tp]
 
 
 def check_network(root: Path, network: str) -> None:
@@ -321,6 +403,7 @@ def import_vidur(
             f"--root: {base} has no compute/ folder; point it at Vidur's profiling data, "
             "the data/profiling directory of a Vidur checkout (github.com/microsoft/vidur)"
         )
+    check_device(base, device)
     check_network(base, network)
     check_output_dir(out)
     shape = load_model(model)
@@ -330,9 +413,7 @@ def import_vidur(
         cdir = base / "compute" / device
         have = ", ".join(sorted(str(p.parent.relative_to(cdir)) for p in cdir.glob("*/*/mlp.csv"))) or "none"
         raise PPSimError(f"vidur import: no mlp.csv for {model} on {device}; pass --vidur-model, one of: {have}")
-    rows = [r for r in _rows(mdir / "mlp.csv") if _int(r, "num_tensor_parallel_workers") == tp]
-    if not rows:
-        raise PPSimError(f"vidur import: {mdir}/mlp.csv has no rows at tensor parallel size {tp}; try -tp 1, 2, 4 or 8")
+    rows = mlp_rows(mdir / "mlp.csv", tp)
     check_vidur_shape(rows[0], shape, mdir / "mlp.csv")
     fits: dict[str, Any] = {
         ppsim_op: _interp(
@@ -355,6 +436,7 @@ def import_vidur(
     missing += miss
     meta = base_meta(shape, f"vidur {base}", f"{device} (Vidur profile)", "float16", None, tp, None)
     meta.update({"vidur_model": vm, "network": f"{device}_{network}", "missing": missing})
+    meta["hardware"] = DEVICE_PRESET[device]  # the preset measured: a scenario on another must not load it
     samples = [
         {"op": f"{op}", "split": "fit", f["x"]: int(x) if float(x).is_integer() else x, "median_s": y}
         for op, f in fits.items()

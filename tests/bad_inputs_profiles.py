@@ -1,7 +1,9 @@
 """Bad inputs to the profiled cost model's artifacts and the commands that write them: a corrupt profile
-directory (``--profile``, ``[cost] profile_dir``), a corrupt Vidur CSV (``import-vidur``) and a router skew
-``calibrate`` could never hand to a scenario. Same :class:`Case` table as ``tests/bad_inputs.py``; every
-case must end ``refused``: exit 2, one ``error:`` line containing ``fragment``, nothing written.
+directory (``--profile``, ``[cost] profile_dir``) or one with absurd times, or of other hardware; a corrupt or
+meaningless Vidur CSV (``import-vidur``); a router skew ``calibrate`` could never hand to a scenario, or one
+on a dense model, an empty dtype, threads past the engine's bound, a model too large for the host's memory.
+Same :class:`Case` table as ``tests/bad_inputs.py``; every case must end ``refused``: exit 2, one ``error:``
+line containing ``fragment``, nothing written.
 """
 
 from __future__ import annotations
@@ -36,6 +38,17 @@ def _profile(file: str, keys: tuple[str | int, ...], value: Any = DROP) -> Calla
         else:
             parent[keys[-1]] = value
         (p / file).write_text(json.dumps(data))
+
+    return make
+
+
+def _profile_on(hardware: str) -> Callable[[Path], None]:
+    """The shipped tiny profile as an import from Vidur records it: measured on the preset ``hardware``."""
+
+    def make(d: Path) -> None:
+        _profile("meta.json", ("hardware",), hardware)(d)
+        meta = json.loads((d / "p" / "meta.json").read_text())
+        (d / "p" / "meta.json").write_text(json.dumps({**meta, "device": "h100 (Vidur profile)"}))
 
     return make
 
@@ -80,6 +93,41 @@ def _mlp_cell(col: str, value: str) -> str:
 
 
 UP = "time_stats.mlp_up_proj.median"
+ATT_CSV = "vr__compute__h100__meta-llama__Llama-2-7b-hf__attention.csv"
+ATT_HEADER = "num_tensor_parallel_workers,is_prefill,prefill_chunk_size,kv_cache_size,batch_size,"
+ATT_HEADER += "time_stats.attn_prefill.median,time_stats.attn_decode.median"
+# (chunk, prefix) points that determine prefill_attn's four coefficients
+PREFILL_ROWS = [
+    f"1,True,{c},{p},1,{0.001 * c + 1e-6 * c * p:g}," for c, p in ((16, 0), (32, 64), (64, 0), (128, 256), (256, 512))
+]
+
+
+def _attention(decode: list[tuple[int, int]], prefill: list[str] | None = None) -> str:
+    """attention.csv: ``prefill`` rows (default: five good ones), then a decode row per (batch, kv_cache_size)."""
+    dec = [f"1,False,,{kv},{b},,{0.01 + 1e-5 * b * kv:g}" for b, kv in decode]
+    return "\n".join([ATT_HEADER, *(PREFILL_ROWS if prefill is None else prefill), *dec]) + "\n"
+
+
+def _mlp_tokens(tokens: int) -> str:
+    """mlp.csv whose every row is at ``tokens`` tokens: a table of one point."""
+    return "\n".join([MLP_HEADER, *(",".join(["1", str(tokens), *r.split(",")[2:]]) for r in _mlp().splitlines()[1:])])
+
+
+def _vidur_device(name: str) -> Callable[[Path], None]:
+    """The synthetic Vidur tree with its compute/h100 folder renamed ``name``."""
+
+    def make(d: Path) -> None:
+        _files(**{MLP_CSV: _mlp()})(d)
+        (d / "vr" / "compute" / "h100").rename(d / "vr" / "compute" / name)
+
+    return make
+
+
+# a HF config that passes every bound (hidden 2^16, intermediate 2^20) and whose one layer is 832 GiB in float32
+HUGE_LAYER = (
+    '{"hidden_size": 65536, "intermediate_size": 1048576, "num_hidden_layers": 2, "num_attention_heads": 512, '
+    '"vocab_size": 256, "torch_dtype": "float32"}'
+)
 
 CASES_PROFILES: list[Case] = [
     # --- fits.json ----------------------------------------------------------------------------------
@@ -195,6 +243,43 @@ CASES_PROFILES: list[Case] = [
         _profile("meta.json", ("moe",), {"router_zipf": 0.0, "expert_load": [0.5, "x"]}),
     ),
     Case("profile-meta-not-utf8", SIM, "meta.json is not UTF-8 text", _profile_bytes("meta.json", b" \xff")),
+    # --- absurd times: 1e300 s in a table overflowed the simulator's clock (OverflowError, metrics/oplog.py) ------
+    Case(
+        "profile-table-time-huge",
+        SIM,
+        "operator add: coef ys[0] = 1e+300 is beyond 1000 in magnitude",
+        _profile("fits.json", ("add", "coef", "ys", 0), 1e300),
+    ),
+    Case(
+        "profile-coef-huge",
+        SIM,
+        "operator attn_decode: coef call = 5000.0 is beyond 1000",
+        _profile("fits.json", ("attn_decode", "coef", "call"), 5000.0),
+    ),
+    Case(
+        "profile-glue-huge-negative",
+        SIM,
+        "operator layer_glue: coef c0 = -1e+300 is beyond 1000",
+        _profile("fits.json", ("layer_glue", "coef", "c0"), -1e300),
+    ),
+    Case(
+        "profile-table-steep-tail",
+        SIM,
+        "operator add: the table's last slope, 1e+06 per unit of x past xs[-1], is beyond 1000",
+        _profile("fits.json", ("add", "coef"), {"xs": [1, 1.5, 1.5001], "ys": [1e-6, 1e-6, 100.000001]}),
+    ),
+    Case(
+        "profile-meta-hardware-number",
+        SIM,
+        "meta.json: hardware is a number, not the name of a hardware preset",
+        _profile("meta.json", ("hardware",), 5),
+    ),
+    Case(
+        "profile-of-other-hardware",
+        [*SIM, "--hardware", "a100-80gb"],
+        "measured on h100-sxm (h100 (Vidur profile)), the scenario runs on a100-80gb; pass --hardware h100-sxm",
+        _profile_on("h100-sxm"),
+    ),
     # --- import-vidur ---------------------------------------------------------------------------------
     Case(
         "vidur-cell-not-a-number",
@@ -238,9 +323,95 @@ CASES_PROFILES: list[Case] = [
         "mlp.csv has no column num_tensor_parallel_workers",
         _files(**{MLP_CSV: "num_tokens,time_stats.add.median\n1,0.01\n"}),
     ),
+    # --- import-vidur: meaningless data, accepted before (an import that timed every operator at 0 s) ------
+    Case(
+        "vidur-time-huge",
+        IMPORT,
+        f"mlp.csv line 2 column {UP}: '1e300' ms is above 60 s",
+        _files(**{MLP_CSV: _mlp_cell(UP, "1e300")}),
+    ),
+    Case(
+        "vidur-time-zero",
+        IMPORT,
+        f"mlp.csv line 2 column {UP}: '0' ms is zero: no measured operator takes no time",
+        _files(**{MLP_CSV: _mlp_cell(UP, "0")}),
+    ),
+    Case(
+        "vidur-one-token-count",
+        IMPORT,
+        "only at num_tokens = 0; a table needs two num_tokens values or more",
+        _files(**{MLP_CSV: _mlp_tokens(0)}),
+    ),
+    Case(
+        "vidur-column-twice",
+        IMPORT,
+        f"mlp.csv line 1 names column {UP} twice",
+        _files(**{MLP_CSV: _mlp().replace("time_stats.add.median", UP, 1)}),
+    ),
+    Case("vidur-mlp-empty", IMPORT, "mlp.csv is empty", _files(**{MLP_CSV: ""})),
+    Case("vidur-mlp-header-only", IMPORT, "mlp.csv has a header but no rows", _files(**{MLP_CSV: MLP_HEADER + "\n"})),
+    Case(
+        "vidur-send-recv-empty",
+        IMPORT,
+        "h100_pairwise_nvlink/send_recv.csv is empty",
+        _files(**{MLP_CSV: _mlp(), SEND_CSV: ""}),
+    ),
+    Case(
+        "vidur-tp-not-profiled",
+        [*IMPORT, "-tp", "2"],
+        "Llama-2-7b-hf/mlp.csv has no rows at tensor parallel size 2; it has 1: pass -tp one of them",
+        _files(**{MLP_CSV: _mlp()}),
+    ),
+    Case(
+        "vidur-attention-two-rows",
+        IMPORT,
+        "attn_prefill at tensor parallel size 1 has 2 distinct (prefill_chunk_size, kv_cache_size) points; its "
+        "prefill_attn fit has 4 coefficients and needs 5 points or more",
+        _files(**{MLP_CSV: _mlp(), ATT_CSV: _attention([(1, 128), (4, 512)], PREFILL_ROWS[:2])}),
+    ),
+    Case(
+        "vidur-attention-decode-one-context",
+        IMPORT,
+        "attn_decode at tensor parallel size 1 has 5 distinct (batch_size, kv_cache_size) points, which do not vary "
+        "them independently",
+        _files(**{MLP_CSV: _mlp(), ATT_CSV: _attention([(b, 256) for b in (1, 2, 4, 8, 16)])}),
+    ),
+    Case(
+        "vidur-device-absent",
+        [*IMPORT, "--device", "foo"],
+        "/vr/compute; devices there: h100",
+        _files(**{MLP_CSV: _mlp()}),
+    ),
+    Case(
+        "vidur-device-without-preset",
+        [*IMPORT, "--device", "l4"],
+        "--device: l4 has no ppsim hardware preset",
+        _vidur_device("l4"),
+    ),
     # --- calibrate: a router skew no scenario can use, refused before any profiling -------------------
     *(
         Case(f"calibrate-zipf-{v}", [*CALIBRATE, "--moe-router-zipf", v], "give a finite value in [0, 8]")
         for v in ("nan", "inf", "9", "-1")
+    ),
+    # --- calibrate: values that changed nothing, or ran out of threads or memory, after minutes or at once ----
+    Case(
+        "calibrate-zipf-dense-model",
+        [*CALIBRATE, "--model", "tiny", "--moe-router-zipf", "3"],
+        "--moe-router-zipf: tiny is a dense model",
+        needs_torch=True,
+    ),
+    Case("calibrate-dtype-empty", [*CALIBRATE, "--dtype", ""], "--dtype: '' is not one of", needs_torch=True),
+    Case(
+        "calibrate-threads-huge",
+        [*CALIBRATE, "--threads", "100000"],
+        "--threads: 100000 is more than 1024",
+        needs_torch=True,
+    ),
+    Case(
+        "calibrate-layer-beyond-memory",
+        [*CALIBRATE, "--model", "{d}/config.json"],
+        "GiB the host has available (MemAvailable)",
+        _files(**{"config.json": HUGE_LAYER}),
+        needs_torch=True,
     ),
 ]

@@ -1,7 +1,8 @@
 """Checks of a profile's files as :func:`ppsim.cost.profiled.read_profile` reads them: every operator's
-form can time it, its coefficients are the ones that form reads, finite numbers, no negative time;
-the meta.json fields the cost model reads have their types. A corrupt or hand-edited profile is
-refused in one line instead of failing mid-simulation (or, with a negative time, running 10x fast)."""
+form can time it, its coefficients are the ones that form reads, finite numbers, no negative time, none
+above :data:`MAX_COEF` (nor an ``interp`` table's slope past its last point); the meta.json fields the
+cost model reads have their types. A corrupt or hand-edited profile is refused in one line instead of
+failing mid-simulation (with 1e300 s, the clock overflowed; with a negative time, it ran 10x fast)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ OP_FORMS = {
 # times (calibration/fit.py), a table of them or a ratio of them: a negative coefficient is a corrupt file.
 SIGNED_OPS = ("layer_glue", "first_glue", "last_glue", "handoff", "stage_idle")
 REFIT = "re-run ppsim calibrate (or ppsim import-vidur)"
+# The largest coefficient in magnitude: seconds (a call, a floor, a table's time), seconds per unit (token,
+# request, byte, context token) or a ratio. Measured ones are below 0.2 s (Vidur's slowest kernel, 0.14 s);
+# 1e3 keeps every step time of a bounded scenario finite (a few 1e21 s at most: 1e4 layers, 16 Mi tokens).
+MAX_COEF = 1e3
 
 
 def fit_problem(name: str, d: Any) -> str | None:
@@ -58,7 +63,7 @@ def fit_problem(name: str, d: Any) -> str | None:
     if form == "interp":
         return _table_problem(coef["xs"], coef["ys"], signed)
     for k in COEF_KEYS[form]:
-        bad = _number_problem(coef[k], signed)
+        bad = _number_problem(coef[k], signed) or _size_problem(coef[k])
         if bad:
             return f"coef {k} = {coef[k]!r} {bad}"
     return None
@@ -72,11 +77,22 @@ def _table_problem(xs: Any, ys: Any, signed: bool) -> str | None:
         return f"interp needs coef xs and ys as non-empty lists of equal length, got {got}"
     for key, vals, sign_ok in (("xs", xs, True), ("ys", ys, signed)):
         for i, v in enumerate(vals):
-            bad = _number_problem(v, sign_ok)
+            bad = _number_problem(v, sign_ok) or (_size_problem(v) if key == "ys" else None)
             if bad:
                 return f"coef {key}[{i}] = {v!r} {bad}"
     if any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
         return "coef xs is not strictly ascending"
+    if len(xs) > 1:  # ``_interp`` extends the table past its last point by the last slope
+        slope = (float(ys[-1]) - float(ys[-2])) / (float(xs[-1]) - float(xs[-2]))
+        if abs(slope) > MAX_COEF:
+            return f"the table's last slope, {slope:g} per unit of x past xs[-1], {_size_problem(slope)}"
+    return None
+
+
+def _size_problem(v: float) -> str | None:
+    """Why ``v`` (a finite number) is too large for a coefficient (:data:`MAX_COEF`), or None."""
+    if abs(float(v)) > MAX_COEF:
+        return f"is beyond {MAX_COEF:g} in magnitude (seconds, or seconds per unit: no operator takes that long)"
     return None
 
 
@@ -113,6 +129,8 @@ def meta_problem(meta: dict[str, Any]) -> str | None:
     for key in ("model", "moe"):
         if key in meta and not isinstance(meta[key], dict):
             return f"{key} is {_json_kind(meta[key])}, not an object"
+    if not isinstance(meta.get("hardware", ""), str):
+        return f"hardware is {_json_kind(meta['hardware'])}, not the name of a hardware preset"
     moe = meta.get("moe", {})
     zipf = moe.get("router_zipf", 0.0)
     bad = _number_problem(zipf, False)

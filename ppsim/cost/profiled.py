@@ -4,7 +4,8 @@ An artifact is a directory written once by ``ppsim calibrate`` (``calibration/``
 ``ppsim import-vidur``; this module only reads it, so the simulator never fits at start-up and never
 imports torch. Layout::
 
-    meta.json     schema_version, source, device, torch version, dtype, threads, tp, model shape, date
+    meta.json     schema_version, source, device, torch version, dtype, threads, tp, model shape, date;
+                  hardware: the preset an import was measured on (a scenario on another is refused)
     fits.json     {op: {"form": ..., "x": feature, "coef": {...}, "cv_median_abs_rel_err": ...}}
     samples.csv   the raw timings the fits came from (op, features, median/p10/p90 seconds)
 
@@ -575,6 +576,7 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
         fits.setdefault(kind, OpFit(kind, "linear", "n", {"c0": fixed * 1e-6, "c1": per * 1e-6}))
     tp_link = resolve_link(scenario.cluster.tp_link, "cluster.tp_link")
     check_router(prof, shape, getattr(scenario, "moe_router_zipf", 0.0), profile_dir)
+    check_hardware(prof, scenario.hardware, profile_dir)
     return ProfiledCost(
         Profile(prof.meta, fits),
         shape,
@@ -595,4 +597,17 @@ def check_router(profile: Profile, shape: ModelShape, zipf: float, where: str) -
         raise PPSimError(
             f"--moe-router-zipf: {zipf:g}, but {where} measured the router's expert load at {got:g}; "
             f"pass --moe-router-zipf {got:g} or calibrate with --moe-router-zipf {zipf:g}"
+        )
+
+
+def check_hardware(profile: Profile, hardware: Any, where: str) -> None:
+    """A profile that records the hardware preset it was measured on (``ppsim import-vidur``: GPU times)
+    times only a scenario on that preset. Profiles without one (``ppsim calibrate``'s, of this host's CPU or
+    GPU, which no preset names) and scenarios on custom hardware (a table, not a preset name) are not compared.
+    """
+    got = profile.meta.get("hardware")
+    if got and isinstance(hardware, str) and hardware != got:
+        raise PPSimError(
+            f"--profile: {where} holds times measured on {got} ({profile.meta.get('device')}), the scenario "
+            f"runs on {hardware}; pass --hardware {got}, or import a profile of {hardware} (import-vidur --device)"
         )
