@@ -303,6 +303,7 @@ def write_result_set(
     flag: str = "--output-dir",
     replace: bool = True,
     derived: Callable[[Path], Mapping[str, str | bytes]] | None = None,
+    marker: bool = True,
 ) -> Path:
     """Write ``files`` (relative name -> text, bytes or an iterable of text chunks) as the directory
     ``out``, all or nothing.
@@ -311,7 +312,8 @@ def write_result_set(
     ``replace=False`` (a sweep's folder, which it resumes from): each file is renamed into ``out``
     and everything else there is kept. Any ``OSError`` is one :class:`OutputError` naming the path.
     ``derived(staging_dir)`` returns more files drawn from the staged ones (the dashboard PNG): they
-    join the set before it is moved into place.
+    join the set before it is moved into place. ``marker=False``: no ``.ppsim-result`` (a folder of
+    generated files in a source tree, which only ``replace=False`` should write to).
     """
     top = {n.split("/", 1)[0] for n in files}
     d = check_output_dir(out, flag, [n for n in top if "/" not in n and n in files], replace)
@@ -327,9 +329,10 @@ def write_result_set(
             more = derived(tmp)
             _write_tree(tmp, more)
             files = {**files, **more}
-        marker = {MARKER: json.dumps({"written_by": "ppsim", "files": sorted(files)}) + "\n"}
-        _write_tree(tmp, marker)
-        files = {**files, **marker}
+        if marker:
+            mark = {MARKER: json.dumps({"written_by": "ppsim", "files": sorted(files)}) + "\n"}
+            _write_tree(tmp, mark)
+            files = {**files, **mark}
         if inside or (d.exists() and not replace):
             _move_into(tmp, d, files, replace)
         else:
