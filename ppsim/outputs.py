@@ -181,7 +181,8 @@ def check_output_dir(
 def check_apart(out: Path, flag: str, inputs: Mapping[str, str | Path]) -> None:
     """Refuse an output directory that is, holds or lies inside one of ``inputs`` (flag -> path read):
     the result set replaces the directory whole, so a profile, a checkpoint or a trace there would be
-    lost, and results written inside an input would change it."""
+    lost, and results written inside an input would change it. (Made for sets written with
+    ``replace=True``: one that only adds files removes nothing it holds.)"""
     d = Path(os.path.realpath(out))
     for name, path in inputs.items():
         try:
