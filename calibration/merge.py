@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from calibration.artifact import check_output_dir, read_samples
+from calibration.artifact import ARTIFACT_FILES, read_samples
+from ppsim import outputs
 from ppsim.errors import PPSimError
 from ppsim.models.shape import ModelShape
 
@@ -103,7 +104,8 @@ def merge(dirs: list[str], out: str) -> dict[str, Any]:
     """Pool the calibrations in ``dirs`` into one artifact in ``out`` (fitted afresh); returns its meta."""
     if len(dirs) < 2:
         raise PPSimError("--profile: give two or more calibrations to pool")
-    check_output_dir(out, "--output")
+    parts = {f"--profile #{i + 1}": d for i, d in enumerate(dirs)}
+    outputs.check_output_dir(out, "--output", ARTIFACT_FILES, inputs=parts)
     from calibration.calibrate import analyse_and_write
 
     metas = [_meta(d) for d in dirs]

@@ -26,13 +26,13 @@ def add_engine_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_engine(args: argparse.Namespace) -> int:
     from engine.launcher import StageFault
     from engine.run import EngineFault, Terminated, run_engine
-    from ppsim.cli import report_rejections, scenario_from_args
+    from ppsim.cli import report_rejections, scenario_from_args, scenario_inputs
     from ppsim.metrics.summary import format_summary
     from ppsim.outputs import check_output_dir
     from ppsim.rejections import rejections_of
 
     s = scenario_from_args(args)  # its live_engine section: the engine's own flags over the config file's
-    out_dir = check_output_dir(args.output_dir)
+    out_dir = check_output_dir(args.output_dir, inputs=scenario_inputs(args, s, live=True))
     try:  # SIGTERM raises Terminated, a KeyboardInterrupt (ppsim.cli.main)
         run = run_engine(s, out_dir, log=lambda m: print(m, flush=True), dashboard=not args.no_dashboard)
     except EngineFault as err:

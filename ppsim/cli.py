@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import re
 import signal
 import sys
@@ -108,6 +109,28 @@ def scenario_from_args(args: argparse.Namespace):  # noqa: ANN201
         raise
 
 
+def scenario_inputs(args: argparse.Namespace, s: Any, live: bool = False) -> dict[str, str]:
+    """The paths a scenario command reads, by the flag that gave them (the field when the config file
+    did): the config file, a model's config.json, the trace, the profile and, for the engine (``live``),
+    the checkpoint. :func:`ppsim.outputs.check_output_dir` keeps the results apart from them."""
+    from ppsim.models.shape import list_presets
+
+    checkpoint = s.live_engine.checkpoint if live else None
+    paths = [  # flag, its dest, the field, the path
+        ("--config", "config", "config", args.config),
+        ("--model", "model", "model", None if s.model in list_presets() else s.model),
+        ("--trace", "trace", "workload.trace", s.workload.trace),
+        ("--profile", "profile", "cost.profile_dir", s.cost.profile_dir),
+        ("--checkpoint", "live_engine_checkpoint", "live_engine.checkpoint", checkpoint),
+    ]
+    read_as_file = ("--config", "--trace")  # one that is not a file: its reader says so, more to the point
+    return {
+        flag if getattr(args, dest, None) else field: v
+        for flag, dest, field, v in paths
+        if v and (flag not in read_as_file or os.path.isfile(v))
+    }
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from ppsim.metrics.io import DASHBOARD_FILES, DEFAULT_FILES, DETAILED_FILES
     from ppsim.metrics.summary import format_summary
@@ -116,7 +139,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     s = scenario_from_args(args)
     window = None if args.trace_window_s is not None and math.isinf(args.trace_window_s) else args.trace_window_s
-    out_dir = check_output_dir(args.output_dir)
+    out_dir = check_output_dir(args.output_dir, inputs=scenario_inputs(args, s))
     out = run_scenario(
         s,
         out_dir,

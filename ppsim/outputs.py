@@ -9,10 +9,12 @@ disk, Ctrl-C) leaves the previous results as they were and never a partial set; 
 directory is removed on every path.
 
 Which directories may be replaced: a missing or empty one, or one a ppsim command wrote (it holds
-the marker file ``.ppsim-result``, or, for results written before the marker existed, only names
-ppsim writes). A directory holding anything else is refused before the run, so ``--output-dir .``
-in a source tree or a home directory never deletes a file. :func:`check_output_dir` makes the same
-checks up front (one line, exit 2) so that a bad path is found before minutes of simulation.
+the marker file ``.ppsim-result``, or, for results written before the marker existed, nothing but
+what ppsim writes, folders included). A directory holding anything else is refused before the run,
+so ``--output-dir .`` in a source tree or a home directory never deletes a file, and so is one that
+is, holds or lies inside a path the command reads (``--profile``, ``--trace``, ...).
+:func:`check_output_dir` makes the same checks up front (one line, exit 2) so that a bad path is
+found before minutes of simulation.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from ppsim.errors import PPSimError
 from ppsim.fileio import os_error
 
 MARKER = ".ppsim-result"
-# what ppsim commands wrote into a result directory before the marker existed
+# the files ppsim commands wrote into a result directory before the marker existed (and into its
+# run and profile folders: validate's engine-N/, sim/ and profile/)
 KNOWN_NAMES = {
     "summary.json",
     "requests.csv",
@@ -49,12 +52,12 @@ KNOWN_NAMES = {
     "sweep.csv",
     "space.json",
     "pareto.png",
-    "results",
-    "sim",
-    "profile",
     "dashboard.png",
+    MARKER,
 }
-KNOWN_PATTERN = re.compile(r"engine-\d+|\..*\.tmp-?\d+")
+KNOWN_DIRS = re.compile(r"engine-\d+|sim|profile")  # holding known names only
+SWEEP_RESULTS, SWEEP_RESULT = "results", re.compile(r"[0-9a-f]+\.json")  # a sweep's OUT/results/KEY.json
+TEMP_PATTERN = re.compile(r"\..*\.tmp-?\d+")  # a staging directory or an atomic write's temporary file
 
 
 class OutputError(PPSimError):
@@ -127,27 +130,81 @@ def _can_create(where: Path) -> OSError | None:
 def is_result_dir(d: Path) -> bool:
     """True if ``d`` is empty or was written by a ppsim command (so replacing it loses nothing else)."""
     names = [p.name for p in d.iterdir()]
-    if not names or MARKER in names:
+    return not names or MARKER in names or not foreign_entries(d)
+
+
+def foreign_entries(d: Path) -> list[str]:
+    """What in ``d`` (a directory without the marker) ppsim does not write, as paths relative to ``d``,
+    sorted: anything but the known file names, temporary files, and the folders of a result set
+    (``engine-N/``, ``sim/``, ``profile/`` holding known names, a sweep's ``results/KEY.json``)."""
+    out = []
+    for p in sorted(d.iterdir()):
+        if _is_dir(p) and (KNOWN_DIRS.fullmatch(p.name) or p.name == SWEEP_RESULTS):
+            out += [f"{p.name}/{q.name}" for q in sorted(p.iterdir()) if not _is_ppsim_file(q, p.name)]
+        elif not _is_ppsim_file(p, ""):
+            out.append(p.name)
+    return out
+
+
+def _is_dir(p: Path) -> bool:
+    return p.is_dir() and not p.is_symlink()
+
+
+def _is_ppsim_file(p: Path, folder: str) -> bool:
+    """A temporary file or directory, or a regular file (ppsim writes no links) of a name ppsim writes in
+    ``folder`` (``""``: the result directory itself)."""
+    if TEMP_PATTERN.fullmatch(p.name):
         return True
-    return all(n in KNOWN_NAMES or KNOWN_PATTERN.fullmatch(n) for n in names)
+    known = SWEEP_RESULT.fullmatch(p.name) if folder == SWEEP_RESULTS else p.name in KNOWN_NAMES
+    return bool(known) and p.is_file() and not p.is_symlink()
 
 
 def check_output_dir(
-    out: str | Path, flag: str = "--output-dir", names: Iterable[str] = (), replace: bool = True
+    out: str | Path,
+    flag: str = "--output-dir",
+    names: Iterable[str] = (),
+    replace: bool = True,
+    inputs: Mapping[str, str | Path] | None = None,
 ) -> Path:
     """Raise (one line) unless the results can be written to ``out``; return it as an absolute path.
 
     ``names``: the files about to be written (one taken by a directory is refused). ``replace``:
-    the directory is replaced whole, so it must be empty or a previous ppsim result.
+    the directory is replaced whole, so it must be empty or a previous ppsim result. ``inputs``: the
+    paths the command reads, by flag (``{"--profile": "p"}``); ``out`` may not be, hold or lie inside one.
     """
     try:
-        return _check_output_dir(out, flag, names, replace)
+        return _check_output_dir(out, flag, names, replace, inputs or {})
     except OSError as err:  # ``out`` cannot be read, or a directory above it cannot be searched
         raise os_error(flag, "access", err.filename or out, err) from None
 
 
-def _check_output_dir(out: str | Path, flag: str, names: Iterable[str], replace: bool) -> Path:
+def check_apart(out: Path, flag: str, inputs: Mapping[str, str | Path]) -> None:
+    """Refuse an output directory that is, holds or lies inside one of ``inputs`` (flag -> path read):
+    the result set replaces the directory whole, so a profile, a checkpoint or a trace there would be
+    lost, and results written inside an input would change it. (Made for sets written with
+    ``replace=True``: one that only adds files removes nothing it holds.)"""
+    d = Path(os.path.realpath(out))
+    for name, path in inputs.items():
+        try:
+            p = Path(os.path.realpath(os.path.expanduser(str(path))))
+        except ValueError:  # a NUL in the path: its reader refuses it
+            continue
+        if p == d:
+            what, fix = f"is also {name}", "the results would replace it; pick another directory"
+        elif d in p.parents:
+            what, fix = f"holds {name} {p}", "the results would replace it; pick another directory"
+        elif p in d.parents:
+            what, fix = f"lies inside {name} {p}", "the results would change it; pick a directory outside it"
+        else:
+            continue
+        raise PPSimError(f"{flag}: {d} {what}; {fix}")
+
+
+def _check_output_dir(
+    out: str | Path, flag: str, names: Iterable[str], replace: bool, inputs: Mapping[str, str | Path]
+) -> Path:
     d = _abs(out, flag)
+    check_apart(d, flag, inputs)
     _check_names(d, flag, f".{d.name}.tmp-{os.getpid()}")
     if d.exists() and not d.is_dir():
         raise PPSimError(f"{flag}: {d} exists and is not a directory; remove it or pick another path")
@@ -170,9 +227,10 @@ def _check_output_dir(out: str | Path, flag: str, names: Iterable[str], replace:
                     "remove it or pick another directory"
                 )
         if replace and not is_result_dir(d):
-            others = sorted(p.name for p in d.iterdir())[:3]
+            others = foreign_entries(d)
+            more = ", ..." if len(others) > 3 else ""
             raise PPSimError(
-                f"{flag}: {d} is not a ppsim result directory (it holds {', '.join(others)}, ...) "
+                f"{flag}: {d} is not a ppsim result directory (it holds {', '.join(others[:3])}{more}) "
                 "and would be replaced; pick a new or empty directory"
             )
     return d
@@ -246,6 +304,7 @@ def write_result_set(
     flag: str = "--output-dir",
     replace: bool = True,
     derived: Callable[[Path], Mapping[str, str | bytes]] | None = None,
+    marker: bool = True,
 ) -> Path:
     """Write ``files`` (relative name -> text, bytes or an iterable of text chunks) as the directory
     ``out``, all or nothing.
@@ -254,7 +313,8 @@ def write_result_set(
     ``replace=False`` (a sweep's folder, which it resumes from): each file is renamed into ``out``
     and everything else there is kept. Any ``OSError`` is one :class:`OutputError` naming the path.
     ``derived(staging_dir)`` returns more files drawn from the staged ones (the dashboard PNG): they
-    join the set before it is moved into place.
+    join the set before it is moved into place. ``marker=False``: no ``.ppsim-result`` (a folder of
+    generated files in a source tree, which only ``replace=False`` should write to).
     """
     top = {n.split("/", 1)[0] for n in files}
     d = check_output_dir(out, flag, [n for n in top if "/" not in n and n in files], replace)
@@ -270,9 +330,10 @@ def write_result_set(
             more = derived(tmp)
             _write_tree(tmp, more)
             files = {**files, **more}
-        marker = {MARKER: json.dumps({"written_by": "ppsim", "files": sorted(files)}) + "\n"}
-        _write_tree(tmp, marker)
-        files = {**files, **marker}
+        if marker:
+            mark = {MARKER: json.dumps({"written_by": "ppsim", "files": sorted(files)}) + "\n"}
+            _write_tree(tmp, mark)
+            files = {**files, **mark}
         if inside or (d.exists() and not replace):
             _move_into(tmp, d, files, replace)
         else:

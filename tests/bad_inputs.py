@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,16 @@ def _dir(name: str) -> Callable[[Path], None]:
     return make
 
 
+def _profile_copy(name: str, **more: str) -> Callable[[Path], None]:
+    """``d/name``: a copy of profiles/tiny-cpu, plus the files ``more``."""
+
+    def make(d: Path) -> None:
+        shutil.copytree(Path(__file__).resolve().parents[1] / "profiles" / "tiny-cpu", d / name)
+        _files(**more)(d)
+
+    return make
+
+
 HF_BAD = (
     '{"hidden_size": -64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, '
     '"vocab_size": 100}'
@@ -64,6 +75,11 @@ SPACE = (
 TINY_MEM = 'hardware = {name = "tiny-gpu", peak_tflops = 10, hbm_bandwidth_gbps = 100, memory_gib = 1}\n'
 
 HW_INF = 'hardware = {name = "inf-gpu", peak_tflops = inf, hbm_bandwidth_gbps = 100, memory_gib = 80}\n'
+
+
+def _trace_in_result_dir(d: Path) -> None:
+    """``d/r``: an earlier result set (its marker) that now holds the trace ``c.toml`` names."""
+    _files(**{"r__.ppsim-result": "", "r__t.csv": TRACE, "c.toml": f'[workload]\ntrace = "{d}/r/t.csv"\n'})(d)
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,43 @@ CASES: list[Case] = [
         ["simulate", *TINY, "--output-dir", "{d}/out"],
         "not a ppsim result",
         _files(out__notes="mine"),
+    ),
+    Case(
+        "outdir-known-names-hold-user-files",
+        ["simulate", *TINY, "--output-dir", "{d}/proj"],
+        "it holds profile/notes.txt, results/paper.csv)",
+        _files(**{"proj__results__paper.csv": "a", "proj__profile__notes.txt": "n", "proj__config.json": "{}"}),
+    ),
+    Case(
+        "import-vidur-outdir-engine-dir-holds-user-file",
+        ["import-vidur", "--model", "llama-2-7b", "--output-dir", "{d}/proj"],
+        "it holds engine-0/my.txt",
+        _files(**{"proj__engine-0__my.txt": "mine"}),
+    ),
+    Case(
+        "engine-outdir-is-profile",
+        [*ENGINE, "--profile", "{d}/p", "--output-dir", "{d}/p"],
+        "/p is also --profile; the results would replace it",
+        _profile_copy("p"),
+        needs_torch=True,
+    ),
+    Case(
+        "validate-outdir-is-profile",
+        ["validate", *TINY, "--profile", "{d}/p", "--output-dir", "{d}/p"],
+        "/p is also --profile; the results would replace it",
+        _profile_copy("p"),
+    ),
+    Case(
+        "outdir-inside-profile",
+        ["simulate", *TINY, "--profile", "{d}/p", "--output-dir", "{d}/p/out"],
+        "/p/out lies inside --profile ",
+        _profile_copy("p"),
+    ),
+    Case(
+        "outdir-holds-trace-of-config",
+        ["simulate", "--model", "tiny", "--config", "{d}/c.toml", "--output-dir", "{d}/r"],
+        "/r holds workload.trace ",
+        _trace_in_result_dir,
     ),
     Case("engine-outdir-is-file", [*ENGINE, "--output-dir", "{d}/f"], "not a directory", _files(f="x")),
     Case(

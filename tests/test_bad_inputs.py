@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -145,13 +146,82 @@ def test_a_new_run_replaces_another_commands_results(tmp_path):
     assert {"summary.json", "requests.csv", "config.json", MARKER} <= names
 
 
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def _contents(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+LEGACY = {  # every kind of entry a result set held before the marker: all of it ppsim's
+    "engine.json": "{}",
+    "engine-0/summary.json": "{}",
+    "engine-12/tokens.json": "{}",
+    "sim/requests.csv": "x\n",
+    "profile/fits.json": "{}",
+    "results/0123456789abcdef.json": "{}",
+    "results/.0123456789abcdef.json.tmp77": "",
+    ".out.tmp-123/summary.json": "{}",
+}
+
+
 def test_legacy_result_dir_without_marker_is_replaced(tmp_path):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "engine.json").write_text("{}")
-    (out / "engine-0").mkdir()
+    _tree(out, LEGACY)
+    (out / "engine-1").mkdir()
     assert _simulate(out) == 0
-    assert not (out / "engine.json").exists() and not (out / "engine-0").exists()
+    assert not (out / "engine.json").exists() and not (out / "engine-0").exists() and MARKER in os.listdir(out)
+
+
+@pytest.mark.parametrize(
+    "mine",
+    [
+        {"results/paper.csv": "a", "profile/notes.txt": "n", "config.json": "{}"},
+        {"engine-0/my.txt": "mine"},
+        {"sim/sub/summary.json": "{}"},  # a folder where ppsim writes none
+        {"summary.json/notes.txt": "a directory of a result file's name"},
+        {"results/draft.json": "{}"},  # not a sweep's KEY.json
+    ],
+)
+@pytest.mark.parametrize("command", ["simulate", "import-vidur"])
+def test_hand_made_folder_of_ppsim_names_is_kept(tmp_path, capsys, mine, command):
+    """Only the top-level names were checked: `proj/{results/paper.csv, profile/notes.txt, config.json}`
+    was deleted by any command writing there."""
+    out = tmp_path / "proj"
+    _tree(out, {**dict(list(LEGACY.items())[:2]), **mine})
+    before = _contents(out)
+    args = ["simulate", *TINY] if command == "simulate" else ["import-vidur", "--model", "llama-2-7b"]
+    assert main([*args, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a ppsim result directory (it holds " in err, err
+    assert next(iter(mine)).split("/")[0] in err
+    assert _contents(out) == before
+
+
+def test_a_link_in_a_result_folder_is_not_ppsim_s(tmp_path, capsys):
+    out, mine = tmp_path / "out", tmp_path / "mine"
+    _tree(mine, {"a.txt": "a"})
+    _tree(out, {"summary.json": "{}"})
+    (out / "engine-0").symlink_to(mine, target_is_directory=True)
+    assert _simulate(out) == 2
+    assert "(it holds engine-0)" in capsys.readouterr().err and (out / "engine-0" / "a.txt").exists()
+
+
+@pytest.mark.parametrize("command", ["simulate", "validate"])
+def test_output_dir_apart_from_the_profile(tmp_path, capsys, command):
+    """`--output-dir` equal to `--profile` replaced the calibration with the run's results."""
+    prof = tmp_path / "r" / "p"  # in an earlier result set (its marker), replaced whole
+    shutil.copytree(Path(__file__).resolve().parents[1] / "profiles" / "tiny-cpu", prof)
+    (tmp_path / "r" / MARKER).write_text("")
+    before = _contents(prof)
+    for out in (prof, prof / "run", tmp_path / "r"):
+        code = main([command, *TINY, "--profile", str(prof), "--output-dir", str(out)])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "--profile" in err and "--output-dir" in err, err
+        assert _contents(prof) == before and not (prof / "run").exists()
 
 
 def test_fit_chunks_plot_leaves_no_temp_file(tmp_path, capsys):

@@ -77,10 +77,13 @@ def test_calibrations_of_different_models_are_refused(tmp_path: Path) -> None:
     with pytest.raises(PPSimError, match="differs from .* in model"):
         merge([str(SHIPPED), str(other)], str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+    with pytest.raises(PPSimError, match=r"is also --profile #2; the results would replace it"):
+        merge([str(SHIPPED), str(other)], str(other))  # the pooled profile written over one of its parts
     with pytest.raises(PPSimError, match="two or more"):
         merge([str(SHIPPED)], str(tmp_path / "out"))
     with pytest.raises(PPSimError, match="pass a directory written by `ppsim calibrate`"):
-        merge([str(SHIPPED), str(tmp_path)], str(tmp_path / "out"))
+        (tmp_path / "empty").mkdir()
+        merge([str(SHIPPED), str(tmp_path / "empty")], str(tmp_path / "out"))
 
 
 def test_bracket_splits_development_from_held_out_and_refuses_an_empty_runs_dir(tmp_path: Path, capsys) -> None:

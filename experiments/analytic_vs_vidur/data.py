@@ -1,21 +1,29 @@
 """Where Vidur's profiling data is, and which (device, model) folders of it ppsim can model.
 
 The data root is ``$PPSIM_VIDUR_ROOT`` when set, else ``../shared/data/vidur-profiling`` beside the
-repository (the layout of a checkout next to the shared data).
+repository (the layout of a checkout next to the shared data). :func:`main_of` is the scripts' entry
+point: a missing root or a damaged table is one line naming ``PPSIM_VIDUR_ROOT`` and the file, exit 2.
 """
 
 from __future__ import annotations
 
-import csv
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from calibration.vidur_import import DEVICE_PRESET, PRESET_TO_VIDUR
+from calibration.vidur_import import DEVICE_PRESET, PRESET_TO_VIDUR, Row
+from calibration.vidur_import import _int as int_cell  # the importer's checked readers: file, line, column named
+from calibration.vidur_import import _num as num_cell
+from calibration.vidur_import import _rows as checked_rows
+from ppsim.cli import Parser, one_line
+from ppsim.errors import PPSimError
 
+ROOT_VAR = "PPSIM_VIDUR_ROOT"
 VIDUR_ROOT = Path(
-    os.environ.get("PPSIM_VIDUR_ROOT") or Path(__file__).resolve().parents[3] / "shared" / "data" / "vidur-profiling"
+    os.environ.get(ROOT_VAR) or Path(__file__).resolve().parents[3] / "shared" / "data" / "vidur-profiling"
 )
+FIX = f"set {ROOT_VAR} to Vidur's profiling data (data/profiling of a Vidur checkout)"
 VIDUR_TO_PRESET = {v: k for k, v in PRESET_TO_VIDUR.items()}
 # Folders left out, and why (each is reported in results.md).
 SKIPPED = {
@@ -25,9 +33,36 @@ SKIPPED = {
 MAX_TOKENS = 4096  # Vidur's tables reach 4096 tokens for every model (32768 for Llama-3)
 
 
-def rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+def rows(path: Path) -> list[Row]:
+    """``path``'s rows; a missing, non-UTF-8 or truncated file is a :class:`PPSimError` naming it."""
+    return checked_rows(path)
+
+
+def check_root() -> None:
+    """The data root holds the compute table of at least one (device, model) that ppsim models."""
+    if not VIDUR_ROOT.is_dir():
+        raise PPSimError(f"{VIDUR_ROOT} is not a directory; {FIX}")
+    if not cases():
+        raise PPSimError(
+            f"{VIDUR_ROOT} holds no compute/<device>/<org>/<model>/mlp.csv of a device and model ppsim has "
+            f"presets for; {FIX}"
+        )
+
+
+def main_of(doc: str, work: Callable[[], object], argv: list[str] | None = None) -> int:
+    """A script's entry point: no flags (``--help`` says what it does), the data root checked, then
+    ``work``; bad data is one line naming PPSIM_VIDUR_ROOT and the file, exit status 2."""
+    Parser(description=doc.split("\n\n")[0], epilog=f"Reads ${ROOT_VAR} (now {VIDUR_ROOT}).").parse_args(argv)
+    try:
+        check_root()
+        work()
+    except PPSimError as err:
+        msg = str(err)
+        for flag in ("--root: ", f"{ROOT_VAR}: "):  # the importer names its flag: here the variable
+            msg = msg.removeprefix(flag)
+        print(f"error: {ROOT_VAR}: {one_line(msg)}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cases() -> list[tuple[str, str, str, str]]:
@@ -56,11 +91,11 @@ def skipped() -> list[tuple[str, str]]:
 def gemm_table(path: Path) -> Iterator[tuple[int, int, dict[str, float]]]:
     """(tp, tokens, {vidur op: median seconds}) per row of an mlp.csv, up to MAX_TOKENS tokens."""
     for r in rows(path):
-        T = int(r["num_tokens"])
+        T = int_cell(r, "num_tokens")
         if T <= MAX_TOKENS:
             ops = {
-                k.split(".")[1]: float(v) * 1e-3
+                k.split(".")[1]: num_cell(r, k) * 1e-3
                 for k, v in r.items()
                 if k.startswith("time_stats.") and k.endswith(".median") and v != ""
             }
-            yield int(r["num_tensor_parallel_workers"]), T, ops
+            yield int_cell(r, "num_tensor_parallel_workers"), T, ops

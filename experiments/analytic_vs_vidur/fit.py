@@ -14,6 +14,7 @@ Run: PPSIM_VIDUR_ROOT=/path/to/vidur-profiling python experiments/analytic_vs_vi
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -21,14 +22,26 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from calibration.vidur_import import DEVICE_PRESET, import_vidur
-from experiments.analytic_vs_vidur.data import VIDUR_ROOT, cases, gemm_table, rows
-from experiments.analytic_vs_vidur.steps import TP_LINK, TRAIN_MODELS
-from ppsim.cost.kernels import FIT, SHARPNESS_REF_S, gemm_rows
-from ppsim.cost.layers import attention_gemms, kv_heads_per_gpu, mlp_gemms
-from ppsim.hardware.presets import DEVICES, LINKS
-from ppsim.metrics.io import atomic_write
-from ppsim.models.shape import load_model
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from calibration.vidur_import import DEVICE_PRESET, import_vidur  # noqa: E402
+from experiments.analytic_vs_vidur.data import (  # noqa: E402
+    FIX,
+    VIDUR_ROOT,
+    cases,
+    gemm_table,
+    int_cell,
+    main_of,
+    num_cell,
+    rows,
+)
+from experiments.analytic_vs_vidur.steps import TP_LINK, TRAIN_MODELS  # noqa: E402
+from ppsim.cost.kernels import FIT, SHARPNESS_REF_S, gemm_rows  # noqa: E402
+from ppsim.cost.layers import attention_gemms, kv_heads_per_gpu, mlp_gemms  # noqa: E402
+from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.hardware.presets import DEVICES, LINKS  # noqa: E402
+from ppsim.metrics.io import atomic_write  # noqa: E402
+from ppsim.models.shape import load_model  # noqa: E402
 
 DEVS = ("a100", "h100", "a40")
 
@@ -55,13 +68,19 @@ def tile_rows(T: np.ndarray, small_eff: float) -> np.ndarray:
     return np.where(T <= big, T, padded)
 
 
+def training_cases() -> list[tuple[str, str, str, str]]:
+    """:func:`cases` of the training models whose ``mlp.csv`` has rows; refused if none has (nothing to fit)."""
+    out = [c for c in cases() if c[3] in TRAIN_MODELS and rows(VIDUR_ROOT / "compute" / c[0] / c[2] / "mlp.csv")]
+    if not out:
+        raise PPSimError(f"{VIDUR_ROOT} has no mlp.csv rows of the training models {', '.join(TRAIN_MODELS)}; {FIX}")
+    return out
+
+
 def _gemm_samples() -> list[tuple[float, ...]]:
     """(device index, FLOPs per token, tokens, bytes, peak flop/s, peak bytes/s, measured s) per GEMM
     measurement of a training model."""
     out = []
-    for dev, preset_dev, vidur_model, preset in cases():
-        if preset not in TRAIN_MODELS:
-            continue
+    for dev, preset_dev, vidur_model, preset in training_cases():
         shape, d = load_model(preset), DEVICES[preset_dev]
         for tp, T, r in gemm_table(VIDUR_ROOT / "compute" / dev / vidur_model / "mlp.csv"):
             gemms = attention_gemms(shape, tp) + mlp_gemms(shape, shape.intermediate_size, tp)
@@ -125,9 +144,7 @@ def fit_elementwise() -> dict[str, float]:
     to stream one row (token), ns per KB (bytes as the model counts them)."""
     kinds = sorted(set(ELEM_OPS.values()))
     pts: list[tuple[int, float, float, float]] = []
-    for dev, preset_dev, vidur_model, preset in cases():
-        if preset not in TRAIN_MODELS:
-            continue
+    for dev, preset_dev, vidur_model, preset in training_cases():
         shape, d = load_model(preset), DEVICES[preset_dev]
         h, b = shape.hidden_size, shape.dtype_bytes
         for tp, T, r in gemm_table(VIDUR_ROOT / "compute" / dev / vidur_model / "mlp.csv"):
@@ -166,7 +183,10 @@ def fit_attention() -> dict[str, float]:
     """Convert the importer's cross-validated attention fits (A100 Llama-2-70B TP2) to efficiencies."""
     shape, tp, d = load_model("llama-2-70b"), 2, DEVICES["a100-80gb"]
     with tempfile.TemporaryDirectory() as tmp:
-        _, fits = import_vidur(str(VIDUR_ROOT), "a100", "llama-2-70b", str(Path(tmp) / "p"), tp=tp)
+        meta, fits = import_vidur(str(VIDUR_ROOT), "a100", "llama-2-70b", str(Path(tmp) / "p"), tp=tp)
+    if any(m.startswith("attention:") for m in meta["missing"]):  # the analytic model's own, not a measurement
+        where = VIDUR_ROOT / "compute" / "a100" / meta["vidur_model"] / "attention.csv"
+        raise PPSimError(f"{where}: no attention at TP {tp}, the source of the attention constants; {FIX}")
     pre, dec = fits["attn_prefill"]["coef"], fits["attn_decode"]["coef"]
     q, kv, b = shape.q_dim // tp, kv_heads_per_gpu(shape.num_kv_heads, tp) * shape.head_dim, shape.dtype_bytes
     peak, bw = d.peak_tflops * 1e12, d.hbm_bandwidth_gbps * 1e9
@@ -188,13 +208,16 @@ def fit_allreduce(dev: str) -> dict[str, dict[str, float]]:
     8 KB - 2 MB that decode steps send as much as the large messages.
     """
     link = LINKS[TP_LINK[dev]]
+    path = VIDUR_ROOT / "network" / NETWORK[dev] / "all_reduce.csv"
     pts = [
-        (int(r["num_workers"]), float(r["size"]), float(r["time_stats.all_reduce.median"]) * 1e-3)
-        for r in rows(VIDUR_ROOT / "network" / NETWORK[dev] / "all_reduce.csv")
-        if r["num_workers"] == r["devices_per_node"] and int(r["num_workers"]) in (2, 4, 8)
+        (int_cell(r, "num_workers"), num_cell(r, "size"), num_cell(r, "time_stats.all_reduce.median") * 1e-3)
+        for r in rows(path)
+        if int_cell(r, "num_workers") in (2, 4, 8) and r["num_workers"] == r.get("devices_per_node")
     ]
     out = {}
     for N in (2, 4, 8):
+        if not any(n == N for n, _, _ in pts):
+            raise PPSimError(f"{path} has no all-reduce of {N} GPUs inside one node; {FIX}")
         size, y = np.array([(s, t) for n, s, t in pts if n == N]).T
         octave = np.floor(np.log2(size))
         w = np.sqrt(1.0 / np.array([np.sum(octave == o) for o in octave]))
@@ -210,11 +233,14 @@ def fit_allreduce(dev: str) -> dict[str, dict[str, float]]:
 
 
 def fit_cpu(dev: str) -> dict[str, float]:
-    rs = rows(VIDUR_ROOT / "cpu_overheads" / f"{CPU[dev]}.csv")
-    B = np.array([float(r["batch_size"]) for r in rs])
+    path = VIDUR_ROOT / "cpu_overheads" / f"{CPU[dev]}.csv"
+    rs = rows(path)
+    if len({r.get("batch_size") for r in rs}) < 2:
+        raise PPSimError(f"{path} has fewer than two batch sizes to fit a line to; {FIX}")
+    B = np.array([num_cell(r, "batch_size") for r in rs])
     out = {}
     for name, col in (("prepare", "prepare_inputs_e2e_median"), ("sampler", "sampler_e2e_median")):
-        c1, c0 = np.polyfit(B, [float(r[col]) * 1e3 for r in rs], 1)  # ms -> us
+        c1, c0 = np.polyfit(B, [num_cell(r, col) * 1e3 for r in rs], 1)  # ms -> us
         out[f"{name}_us"], out[f"{name}_per_req_us"] = c0, c1
     return out
 
@@ -236,4 +262,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main_of(__doc__, main))

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from experiments.analytic_vs_vidur.data import VIDUR_ROOT
-from ppsim.config import CostConfig, CpuOverheads
-from ppsim.cost.analytic import AnalyticCost
-from ppsim.hardware.presets import DEVICES, LINKS
-from ppsim.metrics.io import atomic_write
-from ppsim.models.shape import load_model
-from ppsim.policy.plan import PlanItem, make_plan
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from experiments.analytic_vs_vidur.data import FIX, VIDUR_ROOT, int_cell, main_of, num_cell  # noqa: E402
+from experiments.analytic_vs_vidur.data import rows as table_rows  # noqa: E402
+from ppsim.config import CostConfig, CpuOverheads  # noqa: E402
+from ppsim.cost.analytic import AnalyticCost  # noqa: E402
+from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.hardware.presets import DEVICES, LINKS  # noqa: E402
+from ppsim.metrics.io import atomic_write  # noqa: E402
+from ppsim.models.shape import load_model  # noqa: E402
+from ppsim.policy.plan import PlanItem, make_plan  # noqa: E402
 
 DATA = VIDUR_ROOT / "compute"
 OUT = Path(__file__).parent
@@ -48,11 +53,10 @@ TOKENS = [1, 8, 32, 128, 512, 1024, 2048, 4096]
 
 
 def measured_ms(path: Path, tokens: int) -> float | None:
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            if int(r["num_tensor_parallel_workers"]) == 1 and int(r["num_tokens"]) == tokens:
-                # "add" is measured once; a layer has two residual adds
-                return sum(float(r[f"time_stats.{op}.median"]) for op in OPS) + float(r["time_stats.add.median"])
+    for r in table_rows(path):
+        if int_cell(r, "num_tensor_parallel_workers") == 1 and int_cell(r, "num_tokens") == tokens:
+            # "add" is measured once; a layer has two residual adds
+            return sum(num_cell(r, f"time_stats.{op}.median") for op in OPS) + num_cell(r, "time_stats.add.median")
     return None
 
 
@@ -85,6 +89,9 @@ def main() -> None:
                     "error": round((a - m) / m, 4),
                 }
             )
+    if not rows:
+        where = ", ".join(f"{dev}/{vm}" for dev, _, vm, _ in CASES)
+        raise PPSimError(f"{DATA} has no TP 1 row at {TOKENS} tokens in mlp.csv of {where}; {FIX}")
     buf = io.StringIO()
     w = csv.DictWriter(buf, list(rows[0]), lineterminator="\n")
     w.writeheader()
@@ -112,4 +119,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main_of(__doc__, main))

@@ -19,13 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.analytic_vs_vidur.data import skipped
-from experiments.analytic_vs_vidur.steps import PARTS, TP_LINK, all_cases, compare_case, grid
-from ppsim.config import CostConfig, CpuOverheads
-from ppsim.cost.base import StageSpec
-from ppsim.hardware.presets import DEVICES, LINKS
-from ppsim.metrics.io import atomic_write, atomic_write_bytes
-from ppsim.models.shape import load_model
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from experiments.analytic_vs_vidur.data import FIX, VIDUR_ROOT, main_of, skipped  # noqa: E402
+from experiments.analytic_vs_vidur.steps import PARTS, TP_LINK, all_cases, compare_case, grid  # noqa: E402
+from ppsim.config import CostConfig, CpuOverheads  # noqa: E402
+from ppsim.cost.base import StageSpec  # noqa: E402
+from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.hardware.presets import DEVICES, LINKS  # noqa: E402
+from ppsim.metrics.io import atomic_write, atomic_write_bytes  # noqa: E402
+from ppsim.models.shape import load_model  # noqa: E402
 
 OUT = Path(__file__).parent
 REPO = OUT.parents[1]
@@ -223,6 +226,8 @@ def main() -> None:
         rows += rs
         notes[f"{dev} {preset} TP{tp}"] = [m for m in n if not m.startswith("final_norm")]
         print(f"{dev} {preset} tp{tp}: {len(rs)} points", file=sys.stderr)
+    if not rows:
+        raise PPSimError(f"{VIDUR_ROOT}: no mlp.csv there has a row at any tensor parallel size; {FIX}")
     buf = io.StringIO()
     w = csv.DictWriter(buf, list(rows[0]), lineterminator="\n")
     w.writeheader()
@@ -235,4 +240,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main_of(__doc__, main))

@@ -11,16 +11,20 @@ Writes results.csv, results.md and policies.png next to this file. Runs in a few
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import sys
 import time
 from pathlib import Path
 
-from ppsim.config import build_scenario
-from ppsim.metrics.io import atomic_write, save_figure
-from ppsim.policy.pipelines import BUILDERS
-from ppsim.run import run_scenario
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from ppsim.cli import Parser  # noqa: E402
+from ppsim.config import build_scenario  # noqa: E402
+from ppsim.metrics.io import atomic_write, save_figure  # noqa: E402
+from ppsim.policy.pipelines import BUILDERS  # noqa: E402
+from ppsim.run import run_scenario  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 POLICIES = [
@@ -196,7 +200,18 @@ def plot(rows: list[dict]) -> None:
     save_figure(fig, OUT / "policies.png")
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """No flags: ``--help`` describes the sweep, anything else is refused before it starts."""
+    p = Parser(
+        prog="experiments/policies/run.py",
+        description=__doc__.split("\n\n")[0],
+        epilog=f"Overwrites results.csv, results.md and policies.png in {OUT}.",
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parse_args(argv)
     t0 = time.perf_counter()
     rows = sweep()
     write_csv(rows)

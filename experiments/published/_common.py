@@ -8,16 +8,25 @@ import io
 from pathlib import Path
 from typing import Any
 
+from ppsim.cli import Parser, one_line
+from ppsim.errors import PPSimError
 from ppsim.metrics.io import atomic_write, save_figure  # noqa: F401 - re-exported to the scripts
+from ppsim.outputs import check_output_dir
 
 OUT = Path(__file__).resolve().parent / "out"
 
 
 def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=doc)
+    """``--out`` and ``--quick``; a bad value or an ``--out`` that cannot be written is one line, exit 2."""
+    p = Parser(description=doc)
     p.add_argument("--out", default=str(OUT), help="where the .md/.csv/.png go (default experiments/published/out)")
     p.add_argument("--quick", action="store_true", help="a smaller grid (smoke tests)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        check_output_dir(args.out, "--out", replace=False)
+    except PPSimError as err:
+        p.exit(2, f"error: {one_line(str(err))}\n")
+    return args
 
 
 def fmt(v: Any) -> str:

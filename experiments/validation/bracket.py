@@ -10,7 +10,7 @@ predictions made before them, and the table says so.
 
 Run (right after `run.py ... --calibrate --runs RUNS`, nothing between, quiet host):
   PYTHONPATH=. python experiments/validation/bracket.py --model dense-1024 --runs RUNS --out DIR
-      [--before experiments/validation/runs/profile-dense-1024] [--after DIR]
+      [--before RUNS/profile-dense-1024] [--after DIR]
 writes DIR/profile-after (unless --after), DIR/profile-pooled and DIR/bracket.md.
 """
 
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from experiments.validation.repredict import errors
-from experiments.validation.run import HERE, MODELS
+from experiments.validation.run import MODELS
 from experiments.validation.tables import SHOWN as METRICS
 from ppsim.errors import PPSimError
 
@@ -65,11 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="tiny")
     ap.add_argument("--runs", required=True, help="run.py's --runs of the finished validation")
-    ap.add_argument("--before", help="the profile calibrated before the runs (default: run.py's)")
+    ap.add_argument("--before", help="the profile calibrated before the runs (default: RUNS/profile-MODEL, run.py's)")
     ap.add_argument("--after", help="a profile calibrated right after them (default: calibrate now)")
     ap.add_argument("--out", required=True, help="directory for profile-after, profile-pooled, bracket.md")
     args = ap.parse_args(argv)
-    before = args.before or str(HERE / "runs" / f"profile-{args.model}")
+    before = args.before or str(Path(args.runs) / f"profile-{args.model}")  # where run.py --calibrate wrote it
     out = Path(args.out)
     sets = run_dirs(Path(args.runs))
     if not sets:

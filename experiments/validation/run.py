@@ -17,6 +17,7 @@ Run (quiet host; the calibration first, then both sets):
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -27,23 +28,35 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from experiments.validation.scenarios import development, held_out  # noqa: E402
+from experiments.validation.scenarios import (  # noqa: E402
+    DEVELOPMENT,
+    ENGINE_POLICIES,
+    development,
+    held_out,
+    scenario,
+)
 from experiments.validation.tables import RELATIVE, SHOWN, result_row, results_md, to_csv  # noqa: E402
+from ppsim.cli import Parser, one_line  # noqa: E402
+from ppsim.deployment import prepare  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.metrics.io import atomic_write, save_figure  # noqa: E402
+from ppsim.outputs import check_output_dir  # noqa: E402
 from ppsim.validate.host import HostGuard  # noqa: E402
 from ppsim.validate.run import validate  # noqa: E402
 
 HERE = Path(__file__).parent
 SHIPPED_PROFILE = str(HERE.parents[1] / "profiles" / "tiny-cpu")
 MODELS = {"tiny": "tiny", "dense-1024": str(HERE / "models" / "dense-1024")}
+MAX_SCALE = 1000.0  # x the largest scenario's 40 prompts: hours of engine runs per scenario
+# a held-out scenario's name (``scenarios.held_out``): draw k, policy, PP size, load
+HELD_OUT_NAME = re.compile(rf"h(\d+)-({'|'.join(map(re.escape, ENGINE_POLICIES))})-pp[12]-(offline|load\d+\.\d\d)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(prog="experiments/validation/run.py", description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="engine runs per scenario (default 3)")
     ap.add_argument("--set", choices=["development", "held-out", "both"], default="both")
-    ap.add_argument("--only", nargs="*", help="scenario names to run (of the chosen sets)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="scenario names to run (of the chosen sets)")
     ap.add_argument(
         "--model",
         choices=sorted(MODELS),
@@ -51,7 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="tiny (overhead-bound) or dense-1024 (hidden 1024, 4 layers: compute dominates a step)",
     )
     ap.add_argument("--profile", help="calibration artifact (default for tiny: the shipped profiles/tiny-cpu)")
-    ap.add_argument("--calibrate", action="store_true", help="calibrate this host (full grid) into runs/ first")
+    ap.add_argument(
+        "--calibrate", action="store_true", help="calibrate this host (full grid) into RUNS/profile-MODEL first"
+    )
     ap.add_argument("--heldout-seed", type=int, default=14, help="seed of the held-out sampler (default 14)")
     ap.add_argument("--heldout-per-policy", type=int, default=2, help="held-out draws per policy (default 2)")
     ap.add_argument(
@@ -70,11 +85,55 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--runs", default=str(HERE / "runs"), help="where each scenario's validation goes (default: runs/)")
     ap.add_argument("--out", default=str(HERE), help="where results.md/csv and errors.png go (default: here)")
     args = ap.parse_args(argv)
-    if args.repeats < 1 or args.heldout_per_policy < 0 or not args.num_prompts_scale > 0:
-        ap.error("--repeats >= 1, --heldout-per-policy >= 0 and --num-prompts-scale > 0")
-    if args.model != "tiny" and not (args.profile or args.calibrate):
-        ap.error(f"--model {args.model}: no shipped profile; pass --profile DIR or --calibrate")
+    problem = bad_args(args)
+    if problem:
+        ap.error(problem)
     return args
+
+
+def bad_args(args: argparse.Namespace) -> str | None:
+    """The first flag whose value means nothing (one line), None if all are fine."""
+    checks = [
+        (args.repeats < 1, f"--repeats: {args.repeats}; give 1 or more engine runs per scenario"),
+        (args.heldout_seed < 0, f"--heldout-seed: {args.heldout_seed}; numpy's seeds are non-negative"),
+        (args.heldout_per_policy < 0, f"--heldout-per-policy: {args.heldout_per_policy}; give 0 or more"),
+        (
+            not 0 < args.num_prompts_scale <= MAX_SCALE,
+            f"--num-prompts-scale: {args.num_prompts_scale} is not within (0, {MAX_SCALE:g}]; "
+            "give 0.25 for a smoke test, 1 for the reported figures",
+        ),
+        (args.profile is not None and not args.profile.strip(), "--profile: empty path; give a calibration artifact"),
+        (
+            args.calibrate and args.profile is not None,
+            "--calibrate: calibrates this host, --profile uses an existing artifact; give one of them",
+        ),
+        (
+            args.model != "tiny" and not (args.profile or args.calibrate),
+            f"--model {args.model}: no shipped profile; pass --profile DIR or --calibrate",
+        ),
+    ]
+    return next((why for bad, why in checks if bad), None)
+
+
+def check_only(args: argparse.Namespace) -> None:
+    """Refuse, before any work, a ``--only`` name that no scenario of the chosen sets can have (held-out
+    names are drawn at run time: their form here, the names themselves in :func:`check_drawn`)."""
+    dev, held = args.set in ("development", "both"), args.set in ("held-out", "both")
+    for name in args.only or ():
+        m = HELD_OUT_NAME.fullmatch(name)
+        if not ((dev and name in DEVELOPMENT) or (held and m and int(m[1]) < args.heldout_per_policy)):
+            known = [f"the development set has {', '.join(DEVELOPMENT)}"] if dev else []
+            if held:
+                known.append("held-out names are h<k>-<policy>-pp<P>-<load>, drawn at run time")
+            raise PPSimError(f"--only: no scenario {name!r} in --set {args.set}; {'; '.join(known)}")
+
+
+def check_drawn(args: argparse.Namespace, todo: list) -> None:
+    """Every ``--only`` name is among the scenarios planned (the held-out ones now drawn)."""
+    names = [t[1] for t in todo]
+    missing = [n for n in args.only or () if n not in names]
+    if missing:
+        raise PPSimError(f"--only: no scenario {missing[0]!r} in --set {args.set}; there are {', '.join(names)}")
 
 
 def profile_for(args: argparse.Namespace) -> str:
@@ -84,7 +143,7 @@ def profile_for(args: argparse.Namespace) -> str:
         return SHIPPED_PROFILE
     from calibration.calibrate import calibrate
 
-    prof = str(HERE / "runs" / f"profile-{args.model}")
+    prof = str(Path(args.runs) / f"profile-{args.model}")
     print(f"== calibrating {args.model} on this CPU (full grid)", flush=True)
     calibrate(MODELS[args.model], "cpu", prof, log=lambda m: None)
     return prof
@@ -107,25 +166,39 @@ def plan_scenarios(args: argparse.Namespace, profile: str) -> list[tuple[str, st
     if args.set in ("held-out", "both"):
         for name, (knobs, s) in held_out(args.heldout_seed, args.heldout_per_policy, model, profile).items():
             todo.append(("held-out", name, knobs, s))
+    check_drawn(args, todo)
     return [t for t in todo if not args.only or t[1] in args.only]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    t0 = time.perf_counter()
-    profile = profile_for(args)
-    todo = plan_scenarios(args, profile)
     try:
-        payloads = (interleaved if args.interleave else back_to_back)(args, todo)
+        return run(args)
     except PPSimError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        return getattr(err, "exit_code", 2)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the names and paths, calibrate (``--calibrate``), check the profile, run every scenario, write."""
+    t0 = time.perf_counter()
+    check_only(args)
+    check_output_dir(args.runs, "--runs", replace=False)
+    check_output_dir(args.out, "--out", names=result_names(args), replace=False)
+    profile = profile_for(args)
+    prepare(scenario(MODELS[args.model], profile, {}, 1, {}))  # a missing or damaged profile: one line, now
+    todo = plan_scenarios(args, profile)
+    if not todo:
+        raise PPSimError(f"--set {args.set}: no scenario to run (--heldout-per-policy {args.heldout_per_policy})")
+    payloads = (interleaved if args.interleave else back_to_back)(args, todo)
     rows = [result_row(set_name, name, knobs, p) for (set_name, name, knobs, _), p in zip(todo, payloads, strict=True)]
-    if not rows:
-        print("error: --only: no scenario of that name in the chosen sets", file=sys.stderr)
-        return 2
     write_results(args, profile, rows, time.perf_counter() - t0)
     return 0
+
+
+def result_names(args: argparse.Namespace) -> list[str]:
+    suffix = "" if args.model == "tiny" else f"-{args.model}"
+    return [f"results{suffix}.csv", f"results{suffix}.md", f"errors{suffix}.png"]
 
 
 def _show(name: str, knobs: dict, payload: dict) -> None:
@@ -204,7 +277,7 @@ def interleaved(args: argparse.Namespace, todo: list) -> list[dict]:
 
 def write_results(args: argparse.Namespace, profile: str, rows: list[dict], wall_s: float) -> None:
     out = Path(args.out)
-    suffix = "" if args.model == "tiny" else f"-{args.model}"
+    csv_name, md_name, png_name = result_names(args)
     cmd = "python experiments/validation/run.py " + " ".join(sys.argv[1:])
     header = [
         f"# Validation: CPU engine vs simulator ({args.model} model)",
@@ -216,11 +289,11 @@ def write_results(args: argparse.Namespace, profile: str, rows: list[dict], wall
         f"{args.num_prompts_scale}. Host guard: {args.host_guard}. Repeats: "
         f"{'interleaved (repeat k of every scenario before k + 1)' if args.interleave else 'back to back'}.",
     ]
-    atomic_write(out / f"results{suffix}.csv", to_csv(rows))
+    atomic_write(out / csv_name, to_csv(rows))
     md = results_md(rows, header)
-    atomic_write(out / f"results{suffix}.md", md)
+    atomic_write(out / md_name, md)
     print(md)
-    plot(rows, out / f"errors{suffix}.png")
+    plot(rows, out / png_name)
 
 
 def plot(rows: list[dict], path: Path) -> None:

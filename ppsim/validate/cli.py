@@ -120,7 +120,7 @@ def calibrate_here(args: argparse.Namespace, s: Any) -> str | None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from ppsim.cli import scenario_from_args
+    from ppsim.cli import scenario_from_args, scenario_inputs
     from ppsim.errors import PPSimError
     from ppsim.outputs import check_output_dir
     from ppsim.validate.host import HostGuard
@@ -131,8 +131,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         raise PPSimError("--calibrate: makes a new profile, --profile uses an existing one; give one of them")
     check_repeats(args.repeats)
     host = HostGuard(args.host_guard, args.host_max_drift, args.host_min_core_share)
-    check_output_dir(args.output_dir)
     s = scenario_from_args(args)  # bad input fails here or in the engine's checks, before a calibration of minutes
+    check_output_dir(args.output_dir, inputs=scenario_inputs(args, s, live=True))
     check_engine_inputs(s)
     made = None
     if not args.profile:
