@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 from engine.model import StageModel
 from ppsim.errors import PPSimError
 from ppsim.metrics.io import atomic_write
+from ppsim.models.shape import ModelShape
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -63,13 +64,13 @@ def _read_index(ckpt: Path, flag: str) -> dict[str, Path]:
     return out
 
 
-def _shard_keys(shard: Path, flag: str) -> set[str]:
-    """The tensor names in a safetensors file's header (the tensors themselves are not read)."""
+def _shard_header(shard: Path, flag: str) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape, from a safetensors file's header (the tensors themselves are not read)."""
     if not shard.is_file():
         raise PPSimError(f"{flag}: {shard} is missing; re-download the checkpoint")
     try:
         with safe_open(str(shard), framework="pt") as f:
-            return set(f.keys())
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - no __iter__
     except Exception as err:  # noqa: BLE001 - SafetensorError, OSError: any unreadable header
         why = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise PPSimError(
@@ -77,26 +78,58 @@ def _shard_keys(shard: Path, flag: str) -> set[str]:
         ) from None
 
 
-def check_checkpoint(ckpt_dir: str | Path, flag: str = "--checkpoint") -> None:
+def check_checkpoint(ckpt_dir: str | Path, flag: str = "--checkpoint", shape: ModelShape | None = None) -> None:
     """Read the index and every shard's header in the parent, before any stage is spawned, so a damaged
-    checkpoint is one line naming the file (exit 2), not a stage dying on it. Whether the tensors are
-    the model's is checked by each stage as it loads its own (:func:`load_stage_weights`)."""
+    checkpoint, or one of another model (``shape``: every tensor the stages load, by name and shape), is
+    one line naming the file or the tensor (exit 2), not a stage dying on it."""
     ckpt = Path(ckpt_dir)
+    held: dict[str, tuple[int, ...]] = {}
     if (ckpt / INDEX).is_file():
         files = _read_index(ckpt, flag)
         for shard in sorted(set(files.values())):
-            held = _shard_keys(shard, flag)
-            lost = next((k for k, f in files.items() if f == shard and k not in held), None)
+            header = _shard_header(shard, flag)
+            lost = next((k for k, f in files.items() if f == shard and k not in header), None)
             if lost is not None:
                 raise PPSimError(
                     f"{flag}: {INDEX} puts tensor {lost!r:.80} in {shard.name}, which does not hold it; "
                     "re-download the checkpoint"
                 )
+            held.update({k: s for k, s in header.items() if files.get(k) == shard})
     elif (ckpt / SINGLE).is_file():
-        if not _shard_keys(ckpt / SINGLE, flag):
+        held = _shard_header(ckpt / SINGLE, flag)
+        if not held:
             raise PPSimError(f"{flag}: {ckpt / SINGLE} holds no tensors; re-save the checkpoint")
     else:
         raise PPSimError(f"{flag}: {ckpt} has neither {SINGLE} nor {INDEX}")
+    if shape is not None:
+        _check_tensors(held, shape, ckpt, flag)
+
+
+def model_tensors(shape: ModelShape) -> dict[str, tuple[int, ...]]:
+    """Parameter name -> shape of the whole model as its stages build it (on the meta device: no memory)."""
+    with torch.device("meta"):
+        m = StageModel(shape, 0, shape.num_layers, True, True)
+    return {k: tuple(p.shape) for k, p in m.named_parameters()}
+
+
+def _check_tensors(held: dict[str, tuple[int, ...]], shape: ModelShape, ckpt: Path, flag: str) -> None:
+    """Every tensor the stages load (:func:`load_stage_weights`) is in ``held`` with its shape; the first one
+    that is not is named, in the model's order."""
+    need = model_tensors(shape)
+    if shape.tie_word_embeddings and "lm_head.weight" not in held:
+        need.pop("lm_head.weight", None)  # read from model.embed_tokens.weight
+    missing = [k for k in need if k not in held]
+    for k, dims in need.items():
+        if k not in held:
+            raise PPSimError(
+                f"{flag}: {ckpt} lacks tensor {k!r} ({len(missing)} of the {len(need)} that {shape.name} loads are "
+                f"missing); is it a checkpoint of {shape.name}?"
+            )
+        if held[k] != dims:
+            raise PPSimError(
+                f"{flag}: {ckpt} holds tensor {k!r} with shape {held[k]}, {shape.name} needs {dims}; is it a "
+                f"checkpoint of {shape.name}?"
+            )
 
 
 def _key_files(ckpt: Path) -> dict[str, Path]:

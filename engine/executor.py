@@ -192,7 +192,7 @@ class EngineExecutor:
             msg = self.group.get(0)
         self._pump_client()
         if self.in_flight and self.now() - self.last_progress > self.stage_timeout_s:
-            raise StageFault(f"no micro-batch came back for {self.stage_timeout_s:.1f} s: a stage stalled")
+            raise StageFault(f"no micro-batch came back for {self.stage_timeout_s:.3g} s: a stage stalled")
 
     def _wait_slice(self) -> float:
         """How long the next queue wait may block: until shortly before the next arrival or abort; within

@@ -183,7 +183,7 @@ class StageGroup:
             left = deadline - time.monotonic()
             if left <= 0:
                 late = sorted(set(range(len(self.procs))) - bye)
-                raise StageFault(f"stages {late} did not stop in {timeout_s:.0f} s")
+                raise StageFault(f"stages {late} did not stop in {timeout_s:.3g} s")
             msg = self.get(min(left, 0.5))
             if msg is None:
                 continue

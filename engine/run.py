@@ -25,24 +25,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from engine.checkpoint import check_checkpoint, has_checkpoint
 from engine.executor import EngineExecutor, EngineResult, data_path
-from engine.kvcache import PagedKVCache
 from engine.launcher import StageFault, StageGroup, init_method
+from engine.preflight import check_cuda, check_kv_cap, check_memory, check_supported
 from engine.transport import DataPath, switch_interval
 from engine.worker import StageConfig
 from ppsim.config import Scenario, scenario_json
 from ppsim.deployment import Prepared, kv_figures, prepare
 from ppsim.errors import PPSimError, Terminated
-from ppsim.live_engine import LiveEngineConfig
+from ppsim.live_engine import FAULT_FORM, LiveEngineConfig, parse_fault
 from ppsim.metrics.io import dumps, run_files
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
 from ppsim.models.shape import ModelShape
 from ppsim.outputs import check_output_dir, write_result_set
-from ppsim.policy.pipelines import REPLICATED
 from ppsim.policy.requests import Request
 from ppsim.report.dashboard import drawn_dashboards, series_files
 
@@ -101,15 +99,15 @@ def engine_num_blocks(prep: Prepared, opts: EngineOptions) -> int:
     return max(1, min(prep.num_blocks, sum(needs[:at_once])))
 
 
-def _checkpoint(s: Scenario, opts: EngineOptions) -> str | None:
-    """The checkpoint the stages load (its index and headers checked here, before they spawn)."""
+def _checkpoint(s: Scenario, shape: ModelShape, opts: EngineOptions) -> str | None:
+    """The checkpoint the stages load (its index, headers and tensors checked here, before they spawn)."""
     if opts.checkpoint:
         if not has_checkpoint(opts.checkpoint):
             raise PPSimError(f"--checkpoint: {opts.checkpoint} holds no model.safetensors(.index.json)")
-        check_checkpoint(opts.checkpoint, "--checkpoint")
+        check_checkpoint(opts.checkpoint, "--checkpoint", shape)
         return opts.checkpoint
     if has_checkpoint(s.model):
-        check_checkpoint(s.model, "--model")
+        check_checkpoint(s.model, "--model", shape)
         return s.model
     return None
 
@@ -137,18 +135,6 @@ def check_replay_time(prep: Prepared) -> None:
     )
 
 
-def check_supported(prep: Prepared) -> None:
-    """The engine runs Llama/Qwen2-style decoders, dense or MoE (engine/moe.py), on pipelines
-    (no TP, MLA, qk-norm, replicas)."""
-    shape, policy = prep.shape, prep.scenario.engine.policy
-    if getattr(shape, "kv_lora_rank", 0) or getattr(shape, "qk_norm", False):
-        raise PPSimError(f"model {shape.name}: the engine runs Llama-style decoders, dense or MoE (no MLA, qk-norm)")
-    if policy in REPLICATED:
-        raise PPSimError(
-            f"policy {policy}: runs data-parallel replicas, which the engine does not; use a pipeline policy"
-        )
-
-
 def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
     s, shape = prep.scenario, prep.shape
     check_supported(prep)
@@ -156,10 +142,11 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
         raise PPSimError("cluster.tensor_parallel_size: the engine runs TP=1 only; use -tp 1")
     if opts.backend == "nccl" and opts.device != "cuda":
         raise PPSimError("--backend nccl needs --device cuda")
-    _check_cuda(opts, len(prep.topology.stages))
-    _check_kv_memory(prep, shape, opts)
+    check_cuda(opts, len(prep.topology.stages))
+    check_kv_cap(prep, opts)
+    check_memory(prep, opts)
     url = init_method()
-    ckpt = _checkpoint(s, opts)
+    ckpt = _checkpoint(s, shape, opts)
     return [
         StageConfig(
             st.index,
@@ -184,35 +171,6 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
     ]
 
 
-def _check_cuda(opts: EngineOptions, num_stages: int) -> None:
-    """Refuse before spawning what a stage would only find out by dying: no CUDA, or too few GPUs."""
-    if opts.device != "cuda":
-        return
-    if not torch.cuda.is_available():
-        raise PPSimError(
-            "--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False); use --device cpu"
-        )
-    count = torch.cuda.device_count()
-    need = num_stages if opts.backend == "nccl" else 1
-    if count < need:
-        raise PPSimError(
-            f"--device cuda --backend {opts.backend}: {num_stages} stages need {need} GPU(s), "
-            f"torch sees {count}; use --backend gloo (stages share GPUs, host-staged) or fewer stages"
-        )
-
-
-def _check_kv_memory(prep: Prepared, shape: ModelShape, opts: EngineOptions) -> None:
-    most = max(st.num_layers for st in prep.topology.stages)
-    need = PagedKVCache.bytes_needed(
-        most, prep.num_blocks, prep.scenario.engine.block_size, shape.kv_dim, shape.dtype_bytes
-    )
-    if need > opts.max_kv_gib * 1024**3:
-        raise PPSimError(
-            f"kv cache: {prep.num_blocks} blocks need {need / 1024**3:.1f} GiB on a stage, above "
-            f"max_kv_gib={opts.max_kv_gib}; use fewer/shorter requests or --kv-blocks"
-        )
-
-
 def _clock_offsets(ready: dict[int, tuple[float, float]], t_spawn: float, t_ready: float) -> list[float]:
     out = []
     for r in sorted(ready):
@@ -222,16 +180,14 @@ def _clock_offsets(ready: dict[int, tuple[float, float]], t_spawn: float, t_read
 
 
 def _fault_plan(opts: EngineOptions, cfgs: list[StageConfig]) -> list[StageConfig]:
-    if not opts.inject_fault:
+    if opts.inject_fault is None:
         return cfgs
-    try:
-        kind, stage, step = opts.inject_fault.split(":")
-        stage_i, step_i = int(stage), -1 if step == "start" else int(step)
-    except ValueError:
-        raise PPSimError("inject_fault: use kill:STAGE:STEP or stall:STAGE:STEP (STEP may be start)") from None
-    if kind not in ("kill", "stall") or not 0 <= stage_i < len(cfgs):
-        raise PPSimError("inject_fault: use kill:STAGE:STEP or stall:STAGE:STEP with an existing stage")
-    return [dataclasses.replace(c, fault=(kind, step_i)) if c.rank == stage_i else c for c in cfgs]
+    kind, stage, step = parse_fault(opts.inject_fault)  # its form was checked with the options
+    if stage >= len(cfgs):
+        raise PPSimError(
+            f"--inject-fault: there is no stage {stage}: the run has {len(cfgs)} (0 to {len(cfgs) - 1}); {FAULT_FORM}"
+        )
+    return [dataclasses.replace(c, fault=(kind, step)) if c.rank == stage else c for c in cfgs]
 
 
 def run_engine(

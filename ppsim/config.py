@@ -407,13 +407,17 @@ def _refuse_without_effect(s: Scenario) -> None:
             "workload.abort_window_s: no request is aborted (abort_rate is 0), so the window changes nothing; "
             "set --abort-rate or drop --abort-window-s"
         )
-    if s.cost.moe_routing_skew != 1:
+    # the simulator's expert-load skew and the engine's router skew: both route to experts
+    skews = {"cost.moe_routing_skew": s.cost.moe_routing_skew != 1, "moe_router_zipf": s.moe_router_zipf != 0}
+    given = next((field for field, away in skews.items() if away), None)
+    if given is not None:
         from ppsim.models.shape import load_model
 
         if not load_model(s.model).is_moe:
+            flag = "--" + given.split(".")[-1].replace("_", "-")
             raise PPSimError(
-                f"cost.moe_routing_skew: {short_repr(s.model, 80)} is a dense model (no experts to route to), so "
-                "the skew changes nothing; drop --moe-routing-skew or pick a MoE model"
+                f"{given}: {short_repr(s.model, 80)} is a dense model (no experts to route to), so "
+                f"the skew changes nothing; drop {flag} or pick a MoE model"
             )
 
 

@@ -116,6 +116,20 @@ def _checkpoint_without(d: Path) -> None:
     (d / "ck" / "model.safetensors.index.json").write_text(json.dumps(index))
 
 
+def _checkpoint_of(**tensors: tuple[int, ...]) -> Callable[[Path], None]:
+    """A single-file checkpoint ``ck`` holding zero tensors of these names and shapes (``__`` for ``.``)."""
+
+    def make(d: Path) -> None:
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        (d / "ck").mkdir()
+        arrays = {k.replace("__", "."): np.zeros(dims, dtype=np.float32) for k, dims in tensors.items()}
+        save_file(arrays, str(d / "ck" / "model.safetensors"))
+
+    return make
+
+
 ENG = [*ENGINE, "--output-dir", "{d}/out"]
 OUT = ["--output-dir", "{d}/out"]
 LATE_TRACE = "arrival_s,input_tokens,output_tokens\n0,16,4\n100000,16,4\n"
@@ -410,6 +424,120 @@ CASES_RUNS: list[Case] = [
         [*ENG, "--checkpoint", "{d}/ck"],
         "'lm_head.weight' in model-00001.safetensors, which does not hold it",
         _checkpoint_without,
+        needs_torch=True,
+    ),
+    Case(
+        "engine-checkpoint-of-another-model",  # tiny's embedding, none of its layers (another model's names)
+        [*ENG, "--checkpoint", "{d}/ck"],
+        "lacks tensor 'model.layers.0.self_attn.q_proj.weight' (74 of the 75 that tiny loads are missing)",
+        _checkpoint_of(model__embed_tokens__weight=(2048, 256), model__layers__0__mlp__experts__0__w1=(4, 4)),
+        needs_torch=True,
+    ),
+    Case(
+        "engine-checkpoint-wrong-shape",
+        [*ENG, "--checkpoint", "{d}/ck"],
+        "holds tensor 'model.embed_tokens.weight' with shape (4, 256), tiny needs (2048, 256)",
+        _checkpoint_of(model__embed_tokens__weight=(4, 256)),
+        needs_torch=True,
+    ),
+    Case("engine-checkpoint-empty-path", [*ENG, "--checkpoint", ""], "--checkpoint: empty", needs_torch=True),
+    # --- engine: dtypes it does not run, knobs that change nothing, sizes and timeouts -----------------------
+    Case(
+        "engine-weights-fp8",
+        [*ENG, "-q", "fp8"],
+        "weight_dtype: the engine runs tiny in its torch_dtype float32",
+        needs_torch=True,
+    ),
+    Case("engine-weights-bf16", [*ENG, "-q", "bf16"], "not bfloat16; drop -q/--quantization", needs_torch=True),
+    Case(
+        "engine-kv-fp8",
+        [*ENG, "--kv-cache-dtype", "fp8"],
+        "kv_cache_dtype: the engine runs tiny in its torch_dtype",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-router-zipf-dense",
+        [*ENG, "--moe-router-zipf", "2"],
+        "moe_router_zipf: 'tiny' is a dense model",
+        needs_torch=True,
+    ),
+    Case("simulate-router-zipf-dense", ["simulate", *TINY, "--moe-router-zipf", "1", *OUT], "drop --moe-router-zipf"),
+    Case(
+        "engine-routing-skew-dense",
+        [*ENG, "--moe-routing-skew", "4"],
+        "cost.moe_routing_skew: 'tiny' is a dense",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-max-kv-gib-tiny", [*ENG, "--max-kv-gib", "1e-300"], "--max-kv-gib: the cap is in GiB", needs_torch=True
+    ),
+    Case(
+        "engine-max-kv-gib-huge",
+        [*ENG, "--max-kv-gib", "1e300", "--kv-blocks", "100000000"],
+        "--max-kv-gib: ",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-kv-above-the-cap-in-tib",
+        [*ENG, "--max-kv-gib", "4096", "--kv-blocks", "100000000"],
+        "kv cache: 100000000 blocks need 5.96 TiB on a stage, above --max-kv-gib 4096 (4.00 TiB)",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-kv-above-a-small-cap",
+        [*ENG, "--max-kv-gib", "0.001", "--kv-blocks", "100"],
+        "need 6.31 MiB on a stage, above --max-kv-gib 0.001 (1.02 MiB)",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-stage-timeout-tiny",
+        [*ENG, "--stage-timeout-s", "1e-9"],
+        "--stage-timeout-s: at least 1 s",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-stage-timeout-tiny-in-file",
+        [*ENG, "--config", "{d}/c.toml"],
+        "live_engine.stage_timeout_s: at least 1 s",
+        _files(**{"c.toml": "[live_engine]\nstage_timeout_s = 1e-300\n"}),
+        needs_torch=True,
+    ),
+    Case(
+        "engine-startup-timeout-tiny",
+        [*ENG, "--startup-timeout-s", "0.5"],
+        "--startup-timeout-s: at least 1 s",
+        needs_torch=True,
+    ),
+    # --- engine: the fault-injection hook --------------------------------------------------------------------
+    Case("engine-fault-empty", [*ENG, "--inject-fault", ""], "--inject-fault: empty", needs_torch=True),
+    Case(
+        "engine-fault-unknown-kind",
+        [*ENG, "--inject-fault", "boom:0:1"],
+        "--inject-fault: unknown kind 'boom'",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-fault-negative-step",
+        [*ENG, "--inject-fault", "kill:0:-5"],
+        "step '-5' is neither start",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-fault-step-never-reached",
+        [*ENG, "--inject-fault", "kill:0:" + "9" * 20],
+        "is never reached",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-fault-two-fields",
+        [*ENG, "--inject-fault", "kill:0"],
+        "'kill:0' is not KIND:STAGE:STEP",
+        needs_torch=True,
+    ),
+    Case(
+        "engine-fault-no-such-stage",
+        [*ENG, "--inject-fault", "stall:2:start"],
+        "--inject-fault: there is no stage 2: the run has 2 (0 to 1)",
         needs_torch=True,
     ),
     Case(

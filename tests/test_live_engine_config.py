@@ -70,6 +70,12 @@ def test_defaults_are_the_engines_defaults():
         ("stage_timeout_s = inf", "live_engine.stage_timeout_s"),
         ('device = "tpu"', "live_engine.device"),
         ("kv_blocks = 8", "live_engine.kv_blocks"),  # the flag's name is not a field: refused, not ignored
+        ("stage_timeout_s = 1e-300", "live_engine.stage_timeout_s"),  # "no micro-batch came back for 0.0 s"
+        ("max_kv_gib = 1e-300", "live_engine.max_kv_gib"),
+        ("max_kv_gib = 1e300", "live_engine.max_kv_gib"),
+        ('checkpoint = ""', "live_engine.checkpoint"),  # was random weights, silently
+        ('inject_fault = ""', "live_engine.inject_fault"),
+        ('inject_fault = "kill:0:-5"', "live_engine.inject_fault"),  # was a kill at start-up
     ],
 )
 def test_bad_value_in_the_file_is_one_line_naming_the_field(tmp_path, capsys, table, field):
