@@ -15,7 +15,7 @@ VALIDATE = ["validate", *TINY, "--repeats", "1", "--output-dir", "{d}/out"]  # n
 
 BEFORE_CALIBRATING = [
     Case("checkpoint-empty-dir", [*VALIDATE, "--checkpoint", "{d}/ck"], "--checkpoint: ", _dir("ck")),
-    Case("max-kv-gib-tiny", [*VALIDATE, "--max-kv-gib", "1e-300"], "max_kv_gib"),
+    Case("max-kv-gib-tiny", [*VALIDATE, "--max-kv-gib", "0.001", "--kv-blocks", "100"], "above --max-kv-gib 0.001"),
     Case("kv-blocks-hold-no-request", [*VALIDATE, "--kv-blocks", "1"], "4 of 4 requests rejected: 4 need up to 2"),
     Case("requests-past-max-model-len", [*VALIDATE, "--random-input-len", "5000"], "longer than max_model_len"),
     Case("replay-past-an-hour", [*VALIDATE, "--request-rate", "0.0001"], "--request-rate: 0.0001 req/s"),
