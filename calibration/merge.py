@@ -33,7 +33,7 @@ def _meta(d: str) -> dict[str, Any]:
     try:
         return json.loads(p.read_text())
     except (OSError, ValueError) as e:
-        raise PPSimError(f"--profile: cannot read {p} ({e}); pass a directory written by `ppsim calibrate`") from e
+        raise PPSimError(f"{d}: cannot read {p} ({e}); pass a directory written by `ppsim calibrate`") from e
 
 
 def _collapse(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -66,7 +66,7 @@ def pooled_rows(dirs: list[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for d in dirs:
         if not (Path(d) / "samples.csv").is_file():
-            raise PPSimError(f"--profile: {d} has no samples.csv; pass a directory written by `ppsim calibrate`")
+            raise PPSimError(f"{d}: no samples.csv; pass a directory written by `ppsim calibrate`")
         run0 = 1 + max((int(r["run"]) for r in rows if "run" in r), default=-1)
         reading0 = 1 + max((int(r["reading"]) for r in rows if "reading" in r), default=-1)
         for r in read_samples(d):
@@ -85,8 +85,7 @@ def merged_meta(metas: list[dict[str, Any]], dirs: list[str]) -> dict[str, Any]:
         for k in SAME:
             if m.get(k) != first.get(k):
                 raise PPSimError(
-                    f"--profile: {d} differs from {dirs[0]} in {k}; pool only calibrations of one model, "
-                    "device and settings"
+                    f"{d}: differs from {dirs[0]} in {k}; pool only calibrations of one model, device and settings"
                 )
     meta = {**first, "date": datetime.now(UTC).isoformat(timespec="seconds"), "merged_from": list(dirs)}
     for k in MEANS:
@@ -100,12 +99,14 @@ def merged_meta(metas: list[dict[str, Any]], dirs: list[str]) -> dict[str, Any]:
     return meta
 
 
-def merge(dirs: list[str], out: str) -> dict[str, Any]:
-    """Pool the calibrations in ``dirs`` into one artifact in ``out`` (fitted afresh); returns its meta."""
+def merge(dirs: list[str], out: str, names: tuple[str, ...] = (), out_flag: str = "--output") -> dict[str, Any]:
+    """Pool the calibrations in ``dirs`` into one artifact in ``out`` (fitted afresh); returns its meta.
+    ``names``: the flag that gave each of ``dirs`` and ``out_flag`` the one that gave ``out``, for the
+    messages (default ``--profile #1``, ...)."""
     if len(dirs) < 2:
-        raise PPSimError("--profile: give two or more calibrations to pool")
-    parts = {f"--profile #{i + 1}": d for i, d in enumerate(dirs)}
-    outputs.check_output_dir(out, "--output", ARTIFACT_FILES, inputs=parts)
+        raise PPSimError("calibrations: give two or more to pool")
+    parts = {(names[i] if i < len(names) else f"--profile #{i + 1}"): d for i, d in enumerate(dirs)}
+    outputs.check_output_dir(out, out_flag, ARTIFACT_FILES, inputs=parts)
     from calibration.calibrate import analyse_and_write
 
     metas = [_meta(d) for d in dirs]

@@ -104,12 +104,13 @@ def check_kv_cap(prep: Prepared, opts: LiveEngineConfig) -> None:
         )
 
 
-def stage_bytes(prep: Prepared, opts: LiveEngineConfig) -> list[tuple[float, int]]:
-    """(weights, KV cache) bytes each stage allocates. A CPU stage draws its weights in float32 and then
-    casts them (engine/model.py build_stage), so that is its peak; a GPU stage builds them in its dtype."""
+def stage_bytes(prep: Prepared, opts: LiveEngineConfig) -> list[tuple[float, int, float]]:
+    """(weights as built, KV cache, weights as run) bytes of each stage. A CPU stage draws its weights in
+    float32 and casts them (engine/model.py build_stage) before it allocates its KV cache, so its peak is
+    the larger of the two phases; a GPU stage builds them in its dtype."""
     widen = max(1.0, 4 / prep.shape.dtype_bytes) if opts.device == "cpu" else 1.0
     return [
-        (mem.weight_bytes * widen, stage_kv_bytes(prep, st.num_layers))
+        (mem.weight_bytes * widen, stage_kv_bytes(prep, st.num_layers), float(mem.weight_bytes))
         for st, mem in zip(prep.topology.stages, prep.memory, strict=True)
     ]
 
@@ -140,10 +141,10 @@ def check_memory(prep: Prepared, opts: LiveEngineConfig) -> None:
 
 
 def _check_fits(
-    prep: Prepared, opts: LiveEngineConfig, sizes: list[tuple[float, int]], avail: int, where: str, note: str
+    prep: Prepared, opts: LiveEngineConfig, sizes: list[tuple[float, int, float]], avail: int, where: str, note: str
 ) -> None:
-    weights, kv = sum(w for w, _ in sizes), sum(k for _, k in sizes)
-    if weights + kv <= avail:
+    weights, kv = sum(w for w, _, _ in sizes), sum(k for _, k, _ in sizes)
+    if sum(max(built, run + k) for built, k, run in sizes) <= avail:  # each stage at its peak phase
         return
     cpu = opts.device == "cpu"
     has = f"{where} has {format_bytes(avail)}{note}"

@@ -110,20 +110,21 @@ def scenario_from_args(args: argparse.Namespace):  # noqa: ANN201
 
 
 def scenario_inputs(args: argparse.Namespace, s: Any, live: bool = False) -> dict[str, str]:
-    """The paths a scenario command reads, by the flag that gave them (the field when the config file
-    did): the config file, a model's config.json, the trace, the profile and, for the engine (``live``),
-    the checkpoint. :func:`ppsim.outputs.check_output_dir` keeps the results apart from them."""
+    """The paths a scenario command reads as it runs, by the flag that gave them (the field when the config
+    file did): a model's config.json, the trace, the profile and, for the engine (``live``), the
+    checkpoint (``--config`` is read whole before any work: ``engine --config RUN/config.json
+    --output-dir RUN`` re-runs a run in place). :func:`ppsim.outputs.check_output_dir` keeps the
+    results apart from them."""
     from ppsim.models.shape import list_presets
 
     checkpoint = s.live_engine.checkpoint if live else None
-    paths = [  # flag, its dest, the field, the path
-        ("--config", "config", "config", args.config),
+    paths = [  # flag, its dest, the field, the path (--config: read whole before any work, so no matter)
         ("--model", "model", "model", None if s.model in list_presets() else s.model),
         ("--trace", "trace", "workload.trace", s.workload.trace),
         ("--profile", "profile", "cost.profile_dir", s.cost.profile_dir),
         ("--checkpoint", "live_engine_checkpoint", "live_engine.checkpoint", checkpoint),
     ]
-    read_as_file = ("--config", "--trace")  # one that is not a file: its reader says so, more to the point
+    read_as_file = ("--trace",)  # one that is not a file: its reader says so, more to the point
     return {
         flag if getattr(args, dest, None) else field: v
         for flag, dest, field, v in paths

@@ -346,3 +346,36 @@ def test_read_only_parent_stages_inside(tmp_path, monkeypatch):
     names = {p.name for p in out.iterdir()}
     assert "engine.json" not in names and not [n for n in names if ".tmp" in n] and "summary.json" in names
     assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_a_run_re_run_in_place_from_its_own_config(tmp_path, capsys):
+    """``--config RUN/config.json --output-dir RUN``: the config is read whole before any work, so the run
+    may replace its own directory (docs/engine.md re-runs an engine run from its config.json)."""
+    run = tmp_path / "run"
+    assert main(["simulate", *TINY, "--no-dashboard", "--quiet", "--output-dir", str(run)]) == 0
+    config = (run / "config.json").read_text()
+    assert (
+        main(["simulate", "--config", str(run / "config.json"), "--no-dashboard", "--quiet", "--output-dir", str(run)])
+        == 0
+    )
+    assert (run / "config.json").read_text() == config
+
+
+def test_validate_may_reuse_the_profile_it_calibrated_into_its_output(tmp_path, monkeypatch, capsys):
+    """``validate --profile OUT/profile --output-dir OUT``: that profile joins the new result set
+    (``ppsim.validate.run.profile_files``), so it is not refused as an input the results would replace."""
+    import ppsim.validate.run as vrun
+
+    out = tmp_path / "v"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "profiles" / "tiny-cpu", out / "profile")
+    (out / MARKER).write_text("")
+
+    class Reached(Exception):
+        pass
+
+    def reached(*a, **k):
+        raise Reached
+
+    monkeypatch.setattr(vrun, "validate", reached)
+    with pytest.raises(Reached):
+        main(["validate", *TINY, "--repeats", "1", "--profile", str(out / "profile"), "--output-dir", str(out)])

@@ -42,6 +42,8 @@ def test_legitimate_hf_configs_still_load(extra):
         {"hidden_size": 250, "head_dim": 32},  # hidden not divisible by heads: fine with an explicit head_dim
         # rms_norm_eps absent (None drops it): the older layer_norm_epsilon; an int rope_theta
         {"rms_norm_eps": None, "layer_norm_epsilon": 1e-6, "rope_theta": 1_000_000},
+        # an older name beside the newer is not read (a null or junk there was refused)
+        {"rms_norm_eps": 1e-6, "layer_norm_epsilon": None, "rope_theta": 5e5, "rotary_emb_base": "x"},
         {
             "model_type": "qwen3_moe",
             "num_experts": 8,

@@ -172,3 +172,12 @@ def test_the_models_own_checkpoint_passes(tmp_path, tied):
 def test_a_wrong_checkpoint_is_refused_before_the_stages_spawn(tmp_path):
     ck = _save(tmp_path, load_model("tiny").model_copy(update={"num_layers": 4}))
     _refused("--checkpoint: .* lacks tensor 'model.layers.4.self_attn.q_proj.weight'", EngineOptions(checkpoint=ck))
+
+
+def test_a_stage_peaks_at_its_float32_build_or_at_its_weights_and_kv_not_both():
+    """A CPU stage of a bf16 model draws float32 weights, casts them, then allocates its KV cache: the peak
+    is the larger phase (400 built, or 100 + 100 run), not their sum (500)."""
+    opts = SimpleNamespace(device="cpu", kv_num_blocks=None)
+    pf._check_fits(None, opts, [(400.0, 100, 100.0)], 450, "the host", "")  # fits: no prep needed to pass
+    with pytest.raises(AttributeError):  # past the fit test it reads the prep for its message: refused
+        pf._check_fits(None, opts, [(400.0, 100, 100.0)], 399, "the host", "")

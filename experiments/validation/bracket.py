@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from experiments.validation.repredict import errors
-from experiments.validation.run import MODELS
+from experiments.validation.run import HELD_OUT_NAME, MODELS
 from experiments.validation.tables import SHOWN as METRICS
 from ppsim.errors import PPSimError
 
@@ -36,8 +36,7 @@ def run_dirs(runs: Path) -> dict[str, list[Path]]:
     (held-out names start ``h<k>-``, experiments/validation/scenarios.py)."""
     sets: dict[str, list[Path]] = {"development": [], "held-out": []}
     for d in sorted(p.parent for p in runs.glob("*/validation.json")):
-        held = d.name[0] == "h" and d.name[1:2].isdigit()
-        sets["held-out" if held else "development"].append(d)
+        sets["held-out" if HELD_OUT_NAME.fullmatch(d.name) else "development"].append(d)
     return {k: v for k, v in sets.items() if v}
 
 
@@ -75,22 +74,28 @@ def main(argv: list[str] | None = None) -> int:
     if not sets:
         print(f"error: --runs: no finished validation (validation.json) under {args.runs}", file=sys.stderr)
         return 2
+    from calibration.artifact import check_output_dir
     from calibration.merge import merge
 
     try:
+        if not (Path(before) / "samples.csv").is_file():  # checked before a calibration of minutes
+            raise PPSimError(f"--before: {before} is no calibration (no samples.csv); give run.py's profile")
         after = args.after or str(out / "profile-after")
+        pooled = str(out / "profile-pooled")
+        for d in (pooled,) if args.after else (after, pooled):
+            check_output_dir(d, "--out")
         t0 = time.perf_counter()
         if not args.after:
             from calibration.calibrate import calibrate
 
             print(f"== calibrating {args.model} again (full grid), right after the runs", flush=True)
             calibrate(MODELS[args.model], "cpu", after, log=lambda m: None)
-        pooled = str(out / "profile-pooled")
-        merge([before, after], pooled)
+        merge([before, after], pooled, ("--before", "--after"), "--out")
+        profiles = {"before the runs (the prediction)": before, "after the runs": after, "pooled": pooled}
+        rows = table(sets, profiles)
     except PPSimError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    profiles = {"before the runs (the prediction)": before, "after the runs": after, "pooled": pooled}
     lines = [
         f"# The host's drift bracketed ({args.model})",
         "",
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         + f", pooled `{pooled}`. Only the first is a prediction made before the runs: the others were"
         " measured after them (calibration's own timings, no engine figure).",
         "",
-        *table(sets, profiles),
+        *rows,
     ]
     (out / "bracket.md").write_text("\n".join(lines))
     print("\n".join(lines))

@@ -348,8 +348,13 @@ def _hf_fields(cfg: dict, name: str) -> dict[str, Any]:
         dtype_bytes=DTYPE_BYTES[dtype],
         attention_bias=hf_bool(cfg, "attention_bias", mt in ("qwen", "qwen2", "qwen2_moe")),
         tie_word_embeddings=hf_bool(cfg, "tie_word_embeddings", False),
-        rms_norm_eps=hf_float(cfg, "rms_norm_eps", hf_float(cfg, "layer_norm_epsilon", 1e-5)),
-        rope_theta=hf_float(cfg, "rope_theta", hf_float(cfg, "rotary_emb_base", 10000.0)),
+        # the older names are read only when the newer one is absent (a null beside a valid one is no matter)
+        rms_norm_eps=hf_float(cfg, "rms_norm_eps", 0.0)
+        if "rms_norm_eps" in cfg
+        else hf_float(cfg, "layer_norm_epsilon", 1e-5),
+        rope_theta=hf_float(cfg, "rope_theta", 0.0)
+        if "rope_theta" in cfg
+        else hf_float(cfg, "rotary_emb_base", 10000.0),
         qk_norm=mt.startswith("qwen3"),
         weight_dtype=checkpoint_weight_dtype(cfg, dtype),
     )
@@ -389,6 +394,13 @@ def _json_error(text: str, err: Exception) -> str:
     keys = re.findall(r'"([^"\\]{1,100})"\s*:', text[: digits.start()])
     where = f"field {keys[-1]}" if keys else "a number"
     return f"{where} has {digits.end() - digits.start()} digits, far above any model's size; fix config.json"
+
+
+def _first_float(cfg: dict, keys: tuple[str, ...], default: float) -> float:
+    """The number at the first of ``keys`` present (a newer name, then its older ones): an older name beside
+    the newer is not read, so its null or junk is no matter."""
+    key = next((k for k in keys if k in cfg), None)
+    return default if key is None else hf_float(cfg, key, default)
 
 
 def list_presets() -> list[str]:

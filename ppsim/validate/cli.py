@@ -132,7 +132,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_repeats(args.repeats)
     host = HostGuard(args.host_guard, args.host_max_drift, args.host_min_core_share)
     s = scenario_from_args(args)  # bad input fails here or in the engine's checks, before a calibration of minutes
-    check_output_dir(args.output_dir, inputs=scenario_inputs(args, s, live=True))
+    inputs = scenario_inputs(args, s, live=True)
+    carried = Path(args.output_dir, "profile").resolve()  # OUT/profile joins the new set (run.profile_files)
+    check_output_dir(args.output_dir, inputs={k: v for k, v in inputs.items() if Path(v).resolve() != carried})
     check_engine_inputs(s)
     made = None
     if not args.profile:
