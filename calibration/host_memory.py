@@ -10,12 +10,10 @@ ended in torch's ``RuntimeError: ... can't allocate memory`` (exit 1), or in the
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ppsim.errors import PPSimError
+from ppsim.hostmem import host_available_bytes
 from ppsim.models.shape import ModelShape
-
-GIB = 1024**3
+from ppsim.units import format_gib
 
 
 def weight_bytes(shape: ModelShape, element_bytes: int, stack_bytes: int, device: str) -> tuple[int, int, int]:
@@ -37,13 +35,7 @@ def available_bytes(device: str) -> int | None:
         import torch
 
         return int(torch.cuda.mem_get_info()[0])
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return host_available_bytes()
 
 
 def check_memory(shape: ModelShape, dtype: str, element_bytes: int, stack_bytes: int, device: str) -> None:
@@ -54,7 +46,7 @@ def check_memory(shape: ModelShape, dtype: str, element_bytes: int, stack_bytes:
         return
     where = "the CUDA device has free" if device == "cuda" else "the host has available (MemAvailable)"
     raise PPSimError(
-        f"--model: calibrating {shape.name} in {dtype} holds {need / GIB:.1f} GiB of weights ({stack} layer(s) "
-        f"of {layer / GIB:.2f} GiB in the profiler and in the engine stages, with embedding and lm_head), more "
-        f"than the {free / GIB:.1f} GiB {where}; calibrate a smaller model or dtype (--dtype), or free memory"
+        f"--model: calibrating {shape.name} in {dtype} holds {format_gib(need)} of weights ({stack} layer(s) "
+        f"of {format_gib(layer, 2)} in the profiler and in the engine stages, with embedding and lm_head), more "
+        f"than the {format_gib(free)} {where}; calibrate a smaller model or dtype (--dtype), or free memory"
     )

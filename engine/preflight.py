@@ -8,29 +8,16 @@ each GPU's memory on CUDA. Each refusal is one :class:`PPSimError` line naming t
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import torch
 
 from engine.kvcache import PagedKVCache
 from engine.model import TORCH_DTYPES
 from ppsim.deployment import Prepared
 from ppsim.errors import PPSimError
+from ppsim.hostmem import host_available_bytes
 from ppsim.live_engine import LiveEngineConfig
 from ppsim.policy.pipelines import REPLICATED
-
-MEMINFO = Path("/proc/meminfo")
-
-
-def format_bytes(n: float) -> str:
-    """``n`` bytes in the largest binary unit it reaches, to 3 significant digits: 32.0 KiB, 3.00 TiB."""
-    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-    i = 0
-    while n >= 1024 and i < len(units) - 1:
-        n, i = n / 1024, i + 1
-    decimals = 0 if i == 0 or n >= 100 else (1 if n >= 10 else 2)
-    return f"{n:.{decimals}f} {units[i]}"
+from ppsim.units import GIB, format_bytes
 
 
 def check_supported(prep: Prepared) -> None:
@@ -96,7 +83,7 @@ def stage_kv_bytes(prep: Prepared, num_layers: int) -> int:
 def check_kv_cap(prep: Prepared, opts: LiveEngineConfig) -> None:
     """``--max-kv-gib``: no stage's KV cache above it."""
     need = stage_kv_bytes(prep, max(st.num_layers for st in prep.topology.stages))
-    cap = opts.max_kv_gib * 1024**3
+    cap = opts.max_kv_gib * GIB
     if need > cap:
         raise PPSimError(
             f"kv cache: {prep.num_blocks} blocks need {format_bytes(need)} on a stage, above --max-kv-gib "
@@ -113,15 +100,6 @@ def stage_bytes(prep: Prepared, opts: LiveEngineConfig) -> list[tuple[float, int
         (mem.weight_bytes * widen, stage_kv_bytes(prep, st.num_layers), float(mem.weight_bytes))
         for st, mem in zip(prep.topology.stages, prep.memory, strict=True)
     ]
-
-
-def host_available_bytes() -> int | None:
-    """``MemAvailable`` of /proc/meminfo: what the kernel can hand out without swapping; None if unknown."""
-    try:
-        found = re.search(r"^MemAvailable:\s+(\d+) kB", MEMINFO.read_text(), re.MULTILINE)
-    except OSError:
-        return None
-    return int(found.group(1)) * 1024 if found else None
 
 
 def check_memory(prep: Prepared, opts: LiveEngineConfig) -> None:

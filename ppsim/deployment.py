@@ -23,6 +23,7 @@ from ppsim.models.shape import ModelShape, load_model
 from ppsim.policy.kv import BlockPool
 from ppsim.policy.pipelines import REPLICATED, PolicyKnobs
 from ppsim.policy.requests import Request
+from ppsim.units import GIB
 from ppsim.workload import Workload, as_workload, build_workload
 
 
@@ -190,6 +191,6 @@ def _pipeline_kv(prep: Prepared, peak_used: int) -> dict[str, Any]:
         "kv_concurrency_at_mean_len": round(cap / mean_len, 2) if mean_len else 0.0,
         "kv_blocks_per_stage": [m.num_blocks for m in prep.memory],
         "kv_peak_blocks_used": peak_used,
-        "weights_gib_per_gpu": [round(m.weight_bytes / 1024**3, 3) for m in prep.memory],
+        "weights_gib_per_gpu": [round(m.weight_bytes / GIB, 3) for m in prep.memory],
         "layers_per_stage": [s.num_layers for s in prep.topology.stages],
     }

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from ppsim.errors import PPSimError
+from ppsim.units import GIB, MIB
 
 SUFFIXES = (".toml", ".yaml", ".yml", ".json")
-MAX_MAPPING_BYTES = 16 * 2**20  # scenario, sweep space and HF config.json files
-MAX_TRACE_BYTES = 2**30  # trace CSV files
-MIB = 2**20
+MAX_MAPPING_BYTES = 16 * MIB  # scenario, sweep space and HF config.json files
+MAX_TRACE_BYTES = GIB  # trace CSV files
 REPR_CHARS = 100  # a value quoted in an error message: at most this many characters
 
 

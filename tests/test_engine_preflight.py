@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import engine.preflight as pf  # noqa: E402
+import ppsim.hostmem as hostmem  # noqa: E402
 from engine.checkpoint import check_checkpoint, save_checkpoint  # noqa: E402
 from engine.model import build_stage  # noqa: E402
 from engine.run import EngineOptions, run_engine  # noqa: E402
@@ -20,36 +21,21 @@ from ppsim.cli import main  # noqa: E402
 from ppsim.config import build_scenario  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.models.shape import load_hf_config, load_model  # noqa: E402
+from ppsim.units import MIB  # noqa: E402
 
 TINY = {"model": "tiny", "cluster": {"pipeline_parallel_size": 2}, "workload": {"num_prompts": 2}}
-MIB = 1024**2
 
 
 def _host_has(monkeypatch, tmp_path, kib: int) -> None:
     meminfo = tmp_path / "meminfo"
     meminfo.write_text(f"MemTotal:       99999999 kB\nMemFree:           1 kB\nMemAvailable:   {kib} kB\n")
-    monkeypatch.setattr(pf, "MEMINFO", meminfo)
+    monkeypatch.setattr(hostmem, "MEMINFO", meminfo)  # read by engine/preflight.py check_memory
 
 
 def _refused(match: str, options: EngineOptions | None = None, **scenario) -> None:
     with pytest.raises(PPSimError, match=match):
         run_engine(build_scenario(None, {**TINY, **scenario}), options=options)
     assert not multiprocessing.active_children()
-
-
-@pytest.mark.parametrize(
-    "n, text",
-    [(0, "0 B"), (1023, "1023 B"), (32 * 1024, "32.0 KiB"), (1.5 * 1024**3, "1.50 GiB"), (3 * 1024**4, "3.00 TiB")],
-)
-def test_sizes_are_printed_in_their_unit(n, text):
-    assert pf.format_bytes(n) == text
-
-
-def test_host_memory_reads_mem_available(monkeypatch, tmp_path):
-    _host_has(monkeypatch, tmp_path, 2048)
-    assert pf.host_available_bytes() == 2 * MIB
-    monkeypatch.setattr(pf, "MEMINFO", tmp_path / "none")  # not Linux: the check is skipped
-    assert pf.host_available_bytes() is None
 
 
 def test_weights_beyond_the_host_name_the_model(monkeypatch, tmp_path):

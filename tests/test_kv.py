@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ppsim.config import build_scenario
-from ppsim.cost.memory import GIB, stage_memory
+from ppsim.cost.memory import stage_memory
 from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
 from ppsim.models.shape import load_model
@@ -15,6 +15,7 @@ from ppsim.policy.kv import BlockPool, unify_num_blocks
 from ppsim.policy.requests import Request
 from ppsim.policy.scheduler import Scheduler, SchedulerLimits
 from ppsim.run import run_scenario
+from ppsim.units import GIB
 
 
 def test_unify_is_minimum_over_stages():

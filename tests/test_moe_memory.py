@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from ppsim.config import build_scenario
-from ppsim.cost.memory import GIB, stage_memory, stage_weight_bytes
+from ppsim.cost.memory import stage_memory, stage_weight_bytes
 from ppsim.deployment import build_topology, prepare
 from ppsim.errors import PPSimError
 from ppsim.models.shape import load_model
+from ppsim.units import GIB
 
 
 def test_deepseek_r1_fp4_pp8_stage_weights() -> None:

@@ -22,10 +22,10 @@ from _common import parse_args, write_result  # noqa: E402
 from ppsim.config import build_scenario  # noqa: E402
 from ppsim.deployment import prepare  # noqa: E402
 from ppsim.hardware.presets import DeviceSpec  # noqa: E402
+from ppsim.units import GIB  # noqa: E402
 
 LAYOUTS = [(8, 1), (16, 1), (8, 2)]  # (tp, pp); the first is the baseline
 CONTEXT = 8192  # tokens per sequence for the concurrency figure (Llama-3-70B max_model_len)
-GIB = 1024**3
 
 
 def reference_kv_tokens(tp: int, pp: int) -> float:

@@ -20,8 +20,7 @@ from ppsim.cost.layers import layer_weight_bytes_per_gpu as _layer_bytes
 from ppsim.errors import PPSimError
 from ppsim.models.shape import ModelShape
 from ppsim.policy.kv import unify_num_blocks
-
-GIB = 1024**3
+from ppsim.units import GIB, format_gib
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,16 +69,16 @@ def stage_memory(
             "(engine.activation_reserve_gib); use a device with more memory or lower the reserve"
         )
     if blocks < 1:
-        short = (weights + per_tok * block_size - budget) / GIB
+        short = weights + per_tok * block_size - budget
         block = per_tok * block_size
         fix = (  # the block alone larger than the memory: its size is the first thing to fix
-            f"one KV block of {block_size} tokens alone takes {block / GIB:.1f} GiB: lower --block-size, or "
+            f"one KV block of {block_size} tokens alone takes {format_gib(block)}: lower --block-size, or "
             if block > budget
             else ""
         )
         raise PPSimError(
-            f"memory: stage {stage.index} needs {weights / GIB:.1f} GiB of weights per GPU but has "
-            f"{budget / GIB:.1f} GiB (short by {short:.1f} GiB for even one KV block); {fix}raise "
+            f"memory: stage {stage.index} needs {format_gib(weights)} of weights per GPU but has "
+            f"{format_gib(budget)} (short by {format_gib(short)} for even one KV block); {fix}raise "
             "--pipeline-parallel-size / --tensor-parallel-size or --gpu-memory-utilization"
         )
     return StageMemory(stage.index, weights, pool, per_tok, blocks)

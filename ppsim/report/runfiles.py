@@ -20,6 +20,7 @@ from typing import Any
 from ppsim.errors import PPSimError
 from ppsim.fileio import os_error, permission_fix
 from ppsim.metrics.series import SERIES_FIELDS_HEAD, TIMELINE_FIELDS, WINDOW_AFTER, SeriesRecorder, series_csv
+from ppsim.units import MIB
 
 LATENCIES = ("ttft", "tpot", "e2el")
 
@@ -70,7 +71,7 @@ DRAWN_NUMBERS = (
     "kv_peak_blocks_used",
     "num_preemptions",
 )
-TEXT_LIMIT = 64 * 2**20  # bytes of summary.json / config.json / timeseries.csv read whole
+TEXT_LIMIT = 64 * MIB  # bytes of summary.json / config.json / timeseries.csv read whole
 # Every number drawn is within [0, MAX_VALUE] (fractions within [0, 1]): far past any run (its inputs are
 # bounded: 1e7 requests of 1e7 tokens on a 1 GFLOP/s device last ~1e19 s), and far enough below a float's
 # limit (1.8e308) that axis limits, tick steps and bar heights computed from it stay finite.
@@ -129,7 +130,7 @@ def _read_text(run: Path, name: str) -> str:
     path = run / name
     try:
         if path.stat().st_size > TEXT_LIMIT:
-            raise damaged(run, name, f"larger than {TEXT_LIMIT // 2**20} MiB, not a file ppsim writes")
+            raise damaged(run, name, f"larger than {TEXT_LIMIT // MIB} MiB, not a file ppsim writes")
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         raise damaged(run, name, f"not UTF-8 text (byte {err.start})") from None
