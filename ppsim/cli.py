@@ -313,6 +313,49 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def run_main(
+    work: Callable[[], int | None],
+    *,
+    prefix: str = "",
+    exit_code: int | None = None,
+    signals: bool = True,
+    os_errors: bool = True,
+) -> int:
+    """Run an entry point's ``work`` and return its exit status (``None``: 0), every failure one line on stderr.
+
+    Bad input (:class:`~ppsim.errors.PPSimError`) is ``error: {prefix}{message}``, exit status the error's
+    own (2; :class:`~ppsim.outputs.OutputError` 1) or ``exit_code`` when given. With ``signals``, SIGTERM
+    raises :class:`~ppsim.errors.Terminated` while ``work`` runs (:func:`sigterm_as_interrupt`): exit 143
+    after ``terminated (SIGTERM)``, Ctrl-C 130 after ``interrupted``. With ``os_errors``, a broken pipe
+    (``| head``) is a quiet 0 and any other ``OSError`` one line naming the file, exit 2 where the fix is
+    a permission (bad input), else 1. Without them, these propagate as they would without this function.
+    """
+    try:
+        with sigterm_as_interrupt() if signals else contextlib.nullcontext():
+            return work() or 0
+    except PPSimError as err:
+        print(f"error: {one_line(prefix + str(err))}", file=sys.stderr)
+        return getattr(err, "exit_code", 2) if exit_code is None else exit_code
+    except KeyboardInterrupt as err:
+        if not signals:
+            raise
+        if isinstance(err, Terminated):  # SIGTERM: the clean-up on the way here has run, as for Ctrl-C
+            print("terminated (SIGTERM)", file=sys.stderr)
+            return 128 + signal.SIGTERM
+        print("interrupted", file=sys.stderr)
+        return 130
+    except OSError as err:
+        if not os_errors:
+            raise
+        if isinstance(err, BrokenPipeError):  # `ppsim models | head`
+            sys.stderr.close()
+            return 0
+        # a file that vanished or a disk that filled outside the result writers
+        where, fix = f"{err.filename}: " if err.filename else "", permission_fix(err)
+        print(f"error: {one_line(f'{prefix}{where}{err.strerror or err}{fix}')}", file=sys.stderr)
+        return 2 if fix else 1  # a path the user may not read is bad input
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -320,25 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ["simulate", *argv]  # flags alone (or nothing) run `ppsim simulate`
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None) or COMMANDS[args.command][0]
-    try:
-        with sigterm_as_interrupt():
-            return handler(args)
-    except PPSimError as err:
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
-        return getattr(err, "exit_code", 2)
-    except Terminated:  # SIGTERM: the clean-up on the way here has run, as for Ctrl-C
-        print("terminated (SIGTERM)", file=sys.stderr)
-        return 128 + signal.SIGTERM
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `ppsim models | head`
-        sys.stderr.close()
-        return 0
-    except OSError as err:  # a file that vanished or a disk that filled outside the result writers
-        where, fix = f"{err.filename}: " if err.filename else "", permission_fix(err)
-        print(f"error: {one_line(f'{where}{err.strerror or err}{fix}')}", file=sys.stderr)
-        return 2 if fix else 1  # a path the user may not read is bad input
+    return run_main(lambda: handler(args))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ point: a missing root or a damaged table is one line naming ``PPSIM_VIDUR_ROOT``
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from calibration.vidur_import import DEVICE_PRESET, PRESET_TO_VIDUR, Row
 from calibration.vidur_import import _int as int_cell  # the importer's checked readers: file, line, column named
 from calibration.vidur_import import _num as num_cell
 from calibration.vidur_import import _rows as checked_rows
-from ppsim.cli import Parser, one_line
+from ppsim.cli import Parser, run_main
 from ppsim.errors import PPSimError
 
 ROOT_VAR = "PPSIM_VIDUR_ROOT"
@@ -53,16 +52,19 @@ def main_of(doc: str, work: Callable[[], object], argv: list[str] | None = None)
     """A script's entry point: no flags (``--help`` says what it does), the data root checked, then
     ``work``; bad data is one line naming PPSIM_VIDUR_ROOT and the file, exit status 2."""
     Parser(description=doc.split("\n\n")[0], epilog=f"Reads ${ROOT_VAR} (now {VIDUR_ROOT}).").parse_args(argv)
-    try:
-        check_root()
-        work()
-    except PPSimError as err:
-        msg = str(err)
-        for flag in ("--root: ", f"{ROOT_VAR}: "):  # the importer names its flag: here the variable
-            msg = msg.removeprefix(flag)
-        print(f"error: {ROOT_VAR}: {one_line(msg)}", file=sys.stderr)
-        return 2
-    return 0
+
+    def checked_work() -> None:
+        try:
+            check_root()
+            work()
+        except PPSimError as err:
+            msg = str(err)
+            for flag in ("--root: ", f"{ROOT_VAR}: "):  # the importer names its flag: here the variable
+                msg = msg.removeprefix(flag)
+            raise PPSimError(msg) from None
+
+    # every error names the variable, exit 2 (an OutputError's too); Ctrl-C and OSError unhandled as before
+    return run_main(checked_work, prefix=f"{ROOT_VAR}: ", exit_code=2, signals=False, os_errors=False)
 
 
 def cases() -> list[tuple[str, str, str, str]]:

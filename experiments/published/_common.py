@@ -8,8 +8,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from ppsim.cli import Parser, one_line
-from ppsim.errors import PPSimError
+from ppsim.cli import Parser, run_main
 from ppsim.metrics.io import atomic_write, save_figure  # noqa: F401 - re-exported to the scripts
 from ppsim.outputs import check_output_dir
 
@@ -22,10 +21,12 @@ def parse_args(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
     p.add_argument("--out", default=str(OUT), help="where the .md/.csv/.png go (default experiments/published/out)")
     p.add_argument("--quick", action="store_true", help="a smaller grid (smoke tests)")
     args = p.parse_args(argv)
-    try:
+
+    def check() -> None:
         check_output_dir(args.out, "--out", replace=False)
-    except PPSimError as err:
-        p.exit(2, f"error: {one_line(str(err))}\n")
+
+    if code := run_main(check, exit_code=2, signals=False, os_errors=False):  # exit 2 as argparse's errors
+        p.exit(code)
     return args
 
 

@@ -17,8 +17,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 from _common import parse_args  # noqa: E402
 
-from ppsim.cli import one_line  # noqa: E402
-from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.cli import run_main  # noqa: E402
 from ppsim.outputs import check_output_dir, write_result_set  # noqa: E402
 
 SCRIPTS = ("bubble_table", "layer_partition", "kv_capacity", "chunked_prefill_ttft", "decode_concurrency")
@@ -29,13 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     a failed script, or a name there taken by a directory, leaves ``--out`` as it was."""
     args = parse_args(argv, __doc__)
     names = [f"{n}.{ext}" for n in SCRIPTS for ext in ("md", "csv")] + ["README.md"]
-    try:
+
+    def work() -> None:
         out = check_output_dir(args.out, "--out", names=names, replace=False)
         write_result_set(out, run_scripts(args.quick), "--out", replace=False, marker=False)
-    except PPSimError as err:
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
-        return getattr(err, "exit_code", 2)
-    return 0
+
+    return run_main(work, signals=False, os_errors=False)  # as before: Ctrl-C and OSError unhandled
 
 
 def run_scripts(quick: bool) -> dict[str, bytes]:

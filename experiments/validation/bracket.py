@@ -25,6 +25,7 @@ from pathlib import Path
 from experiments.validation.repredict import errors
 from experiments.validation.run import HELD_OUT_NAME, MODELS
 from experiments.validation.tables import SHOWN as METRICS
+from ppsim.cli import run_main
 from ppsim.errors import PPSimError
 
 BUBBLE = "pipeline_bubble_fraction"
@@ -68,34 +69,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--after", help="a profile calibrated right after them (default: calibrate now)")
     ap.add_argument("--out", required=True, help="directory for profile-after, profile-pooled, bracket.md")
     args = ap.parse_args(argv)
+    # exit 2 for every PPSimError (a calibration's OutputError too); Ctrl-C and OSError unhandled as before
+    return run_main(lambda: bracket(args), exit_code=2, signals=False, os_errors=False)
+
+
+def bracket(args: argparse.Namespace) -> None:
+    """The two profiles after ``before`` (calibrating "after" unless given), the table, ``bracket.md``."""
     before = args.before or str(Path(args.runs) / f"profile-{args.model}")  # where run.py --calibrate wrote it
     out = Path(args.out)
     sets = run_dirs(Path(args.runs))
     if not sets:
-        print(f"error: --runs: no finished validation (validation.json) under {args.runs}", file=sys.stderr)
-        return 2
+        raise PPSimError(f"--runs: no finished validation (validation.json) under {args.runs}")
     from calibration.artifact import check_output_dir
     from calibration.merge import merge
 
-    try:
-        if not (Path(before) / "samples.csv").is_file():  # checked before a calibration of minutes
-            raise PPSimError(f"--before: {before} is no calibration (no samples.csv); give run.py's profile")
-        after = args.after or str(out / "profile-after")
-        pooled = str(out / "profile-pooled")
-        for d in (pooled,) if args.after else (after, pooled):
-            check_output_dir(d, "--out")
-        t0 = time.perf_counter()
-        if not args.after:
-            from calibration.calibrate import calibrate
+    if not (Path(before) / "samples.csv").is_file():  # checked before a calibration of minutes
+        raise PPSimError(f"--before: {before} is no calibration (no samples.csv); give run.py's profile")
+    after = args.after or str(out / "profile-after")
+    pooled = str(out / "profile-pooled")
+    for d in (pooled,) if args.after else (after, pooled):
+        check_output_dir(d, "--out")
+    t0 = time.perf_counter()
+    if not args.after:
+        from calibration.calibrate import calibrate
 
-            print(f"== calibrating {args.model} again (full grid), right after the runs", flush=True)
-            calibrate(MODELS[args.model], "cpu", after, log=lambda m: None)
-        merge([before, after], pooled, ("--before", "--after"), "--out")
-        profiles = {"before the runs (the prediction)": before, "after the runs": after, "pooled": pooled}
-        rows = table(sets, profiles)
-    except PPSimError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        print(f"== calibrating {args.model} again (full grid), right after the runs", flush=True)
+        calibrate(MODELS[args.model], "cpu", after, log=lambda m: None)
+    merge([before, after], pooled, ("--before", "--after"), "--out")
+    profiles = {"before the runs (the prediction)": before, "after the runs": after, "pooled": pooled}
+    rows = table(sets, profiles)
     lines = [
         f"# The host's drift bracketed ({args.model})",
         "",
@@ -108,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     ]
     (out / "bracket.md").write_text("\n".join(lines))
     print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":

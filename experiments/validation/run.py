@@ -36,7 +36,7 @@ from experiments.validation.scenarios import (  # noqa: E402
     scenario,
 )
 from experiments.validation.tables import RELATIVE, SHOWN, result_row, results_md, to_csv  # noqa: E402
-from ppsim.cli import Parser, one_line  # noqa: E402
+from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.deployment import prepare  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.metrics.io import atomic_write, save_figure  # noqa: E402
@@ -172,11 +172,7 @@ def plan_scenarios(args: argparse.Namespace, profile: str) -> list[tuple[str, st
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        return run(args)
-    except PPSimError as err:
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
-        return getattr(err, "exit_code", 2)
+    return run_main(lambda: run(args), signals=False, os_errors=False)  # as before: Ctrl-C and OSError unhandled
 
 
 def run(args: argparse.Namespace) -> int:
