@@ -42,7 +42,7 @@ from ppsim.cost.profiled import (
 )
 from ppsim.errors import PPSimError
 from ppsim.live_engine import MAX_THREADS_PER_STAGE
-from ppsim.models.shape import ModelShape, load_model
+from ppsim.models.shape import ModelShape, load_model, refuse_skew_on_dense
 from ppsim.policy.plan import PlanItem, StepPlan, make_plan
 from ppsim.validate.host import cpu_probe
 
@@ -482,11 +482,8 @@ def calibrate(
         )
     if router_zipf < 0:
         raise PPSimError(f"--moe-router-zipf: {router_zipf} is negative; use 0 (router alone) or more")
-    if router_zipf and not shape.is_moe:
-        raise PPSimError(
-            f"--moe-router-zipf: {shape.name} is a dense model (no experts to route to), so the router skew "
-            "changes nothing; drop --moe-router-zipf or pick a MoE model"
-        )
+    if router_zipf:
+        refuse_skew_on_dense(shape, "--moe-router-zipf", shape.name, "--moe-router-zipf", "the router skew")
     dtype = shape.dtype if dtype is None else dtype
     if dtype not in TORCH_DTYPES:
         raise PPSimError(f"--dtype: {dtype!r} is not one of {', '.join(TORCH_DTYPES)}")

@@ -98,7 +98,7 @@ class Row(dict[str, str]):
         self.path, self.line = path, line
 
 
-def _rows(path: Path) -> list[Row]:
+def checked_rows(path: Path) -> list[Row]:
     """``path``'s rows; refuses a file that is not UTF-8 CSV, or a row wider or narrower than the header."""
     try:
         data = path.read_bytes()
@@ -129,7 +129,7 @@ def _check_header(path: Path, header: list[str] | None, rows: list[Row]) -> None
         raise PPSimError(f"--root: {path} line 1 names column {twice[0]} twice; {FIX}")
 
 
-def _num(r: Row, col: str) -> float:
+def num_cell(r: Row, col: str) -> float:
     """Cell ``col`` of ``r``: a finite, non-negative number (every column read is a time, count or size)."""
     if col not in r:
         raise PPSimError(f"--root: {r.path} has no column {col}; {FIX}")
@@ -144,8 +144,8 @@ def _num(r: Row, col: str) -> float:
     return x
 
 
-def _int(r: Row, col: str) -> int:
-    x = _num(r, col)
+def int_cell(r: Row, col: str) -> int:
+    x = num_cell(r, col)
     if not x.is_integer():
         raise PPSimError(f"--root: {r.path} line {r.line} column {col}: {r[col]!r} is not a whole number; {FIX}")
     return int(x)
@@ -156,7 +156,7 @@ def _ms(r: Row, col: str, positive: bool = False) -> float:
     zero where ``positive`` (a measured operator: no kernel takes no time), is refused."""
     if r.get(col, "") == "":
         return 0.0
-    s = _num(r, col) * 1e-3
+    s = num_cell(r, col) * 1e-3
     if s > MAX_TIME_S or (positive and s == 0):
         why = f"above {MAX_TIME_S:g} s" if s else "zero: no measured operator takes no time"
         raise PPSimError(f"--root: {r.path} line {r.line} column {col}: {r[col]!r} ms is {why}; {FIX}")
@@ -169,7 +169,7 @@ def table(rows: list[Row], key: str, col: str) -> dict[str, Any]:
     by: dict[float, list[float]] = {}
     for r in rows:
         if r.get(col, "") != "":
-            by.setdefault(_num(r, key), []).append(_ms(r, col, positive=True))
+            by.setdefault(num_cell(r, key), []).append(_ms(r, col, positive=True))
     xs = sorted(by)
     if len(xs) < 2:
         where = rows[0].path if rows else "vidur import"
@@ -189,7 +189,7 @@ def check_vidur_shape(row: Row, shape: ModelShape, path: Path) -> None:
         "n_embd": shape.hidden_size,
         "n_expanded_embd": shape.intermediate_size,
     }  # vocab_size: Vidur pads it (32000 -> 32768)
-    bad = [f"{k}={row[k]} (model has {v})" for k, v in want.items() if k in row and _int(row, k) != v]
+    bad = [f"{k}={row[k]} (model has {v})" for k, v in want.items() if k in row and int_cell(row, k) != v]
     if bad:
         raise PPSimError(f"vidur import: {path} is not model {shape.name}: {'; '.join(bad)}; pick the matching --model")
 
@@ -249,7 +249,7 @@ def roofline_fits(shape: ModelShape, device: str, tp: int) -> dict[str, dict[str
 
 
 def attention_fits(path: Path, tp: int) -> dict[str, dict[str, Any]]:
-    rows = [r for r in _rows(path) if _int(r, "num_tensor_parallel_workers") == tp]
+    rows = [r for r in checked_rows(path) if int_cell(r, "num_tensor_parallel_workers") == tp]
     if not rows:
         return {}
     extra = ("time_stats.attn_input_reshape.median", "time_stats.attn_output_reshape.median")
@@ -262,13 +262,13 @@ def attention_fits(path: Path, tp: int) -> dict[str, dict[str, Any]]:
         y = np.array([_ms(r, col, positive=True) + sum(_ms(r, e) for e in extra) for r in sel])
         if is_pre == "True":
             feats = {
-                "chunk": np.array([_num(r, "prefill_chunk_size") for r in sel]),
-                "prefix": np.array([_num(r, "kv_cache_size") for r in sel]),
+                "chunk": np.array([num_cell(r, "prefill_chunk_size") for r in sel]),
+                "prefix": np.array([num_cell(r, "kv_cache_size") for r in sel]),
             }
             form = "prefill_attn"
         else:
-            B = np.array([_num(r, "batch_size") for r in sel])
-            feats = {"batch": B, "ctx_tokens": B * np.array([_num(r, "kv_cache_size") for r in sel])}
+            B = np.array([num_cell(r, "batch_size") for r in sel])
+            feats = {"batch": B, "ctx_tokens": B * np.array([num_cell(r, "kv_cache_size") for r in sel])}
             form = "decode_attn"
         _check_fit_points(path, op, form, feats, tp)
         fit, stats = fit_op(op, form, "", feats, y)
@@ -307,7 +307,7 @@ def cpu_fits(root: Path, device: str) -> tuple[dict[str, dict[str, Any]], str | 
         path, note = root / "cpu_overheads" / "a100.csv", f"cpu overheads on {device}: A100's used"
     if not path.is_file():
         return {}, f"cpu overheads: none under {root}/cpu_overheads; the scenario's engine.cpu is used"
-    rows = _rows(path)
+    rows = checked_rows(path)
     cols = {
         "schedule": "schedule_median",
         "update": "process_model_outputs_median",
@@ -341,14 +341,14 @@ def check_device(root: Path, device: str) -> None:
 def mlp_rows(path: Path, tp: int) -> list[Row]:
     """The rows of ``path`` (an mlp.csv) at tensor parallel size ``tp``; refused when it has none, naming
     the sizes it has."""
-    rows = _rows(path)
-    sizes = sorted({_int(r, "num_tensor_parallel_workers") for r in rows})
+    rows = checked_rows(path)
+    sizes = sorted({int_cell(r, "num_tensor_parallel_workers") for r in rows})
     if tp not in sizes:
         raise PPSimError(
             f"-tp: {path} has no rows at tensor parallel size {tp}; it has {', '.join(map(str, sizes))}: "
             "pass -tp one of them"
         )
-    return [r for r in rows if _int(r, "num_tensor_parallel_workers") == tp]
+    return [r for r in rows if int_cell(r, "num_tensor_parallel_workers") == tp]
 
 
 def check_network(root: Path, network: str) -> None:
@@ -365,13 +365,15 @@ def network_fits(root: Path, device: str, network: str, tp: int) -> tuple[dict[s
     out, missing = {}, []
     if (d / "send_recv.csv").is_file():
         out["send_recv"] = _interp(
-            table(_rows(d / "send_recv.csv"), "size", "time_stats.send_recv.median"), "bytes", f"{d.name}/send_recv.csv"
+            table(checked_rows(d / "send_recv.csv"), "size", "time_stats.send_recv.median"),
+            "bytes",
+            f"{d.name}/send_recv.csv",
         )
     else:
         missing.append(f"send_recv: no {d}/send_recv.csv; the scenario's --link preset is used")
     if tp > 1:
         path = d / "all_reduce.csv"
-        ar = [r for r in _rows(path) if _int(r, "num_workers") == tp] if path.is_file() else []
+        ar = [r for r in checked_rows(path) if int_cell(r, "num_workers") == tp] if path.is_file() else []
         # dgx files mix GPUs in one node with GPUs across nodes at the same worker count: keep one node's
         intra = [r for r in ar if r.get("devices_per_node") == r["num_workers"]]
         ar = intra or ar

@@ -102,7 +102,10 @@ def check_checkpoint(ckpt_dir: str | Path, flag: str = "--checkpoint", shape: Mo
     else:
         raise PPSimError(f"{flag}: {ckpt} has neither {SINGLE} nor {INDEX}")
     if shape is not None:
-        _check_tensors(held, shape, ckpt, flag)
+        need = model_tensors(shape)
+        if shape.tie_word_embeddings and "lm_head.weight" not in held:
+            need.pop("lm_head.weight", None)  # read from model.embed_tokens.weight
+        _check_tensors(held, need, ckpt, flag, shape.name, shape.name)
 
 
 def model_tensors(shape: ModelShape) -> dict[str, tuple[int, ...]]:
@@ -112,23 +115,23 @@ def model_tensors(shape: ModelShape) -> dict[str, tuple[int, ...]]:
     return {k: tuple(p.shape) for k, p in m.named_parameters()}
 
 
-def _check_tensors(held: dict[str, tuple[int, ...]], shape: ModelShape, ckpt: Path, flag: str) -> None:
-    """Every tensor the stages load (:func:`load_stage_weights`) is in ``held`` with its shape; the first one
-    that is not is named, in the model's order."""
-    need = model_tensors(shape)
-    if shape.tie_word_embeddings and "lm_head.weight" not in held:
-        need.pop("lm_head.weight", None)  # read from model.embed_tokens.weight
+def _check_tensors(
+    held: dict[str, tuple[int, ...]], need: dict[str, tuple[int, ...]], ckpt: Path, flag: str, model: str, who: str
+) -> None:
+    """Every tensor of ``need`` (checkpoint key -> shape) is in ``held`` with its shape; the first one that is
+    not is named, in ``need``'s order. The one check of the parent (:func:`check_checkpoint`: ``who`` is the
+    whole ``model``) and of each stage (:func:`load_stage_weights`: ``who`` is the stage)."""
     missing = [k for k in need if k not in held]
     for k, dims in need.items():
         if k not in held:
             raise PPSimError(
-                f"{flag}: {ckpt} lacks tensor {k!r} ({len(missing)} of the {len(need)} that {shape.name} loads are "
-                f"missing); is it a checkpoint of {shape.name}?"
+                f"{flag}: {ckpt} lacks tensor {k!r} ({len(missing)} of the {len(need)} that {who} loads are "
+                f"missing); is it a checkpoint of {model}?"
             )
         if held[k] != dims:
             raise PPSimError(
-                f"{flag}: {ckpt} holds tensor {k!r} with shape {held[k]}, {shape.name} needs {dims}; is it a "
-                f"checkpoint of {shape.name}?"
+                f"{flag}: {ckpt} holds tensor {k!r} with shape {held[k]}, {who} needs {dims}; is it a "
+                f"checkpoint of {model}?"
             )
 
 
@@ -147,19 +150,21 @@ def load_stage_weights(model: StageModel, ckpt_dir: str | Path) -> None:
     ckpt = Path(ckpt_dir)
     files = _key_files(ckpt)
     params = dict(model.named_parameters())
-    by_file: dict[Path, list[tuple[str, str]]] = {}
+    keys: dict[str, str] = {}  # parameter name -> checkpoint key
     for name in params:
-        key = name
-        if key not in files and name == "lm_head.weight" and model.shape.tie_word_embeddings:
-            key = "model.embed_tokens.weight"
-        if key not in files:
-            raise PPSimError(f"checkpoint: {ckpt} lacks tensor {key!r}; is it a checkpoint of this model?")
+        tied = name == "lm_head.weight" and model.shape.tie_word_embeddings and name not in files
+        keys[name] = "model.embed_tokens.weight" if tied else name
+    need = {keys[name]: tuple(p.shape) for name, p in params.items()}
+    held: dict[str, tuple[int, ...]] = {}
+    for shard in sorted({files[k] for k in need if k in files}):  # the headers of this stage's shards only
+        held.update({k: s for k, s in _shard_header(shard, "checkpoint").items() if files.get(k) == shard})
+    who = f"the stage of layers {model.start}-{model.end - 1}"
+    _check_tensors(held, need, ckpt, "checkpoint", model.shape.name, who)
+    by_file: dict[Path, list[tuple[str, str]]] = {}
+    for name, key in keys.items():
         by_file.setdefault(files[key], []).append((name, key))
     for path, names in by_file.items():
         with safe_open(str(path), framework="pt") as f:
             for name, key in names:
-                t = f.get_tensor(key)
                 p = params[name]
-                if tuple(t.shape) != tuple(p.shape):
-                    raise PPSimError(f"checkpoint: {key} has shape {tuple(t.shape)}, the model needs {tuple(p.shape)}")
-                p.copy_(t.to(dtype=p.dtype, device=p.device))
+                p.copy_(f.get_tensor(key).to(dtype=p.dtype, device=p.device))

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engine.transport import OUTPUTS, _tag
+from engine.transport import OUTPUTS, message_tag
 
 FORWARD_POLL_S = 0.5  # the forwarder's queue wait between checks of its stop flag
 
@@ -81,7 +81,7 @@ class RingSender:
     def _send(self, step_id: int, buf: torch.Tensor) -> None:
         while self.works and self.works[0][0].is_completed():
             self.works.popleft()
-        self.works.append((dist.isend(buf, dst=0, tag=_tag(step_id, OUTPUTS)), buf))
+        self.works.append((dist.isend(buf, dst=0, tag=message_tag(step_id, OUTPUTS)), buf))
 
     def close(self) -> None:
         for sid in sorted(self.held):  # nothing later will come: what is held leaves now
@@ -103,7 +103,7 @@ class RingForwarder:
     def expect(self, step_id: int, req_ids: list[int]) -> None:
         """Post the receive of ``step_id``'s tokens (in launch order, as the control messages come)."""
         buf = torch.empty(max(1, len(req_ids)), dtype=torch.long, device=self.wire)
-        work = dist.irecv(buf, src=self.src, tag=_tag(step_id, OUTPUTS))
+        work = dist.irecv(buf, src=self.src, tag=message_tag(step_id, OUTPUTS))
         self.posted.put((step_id, req_ids, work, buf))
 
     def _run(self) -> None:

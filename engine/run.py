@@ -179,7 +179,7 @@ def _clock_offsets(ready: dict[int, tuple[float, float]], t_spawn: float, t_read
     return out
 
 
-def _fault_plan(opts: EngineOptions, cfgs: list[StageConfig]) -> list[StageConfig]:
+def fault_plan(opts: EngineOptions, cfgs: list[StageConfig]) -> list[StageConfig]:
     if opts.inject_fault is None:
         return cfgs
     kind, stage, step = parse_fault(opts.inject_fault)  # its form was checked with the options
@@ -213,7 +213,7 @@ def run_engine(
     prep0 = prepare(s, requests)
     check_replay_time(prep0)
     prep = dataclasses.replace(prep0, num_blocks=engine_num_blocks(prep0, opts))
-    cfgs = _fault_plan(opts, stage_configs(prep, opts))
+    cfgs = fault_plan(opts, stage_configs(prep, opts))
     prompts = make_prompts(prep.requests, prep.shape.vocab_size, s.seed)
     t_spawn = time.perf_counter()
     with StageGroup(cfgs) as group, switch_interval():  # the core's feeder threads (engine/transport.py)

@@ -114,7 +114,7 @@ HIDDEN, RESIDUAL, OUTPUTS = 0, 1, 2  # what a point-to-point message carries (th
 WARM = 3  # the start-up messages (StageLink.warm): low bits no step's message has
 
 
-def _tag(step_id: int, k: int) -> int:
+def message_tag(step_id: int, k: int) -> int:
     return (step_id % (1 << 24)) * 4 + k
 
 
@@ -165,13 +165,13 @@ class StageLink:
         last = self.world - 1
         works = []
         if self.rank < last:
-            works.append(dist.isend(buf, dst=self.rank + 1, tag=_tag(0, WARM)))
+            works.append(dist.isend(buf, dst=self.rank + 1, tag=message_tag(0, WARM)))
         if self.rank > 0:
-            works.append(dist.irecv(torch.empty_like(buf), src=self.rank - 1, tag=_tag(0, WARM)))
+            works.append(dist.irecv(torch.empty_like(buf), src=self.rank - 1, tag=message_tag(0, WARM)))
         if self.rank == last:
-            works.append(dist.isend(buf, dst=0, tag=_tag(1, WARM)))
+            works.append(dist.isend(buf, dst=0, tag=message_tag(1, WARM)))
         if self.rank == 0:
-            works.append(dist.irecv(torch.empty_like(buf), src=last, tag=_tag(1, WARM)))
+            works.append(dist.irecv(torch.empty_like(buf), src=last, tag=message_tag(1, WARM)))
         for w in works:
             w.wait(timeout)
 
@@ -179,8 +179,8 @@ class StageLink:
         h = torch.empty(num_tokens, self.hidden_size, dtype=self.dtype, device=self.wire)
         r = torch.empty_like(h)
         works = [
-            dist.irecv(h, src=self.rank - 1, tag=_tag(step_id, 0)),
-            dist.irecv(r, src=self.rank - 1, tag=_tag(step_id, 1)),
+            dist.irecv(h, src=self.rank - 1, tag=message_tag(step_id, 0)),
+            dist.irecv(r, src=self.rank - 1, tag=message_tag(step_id, 1)),
         ]
         return works, h, r
 
@@ -210,4 +210,4 @@ class StageLink:
         self.wait_channel()
         for k, t in enumerate((hidden, residual)):
             buf = t.detach().to(self.wire).contiguous()
-            self._sends.append((dist.isend(buf, dst=self.rank + 1, tag=_tag(step_id, k)), buf))
+            self._sends.append((dist.isend(buf, dst=self.rank + 1, tag=message_tag(step_id, k)), buf))

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ppsim.errors import PPSimError
-from ppsim.fileio import read_mapping, short_repr
+from ppsim.fileio import cut_text, read_mapping, short_repr
 from ppsim.hardware.presets import DeviceSpec, LinkSpec, resolve_device
 from ppsim.live_engine import LiveEngineConfig
 from ppsim.policies import (  # noqa: F401 - POLICY_KNOBS re-exported (tests, tools)
@@ -333,10 +333,11 @@ def check_sections(data: dict[str, Any], source: str, prefix: str = "", field: s
         )
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` on top: tables merged key by key, any other value replaced."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -345,11 +346,6 @@ UNION_NAMES = {"str", "int", "float", "DeviceSpec", "LinkSpec", *POLICIES}  # po
 
 
 FIELD_NAMED = re.compile(r"[a-z_]+(\.[a-z_]+)+: ")  # "engine.block_size: ..."
-MAX_MESSAGE_CHARS = 400  # a field name or message quoting a huge value is cut to this
-
-
-def _cut(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def format_validation_error(err: ValidationError) -> str:
@@ -357,7 +353,7 @@ def format_validation_error(err: ValidationError) -> str:
     # a custom table given for a ``str | Spec`` field: report the table's error, not "not a string"
     e = next((x for x in errs if x["type"] != "string_type"), errs[0])
     loc = ".".join(str(x) for x in e["loc"] if not str(x).startswith(UNION_PREFIXES) and str(x) not in UNION_NAMES)
-    loc, msg = _cut(loc, 120), _cut(e["msg"].removeprefix("Value error, "))
+    loc, msg = cut_text(loc, 120), cut_text(e["msg"].removeprefix("Value error, "))
     # the value as given, cut short: a YAML alias bomb of 400 bytes has a repr of gigabytes
     if not loc and FIELD_NAMED.match(msg):  # a check across fields that names the field to fix
         return msg
@@ -378,8 +374,8 @@ def _knob_given_twice(data: dict[str, Any], path: str) -> None:
     for k, v in pol.items():
         if k in POLICY_KNOBS and k in eng and eng[k] != v:
             raise PPSimError(
-                f"engine.{_cut(k, 60)}: {path} sets it twice, engine.{_cut(k, 60)} = {short_repr(eng[k])} and "
-                f"engine.policy.{_cut(k, 60)} = {short_repr(v)}; keep one"
+                f"engine.{cut_text(k, 60)}: {path} sets it twice, engine.{cut_text(k, 60)} = {short_repr(eng[k])} and "
+                f"engine.policy.{cut_text(k, 60)} = {short_repr(v)}; keep one"
             )
 
 
@@ -389,7 +385,7 @@ def build_scenario(config_path: str | None = None, overrides: dict[str, Any] | N
     if config_path:
         check_sections(data, config_path)
         _knob_given_twice(data, config_path)
-    data = _merge(data, overrides or {})
+    data = deep_merge(data, overrides or {})
     try:
         s = Scenario.model_validate(data)
     except ValidationError as err:
@@ -411,14 +407,10 @@ def _refuse_without_effect(s: Scenario) -> None:
     skews = {"cost.moe_routing_skew": s.cost.moe_routing_skew != 1, "moe_router_zipf": s.moe_router_zipf != 0}
     given = next((field for field, away in skews.items() if away), None)
     if given is not None:
-        from ppsim.models.shape import load_model
+        from ppsim.models.shape import load_model, refuse_skew_on_dense
 
-        if not load_model(s.model).is_moe:
-            flag = "--" + given.split(".")[-1].replace("_", "-")
-            raise PPSimError(
-                f"{given}: {short_repr(s.model, 80)} is a dense model (no experts to route to), so "
-                f"the skew changes nothing; drop {flag} or pick a MoE model"
-            )
+        flag = "--" + given.split(".")[-1].replace("_", "-")
+        refuse_skew_on_dense(load_model(s.model), given, short_repr(s.model, 80), flag)
 
 
 def scenario_json(s: Scenario) -> str:

@@ -22,6 +22,12 @@ SUFFIXES = (".toml", ".yaml", ".yml", ".json")
 MAX_MAPPING_BYTES = 16 * MIB  # scenario, sweep space and HF config.json files
 MAX_TRACE_BYTES = GIB  # trace CSV files
 REPR_CHARS = 100  # a value quoted in an error message: at most this many characters
+MAX_MESSAGE_CHARS = 400  # a field name or message quoting a huge value is cut to this
+
+
+def cut_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, ``...`` marking the cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def short_repr(value: Any, limit: int = REPR_CHARS) -> str:
@@ -34,7 +40,7 @@ def short_repr(value: Any, limit: int = REPR_CHARS) -> str:
         text = r.repr(value)
     except ValueError:  # an int of more than 4300 digits has no repr
         text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut_text(text, limit)
 
 
 def permission_fix(err: OSError) -> str:

@@ -11,10 +11,14 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from calibration.vidur_import import DEVICE_PRESET, PRESET_TO_VIDUR, Row
-from calibration.vidur_import import _int as int_cell  # the importer's checked readers: file, line, column named
-from calibration.vidur_import import _num as num_cell
-from calibration.vidur_import import _rows as checked_rows
+from calibration.vidur_import import (  # the importer's checked readers: file, line, column named
+    DEVICE_PRESET,
+    PRESET_TO_VIDUR,
+    Row,
+    checked_rows,
+    int_cell,
+    num_cell,
+)
 from ppsim.cli import Parser, run_main
 from ppsim.errors import PPSimError
 

@@ -436,3 +436,14 @@ def load_model(model: str) -> ModelShape:
     """A preset name (``llama-3-8b``), a ``config.json`` path or a directory holding one."""
     cfg, name = load_hf_config(model)
     return from_hf_config(cfg, name)
+
+
+def refuse_skew_on_dense(shape: ModelShape, field: str, model: str, flag: str, skew: str = "the skew") -> None:
+    """Refuse an expert-routing skew (``field``, set by ``flag``) on a dense model: with no experts to route to
+    it changes nothing. ``model`` is the model as the message names it; ``skew`` what the message calls it.
+    The one rule for the scenario (:mod:`ppsim.config`) and the profiler (:mod:`calibration.calibrate`)."""
+    if not shape.is_moe:
+        raise PPSimError(
+            f"{field}: {model} is a dense model (no experts to route to), so {skew} changes nothing; "
+            f"drop {flag} or pick a MoE model"
+        )

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ppsim.metrics.io import save_figure
-from ppsim.report.dashboard import _empty, _figure, cdf_points
+from ppsim.report.dashboard import cdf_points, empty_panel, new_figure
 from ppsim.report.runfiles import RunFiles, load_run, run_dirs, run_label
 
 # (summary key, label) in the order of the ``vllm bench serve`` table, then ppsim's pipeline figures
@@ -90,7 +90,7 @@ def format_comparison(names: list[str], runs: list[RunFiles]) -> str:
 
 
 def draw_comparison(names: list[str], runs: list[RunFiles]) -> Any:
-    fig = _figure((13, 8))
+    fig = new_figure((13, 8))
     gs = fig.add_gridspec(2, 3, hspace=0.45, wspace=0.3, left=0.06, right=0.98, top=0.9, bottom=0.08)
     colors = [f"C{i % 10}" for i in range(len(runs))]
     fig.suptitle("ppsim compare: " + "  vs  ".join(names), fontsize=11)
@@ -99,7 +99,7 @@ def draw_comparison(names: list[str], runs: list[RunFiles]) -> Any:
         drawn = [(run.latencies_ms.get(key), label, c) for run, label, c in zip(runs, names, colors, strict=True)]
         drawn = [(vals, label, c) for vals, label, c in drawn if vals is not None and len(vals)]
         if not drawn:  # no legend either: matplotlib warns on one without labelled lines
-            _empty(ax, f"{name} CDF", "no finished requests with this latency in these runs")
+            empty_panel(ax, f"{name} CDF", "no finished requests with this latency in these runs")
             continue
         for vals, label, c in drawn:
             x, y = cdf_points(vals)

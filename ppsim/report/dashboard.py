@@ -66,7 +66,7 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     return path
 
 
-def _figure(figsize: tuple[float, float]) -> Any:
+def new_figure(figsize: tuple[float, float]) -> Any:
     """A figure outside pyplot: no global backend switch, nothing left open (PNG through Agg)."""
     from matplotlib.figure import Figure
 
@@ -74,7 +74,7 @@ def _figure(figsize: tuple[float, float]) -> Any:
 
 
 def draw_dashboard(run: RunFiles) -> Any:
-    fig = _figure((13, 9.5))
+    fig = new_figure((13, 9.5))
     gs = fig.add_gridspec(
         3, 6, height_ratios=[1, 1, 1.1], hspace=0.5, wspace=0.9, left=0.06, right=0.98, top=0.9, bottom=0.06
     )
@@ -97,7 +97,7 @@ def headline(s: dict[str, Any]) -> str:
     )
 
 
-def _empty(ax: Any, title: str, why: str) -> None:
+def empty_panel(ax: Any, title: str, why: str) -> None:
     ax.set_title(title, fontsize=10)
     ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, color="0.4")
     ax.set_xticks([])
@@ -124,7 +124,7 @@ def busy_panel(ax: Any, run: RunFiles) -> None:
     ser = run.series
     stages = sorted((k for k in ser or {} if k.startswith("stage") and k.endswith("_busy")), key=lambda k: int(k[5:-5]))
     if not ser or not stages:
-        _empty(ax, title, "no timeseries.csv in this run directory")
+        empty_panel(ax, title, "no timeseries.csv in this run directory")
         return
     t0, t1 = np.asarray(ser["t_start_s"]), np.asarray(ser["t_end_s"])
     mids, vals = display_bins(t0, t1, [np.asarray(ser[k]) for k in stages], BUSY_BINS)
@@ -154,7 +154,7 @@ def kv_panel(ax: Any, run: RunFiles) -> None:
     title = "KV blocks in use over time"
     ser = run.series
     if not ser or "kv_blocks_mean" not in ser:
-        _empty(ax, title, "no KV series: the run directory has no timeseries.csv (re-run to record it)")
+        empty_panel(ax, title, "no KV series: the run directory has no timeseries.csv (re-run to record it)")
         return
     t0, t1 = np.asarray(ser["t_start_s"]), np.asarray(ser["t_end_s"])
     mean, peak = np.asarray(ser["kv_blocks_mean"]), np.asarray(ser["kv_blocks_max"])
@@ -190,7 +190,7 @@ def cdf_points(values: Any, points: int = CDF_POINTS) -> tuple[np.ndarray, np.nd
 def cdf_panel(ax: Any, values: Any, name: str) -> None:
     title = f"{name} CDF"
     if values is None or len(values) == 0:
-        _empty(ax, title, "no finished requests with this latency")
+        empty_panel(ax, title, "no finished requests with this latency")
         return
     x, y = cdf_points(values)
     ax.step(x, y, where="post", color="tab:blue", lw=1.3)
@@ -216,7 +216,7 @@ def _track_order(track: str) -> tuple[int, int, str]:
 def timeline_panel(ax: Any, run: RunFiles) -> None:
     title = "timeline window"
     if run.window is None or not run.timeline:
-        _empty(ax, title, "no timeline.csv (or no operation in its window) in this run directory")
+        empty_panel(ax, title, "no timeline.csv (or no operation in its window) in this run directory")
         return
     start, end = run.window
     end = max(end, start + 1e-9)

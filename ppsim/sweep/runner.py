@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppsim.config import _cut
 from ppsim.errors import PPSimError, Terminated
+from ppsim.fileio import cut_text
 from ppsim.metrics.io import dumps
 from ppsim.outputs import check_output_dir, write_result_set
 from ppsim.sweep.evaluate import Task, config_key
@@ -62,7 +62,7 @@ def make_tasks(space: SweepSpace) -> list[Task]:
 def _damaged_line(out: Path, damaged: list[str]) -> str:
     """One line for the damaged files of ``OUT/results/``, which are evaluated again."""
     shown = "; ".join(damaged[:3]) + (f"; ... ({len(damaged) - 3} more)" if len(damaged) > 3 else "")
-    return f"warning: {out}/results/: {len(damaged)} damaged result file(s) evaluated again: {_cut(shown)}"
+    return f"warning: {out}/results/: {len(damaged)} damaged result file(s) evaluated again: {cut_text(shown)}"
 
 
 def run_sweep(

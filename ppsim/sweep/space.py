@@ -29,9 +29,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ppsim.config import Scenario, _cut, _merge, check_sections, format_validation_error
+from ppsim.config import Scenario, check_sections, deep_merge, format_validation_error
 from ppsim.errors import PPSimError
-from ppsim.fileio import read_mapping
+from ppsim.fileio import cut_text, read_mapping
 from ppsim.flags import flag_paths
 
 SECTIONS = ("name", "base", "space", "slo", "search")
@@ -192,7 +192,7 @@ def _check_size(raw: Any, source: str) -> None:
     if count > MAX_CONFIGURATIONS:
         product = " x ".join(f"{k} {n}" for k, n in lengths.items())
         raise PPSimError(
-            f"space: {source} has {count:,} configurations ({_cut(product, 200)} values), more than the "
+            f"space: {source} has {count:,} configurations ({cut_text(product, 200)} values), more than the "
             f"{MAX_CONFIGURATIONS:,} a sweep may have; give the axes fewer values or split the space into several files"
         )
 
@@ -263,11 +263,11 @@ def expand(base: dict[str, Any], axes: dict[str, list[Any]], gpus: tuple[int, ..
     for combo in itertools.product(*(axes[k] for k in keys)):
         data = json.loads(json.dumps(base))
         for k, v in zip(keys, combo, strict=True):
-            data = _merge(data, _nested(axis_path(k), v))
+            data = deep_merge(data, _nested(axis_path(k), v))
         if "chunk_size" in keys:
             data = _chunk_knob(data)
         # a placeholder rate: the search sets the real one
-        data = _merge(data, {"workload": {"request_rate": 1.0}})
+        data = deep_merge(data, {"workload": {"request_rate": 1.0}})
         try:
             s = Scenario.model_validate(data)
         except ValidationError as err:

@@ -30,13 +30,13 @@ def check_engine_inputs(s: Scenario) -> None:
     """The checks ``engine.run.run_engine`` makes before it spawns the stages, in its order (a bad
     checkpoint, a KV cache above ``--max-kv-gib``, a replay longer than an hour, ...), then
     :func:`check_servable` on the engine's KV pool."""
-    from engine.run import _fault_plan, check_replay_time, engine_num_blocks, stage_configs
+    from engine.run import check_replay_time, engine_num_blocks, fault_plan, stage_configs
     from ppsim.deployment import prepare
 
     prep0 = prepare(s)
     check_replay_time(prep0)
     prep = dataclasses.replace(prep0, num_blocks=engine_num_blocks(prep0, s.live_engine))
-    _fault_plan(s.live_engine, stage_configs(prep, s.live_engine))
+    fault_plan(s.live_engine, stage_configs(prep, s.live_engine))
     check_servable(prep)
 
 
