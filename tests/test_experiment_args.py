@@ -228,3 +228,68 @@ def test_vidur_experiments_name_the_root(tmp_path, script, kind, fragment):
     assert r.returncode == 2, r.stderr
     _one_line(r.stderr, f"error: PPSIM_VIDUR_ROOT: {root}")
     assert fragment in r.stderr
+
+
+def _default_signals() -> None:
+    """In the child: default SIGTERM (a background ``pytest &`` may start children with signals ignored)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_validation_sigterm_is_one_line_and_leaves_nothing(tmp_path):
+    """SIGTERM (``timeout``, Slurm) while the engine runs: exit 143, one line, no --out / --runs, no stage left."""
+    import signal
+    import time
+
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    argv = ["--set", "development", "--repeats", "1", "--only", "pp1-sync-offline"]
+    p = subprocess.Popen(
+        [sys.executable, "experiments/validation/run.py", *argv, "--out", str(out), "--runs", str(runs)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=_default_signals,
+    )
+    try:
+        line = p.stdout.readline()
+        assert "pp1-sync-offline" in line, line + p.stderr.read()
+        deadline = time.monotonic() + 60
+        while len(_descendants(p.pid)) < 2 and time.monotonic() < deadline:  # into the engine run
+            time.sleep(0.2)
+        time.sleep(1)
+        family = _descendants(p.pid)
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+    finally:
+        p.kill()
+    assert p.returncode == 143, err
+    assert err.splitlines()[-1] == "terminated (SIGTERM)", err
+    assert not out.exists() and not runs.exists()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in family) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert family and not any(_alive(pid) for pid in family), "a process of the run outlived it"
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (/proc's children lists), the engine's stages and host sampler among them."""
+    found, todo = [], [pid]
+    while todo:
+        for tasks in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                kids = [int(k) for k in tasks.read_text().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+    except OSError:
+        return False

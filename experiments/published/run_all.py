@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         out = check_output_dir(args.out, "--out", names=names, replace=False)
         write_result_set(out, run_scripts(args.quick), "--out", replace=False, marker=False)
 
-    return run_main(work, signals=False, os_errors=False)  # as before: Ctrl-C and OSError unhandled
+    return run_main(work)  # Ctrl-C / SIGTERM: the temporary set is removed, --out left as it was
 
 
 def run_scripts(quick: bool) -> dict[str, bytes]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from experiments.validation.repredict import errors
 from experiments.validation.run import HELD_OUT_NAME, MODELS
 from experiments.validation.tables import SHOWN as METRICS
-from ppsim.cli import run_main
+from ppsim.cli import Parser, run_main
 from ppsim.errors import PPSimError
 
 BUBBLE = "pipeline_bubble_fraction"
@@ -62,15 +62,15 @@ def table(sets: dict[str, list[Path]], profiles: dict[str, str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="experiments/validation/bracket.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="tiny")
     ap.add_argument("--runs", required=True, help="run.py's --runs of the finished validation")
     ap.add_argument("--before", help="the profile calibrated before the runs (default: RUNS/profile-MODEL, run.py's)")
     ap.add_argument("--after", help="a profile calibrated right after them (default: calibrate now)")
     ap.add_argument("--out", required=True, help="directory for profile-after, profile-pooled, bracket.md")
     args = ap.parse_args(argv)
-    # exit 2 for every PPSimError (a calibration's OutputError too); Ctrl-C and OSError unhandled as before
-    return run_main(lambda: bracket(args), exit_code=2, signals=False, os_errors=False)
+    # exit 2 for every PPSimError (a calibration's OutputError too); Ctrl-C / SIGTERM stop the calibration, one line
+    return run_main(lambda: bracket(args), exit_code=2)
 
 
 def bracket(args: argparse.Namespace) -> None:

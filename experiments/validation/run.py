@@ -172,7 +172,7 @@ def plan_scenarios(args: argparse.Namespace, profile: str) -> list[tuple[str, st
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return run_main(lambda: run(args), signals=False, os_errors=False)  # as before: Ctrl-C and OSError unhandled
+    return run_main(lambda: run(args))  # Ctrl-C / SIGTERM: the engine's stages stopped, one line, exit 130 / 143
 
 
 def run(args: argparse.Namespace) -> int:
