@@ -66,9 +66,10 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
-def check_output_dir(out: str | Path, flag: str = "--output-dir") -> None:
-    """Raise unless ``out`` can become the artifact directory (checked before any work)."""
-    outputs.check_output_dir(out, flag, ARTIFACT_FILES)
+def check_output_dir(out: str | Path, flag: str = "--output-dir", inputs: dict[str, str | Path] | None = None) -> None:
+    """Raise unless ``out`` can become the artifact directory (checked before any work); ``inputs`` (flag ->
+    path read): the artifact replaces the directory whole, so it may not be, hold or lie inside one."""
+    outputs.check_output_dir(out, flag, ARTIFACT_FILES, inputs=inputs)
 
 
 def base_meta(

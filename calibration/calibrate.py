@@ -433,6 +433,14 @@ def _timed_rows(
     return rows + corun_rows
 
 
+def model_inputs(model: str) -> dict[str, str]:
+    """``--model`` as a path the calibration reads (a config.json or a directory holding one), else nothing:
+    the profile written may not replace it."""
+    from ppsim.models.shape import list_presets
+
+    return {} if model in list_presets() else {"--model": model}
+
+
 def calibrate(
     model: str,
     device: str,
@@ -460,7 +468,7 @@ def calibrate(
             f"--threads: {threads} is more than {MAX_THREADS_PER_STAGE}, the most torch threads a stage process "
             "may run (the live engine's limit); give about the CPU cores, e.g. 4"
         )
-    check_output_dir(out)
+    check_output_dir(out, inputs=model_inputs(model))
     import torch
 
     from calibration.core_path import shift_by_host

@@ -105,7 +105,11 @@ def cmd_import_vidur(args: argparse.Namespace) -> int:
     from calibration.artifact import check_output_dir
     from calibration.vidur_import import import_vidur
 
-    check_output_dir(args.output)  # before the data root: a bad output path is the first thing to fix
+    # before the data root: a bad output path is the first thing to fix; nor may it be, hold or lie in the data
+    given = args.root if args.root is not None else os.environ.get(VIDUR_ROOT_ENV)
+    check_output_dir(
+        args.output, inputs={"--root" if args.root is not None else VIDUR_ROOT_ENV: given} if given else {}
+    )
     root = resolve_vidur_root(args.root)
     try:
         meta, fits = import_vidur(

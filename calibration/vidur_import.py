@@ -407,7 +407,7 @@ def import_vidur(
         )
     check_device(base, device)
     check_network(base, network)
-    check_output_dir(out)
+    check_output_dir(out, inputs={"--root": root})
     shape = load_model(model)
     vm = vidur_model or PRESET_TO_VIDUR.get(model)
     mdir = base / "compute" / device / (vm or "")

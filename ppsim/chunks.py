@@ -152,7 +152,11 @@ def resolve_model(args: argparse.Namespace, scenario: Any):  # noqa: ANN201 - Ch
 
 
 def check_prompt_len(args: argparse.Namespace, scenario: Any) -> None:
-    """--prompt-len within [1, MAX_TOKENS] and within --max-model-len when that is given."""
+    """--prompt-len within [1, MAX_TOKENS] and within the context: --max-model-len when that is given (it may
+    exceed the model's max_position_embeddings, as ``simulate`` takes it), else the model's
+    max_position_embeddings, the context SGLang and vLLM serve by default."""
+    from ppsim.models.shape import load_model
+
     if args.prompt_len is None or not 1 <= args.prompt_len <= MAX_TOKENS:
         raise PPSimError(f"--prompt-len: give the prompt length in tokens, 1 to {MAX_TOKENS}")
     context = scenario.engine.max_model_len
@@ -161,6 +165,14 @@ def check_prompt_len(args: argparse.Namespace, scenario: Any) -> None:
             f"--prompt-len: {args.prompt_len} tokens exceed --max-model-len {context} (SGLang refuses such a "
             "prompt); shorten it or raise --max-model-len"
         )
+    if context is None:
+        model_context = load_model(scenario.model).max_position_embeddings
+        if args.prompt_len > model_context:
+            raise PPSimError(
+                f"--prompt-len: {args.prompt_len} tokens exceed the context of {scenario.model}, "
+                f"{model_context} tokens (its max_position_embeddings, which SGLang serves by default); "
+                f"shorten the prompt or pass --max-model-len {args.prompt_len} to plan it past that context"
+            )
 
 
 def cmd_chunk_plan(args: argparse.Namespace) -> int:

@@ -138,8 +138,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ppsim.outputs import check_output_dir
     from ppsim.run import run_scenario
 
+    if args.trace_window_s is not None and not args.save_detailed:
+        raise PPSimError(
+            "--trace-window-s: it sets the span of trace.json, which only --save-detailed writes; "
+            "add --save-detailed or drop --trace-window-s"
+        )
     s = scenario_from_args(args)
-    window = None if args.trace_window_s is not None and math.isinf(args.trace_window_s) else args.trace_window_s
+    window = TRACE_WINDOW_S if args.trace_window_s is None else args.trace_window_s
+    window = None if math.isinf(window) else window  # inf: the whole run
     out_dir = check_output_dir(args.output_dir, inputs=scenario_inputs(args, s))
     out = run_scenario(
         s,
@@ -263,8 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--trace-window-s",
         type=_window_s,
-        default=TRACE_WINDOW_S,
-        help=f"simulated seconds in trace.json (default {TRACE_WINDOW_S:g}; inf: the whole run)",
+        default=None,  # unset: TRACE_WINDOW_S; given without --save-detailed: refused (no trace.json)
+        help=f"simulated seconds in trace.json, with --save-detailed (default {TRACE_WINDOW_S:g}; inf: the whole run)",
     )
     sim.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     sub.add_parser("models", help=COMMANDS["models"][1])

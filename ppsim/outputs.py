@@ -178,21 +178,35 @@ def check_output_dir(
         raise os_error(flag, "access", err.filename or out, err) from None
 
 
-def check_apart(out: Path, flag: str, inputs: Mapping[str, str | Path]) -> None:
+def check_apart(
+    out: Path, flag: str, inputs: Mapping[str, str | Path], replace: bool = True, names: Iterable[str] = ()
+) -> None:
     """Refuse an output directory that is, holds or lies inside one of ``inputs`` (flag -> path read):
     the result set replaces the directory whole, so a profile, a checkpoint or a trace there would be
-    lost, and results written inside an input would change it. (Made for sets written with
-    ``replace=True``: one that only adds files removes nothing it holds.)"""
+    lost, and results written inside an input would change it. A set written with ``replace=False``
+    (a sweep's folder, ``compare.png``) only adds files and removes nothing it holds: holding an input is
+    refused only where one of the files written (``names``) would overwrite it."""
     d = Path(os.path.realpath(out))
+    written = set(names)
     for name, path in inputs.items():
+        if not str(path).strip():  # an empty path (not the current directory): its reader refuses it
+            continue
         try:
             p = Path(os.path.realpath(os.path.expanduser(str(path))))
         except ValueError:  # a NUL in the path: its reader refuses it
             continue
         if p == d:
-            what, fix = f"is also {name}", "the results would replace it; pick another directory"
+            what = f"is also {name}"
+            fix = (
+                "the results would replace it; pick another directory"
+                if replace
+                else "the results would be written into it; pick another directory"
+            )
         elif d in p.parents:
-            what, fix = f"holds {name} {p}", "the results would replace it; pick another directory"
+            if not replace and p.relative_to(d).parts[0] not in written:
+                continue  # the files written lie beside it
+            what = f"holds {name} {p}"
+            fix = f"the results would {'replace' if replace else 'overwrite'} it; pick another directory"
         elif p in d.parents:
             what, fix = f"lies inside {name} {p}", "the results would change it; pick a directory outside it"
         else:
@@ -204,7 +218,8 @@ def _check_output_dir(
     out: str | Path, flag: str, names: Iterable[str], replace: bool, inputs: Mapping[str, str | Path]
 ) -> Path:
     d = _abs(out, flag)
-    check_apart(d, flag, inputs)
+    names = tuple(names)  # read twice
+    check_apart(d, flag, inputs, replace, names)
     _check_names(d, flag, f".{d.name}.tmp-{os.getpid()}")
     if d.exists() and not d.is_dir():
         raise PPSimError(f"{flag}: {d} exists and is not a directory; remove it or pick another path")

@@ -211,6 +211,12 @@ CASES_CONFIG: list[Case] = [
         [*SIM, *TINY, "--trace-window-s", "abc"],
         "argument --trace-window-s: 'abc' is not a positive number of seconds",
     ),
+    # without --save-detailed no trace.json is written, so the window changed nothing (it was accepted)
+    Case(
+        "trace-window-without-save-detailed",
+        [*SIM, *TINY, "--trace-window-s", "5"],
+        "--trace-window-s: it sets the span of trace.json, which only --save-detailed writes; add --save-detailed",
+    ),
     # --- a step budget below one KV block: the setting given is named (it blamed max_num_batched_tokens) -----
     Case(
         "sglang-chunk-below-block",

@@ -17,6 +17,7 @@ from typing import Any
 from tests.bad_inputs import TINY, Case, _files
 
 SHIPPED = Path(__file__).resolve().parents[1] / "profiles" / "tiny-cpu"
+TINY_CONFIG = (Path(__file__).resolve().parents[1] / "ppsim" / "models" / "presets" / "tiny.json").read_text()
 SIM = ["simulate", *TINY, "--profile", "{d}/p", "--output-dir", "{d}/out"]
 IMPORT = ["import-vidur", "--root", "{d}/vr", "--model", "llama-2-7b", "--output-dir", "{d}/out"]
 CALIBRATE = ["calibrate", "--quick", "--no-link", "--model", "tiny-moe", "--output-dir", "{d}/out"]
@@ -387,6 +388,34 @@ CASES_PROFILES: list[Case] = [
         [*IMPORT, "--device", "l4"],
         "--device: l4 has no ppsim hardware preset",
         _vidur_device("l4"),
+    ),
+    # --- import-vidur: the profile replaced its own data, or was written inside it -------------------------
+    Case(
+        "import-vidur-outdir-is-root",
+        [*IMPORT[:-1], "{d}/vr"],
+        "/vr is also --root; the results would replace it",
+        _files(**{MLP_CSV: _mlp()}),
+    ),
+    Case(
+        "import-vidur-outdir-inside-root",
+        [*IMPORT[:-1], "{d}/vr/profile"],
+        "/vr/profile lies inside --root ",
+        _files(**{MLP_CSV: _mlp()}),
+    ),
+    # --- calibrate: the profile replaced the --model it reads (a folder of config.json passed as a result) ----
+    Case(
+        "calibrate-outdir-is-model-dir",
+        [*CALIBRATE[:-1], "{d}/m", "--model", "{d}/m"],
+        "/m is also --model; the results would replace it",
+        _files(**{"m__config.json": TINY_CONFIG}),
+        needs_torch=True,
+    ),
+    Case(
+        "calibrate-outdir-holds-model",
+        [*CALIBRATE[:-1], "{d}/m", "--model", "{d}/m/config.json"],
+        "/m holds --model ",
+        _files(**{"m__config.json": TINY_CONFIG}),
+        needs_torch=True,
     ),
     # --- calibrate: a router skew no scenario can use, refused before any profiling -------------------
     *(

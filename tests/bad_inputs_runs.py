@@ -28,6 +28,27 @@ def _sweep(case_id: str, axis: str, fragment: str, **workload: str) -> Case:
     )
 
 
+SWEEP = ["sweep", "--space", "{d}/s.toml", "--no-progress", "--workers", "1", "--output-dir"]
+
+
+def _space_reading(base_extra: str, model: str = "tiny") -> Callable[[Path], None]:
+    """``d/s.toml``: a one-configuration space whose runs read ``d/p`` (a copy of profiles/tiny-cpu) and
+    ``d/m`` (a directory holding tiny's config.json); ``{d}`` in ``base_extra`` and ``model`` is ``d``."""
+
+    def make(d: Path) -> None:
+        import shutil
+
+        root = Path(__file__).resolve().parents[1]
+        shutil.copytree(root / "profiles" / "tiny-cpu", d / "p")
+        (d / "m").mkdir()
+        shutil.copy(root / "ppsim" / "models" / "presets" / "tiny.json", d / "m" / "config.json")
+        space = _space("pp = [1]").replace('model = "tiny"\n', f'model = "{model}"\n')
+        head, tail = space.split("[base.workload]", 1)
+        (d / "s.toml").write_text((head + base_extra + "[base.workload]" + tail).replace("{d}", str(d)))
+
+    return make
+
+
 # --- run directories (ppsim plot / compare) -------------------------------------------------------------
 
 GOOD_RUN = {
@@ -135,6 +156,8 @@ OUT = ["--output-dir", "{d}/out"]
 LATE_TRACE = "arrival_s,input_tokens,output_tokens\n0,16,4\n100000,16,4\n"
 FIT = ["fit-chunks", *TINY, "--smooth-factors", "0.5", "--plot", ""]
 PLAN = ["chunk-plan", "--model", "tiny"]
+# a prompt past tiny's context (4096 tokens), planned under a --max-model-len that covers it
+LONG_PROMPT = ["--prompt-len", "100000", "--max-model-len", "100000"]
 VAL = ["validate", *TINY, "--profile", "profiles/tiny-cpu", "--repeats", "1", *OUT]
 
 CASES_RUNS: list[Case] = [
@@ -175,6 +198,25 @@ CASES_RUNS: list[Case] = [
         ),
     ),
     _sweep("sweep-axis-section-not-table", 'workload = ["garbage"]', "s.toml sets workload to"),
+    # --- sweep: an output folder that is or lies inside a path its runs read (results went into it) ----
+    Case(
+        "sweep-outdir-is-profile",
+        [*SWEEP, "{d}/p"],
+        "/p is also cost.profile_dir of --space; the results would be written into it",
+        _space_reading('[base.cost]\nprofile_dir = "{d}/p"\n'),
+    ),
+    Case(
+        "sweep-outdir-inside-profile",
+        [*SWEEP, "{d}/p/out"],
+        "/p/out lies inside cost.profile_dir of --space ",
+        _space_reading('[base.cost]\nprofile_dir = "{d}/p"\n'),
+    ),
+    Case(
+        "sweep-outdir-is-model-dir",
+        [*SWEEP, "{d}/m"],
+        "/m is also model of --space; the results would be written into it",
+        _space_reading("", model="{d}/m"),
+    ),
     _sweep(
         "sweep-axis-subsection-not-table",
         '"engine.cpu" = [5]\n"engine.cpu.schedule_us" = [1]',
@@ -315,6 +357,19 @@ CASES_RUNS: list[Case] = [
         "--output-dir:",
         _both(run_dir(), _files(f="x")),
     ),
+    # --- compare: compare.png goes beside the runs, not into one (that changed a run's set) ----------------
+    Case(
+        "compare-outdir-is-run",
+        ["compare", "{d}/run", "--output-dir", "{d}/run"],
+        "/run is also RUN_DIR; the results would be written into it",
+        run_dir(),
+    ),
+    Case(
+        "compare-outdir-inside-run",
+        ["compare", "{d}/run", "{d}/run", "--output-dir", "{d}/run/plots"],
+        "/run/plots lies inside RUN_DIR #1 ",
+        run_dir(),
+    ),
     Case(
         "compare-output-in-proc",
         ["compare", "{d}/run", "{d}/run", "--output", "/proc/ppsim-x.png"],
@@ -336,18 +391,18 @@ CASES_RUNS: list[Case] = [
     # --- chunk-plan: coefficients that plan nothing meaningful, flags it ignored, a prompt past the context ---
     Case(
         "coefficients-overflow",
-        [*PLAN, "--coefficients", "1e308,1e308,1e308", "--prompt-len", "100000"],
+        [*PLAN, "--coefficients", "1e308,1e308,1e308", *LONG_PROMPT],
         "--coefficients: a=1e+308, b=1e+308 overflow the chunk-size solver",
     ),
     Case(
         "coefficients-gamma-negative",
-        [*PLAN, "--coefficients", "1,1,1,-1e6", "--prompt-len", "100000"],
+        [*PLAN, "--coefficients", "1,1,1,-1e6", *LONG_PROMPT],
         "--coefficients: gamma=-1e+06 must be >= 0",
     ),
     *(
         Case(
             f"coefficients-constant-{i}",
-            [*PLAN, "--coefficients", c, "--prompt-len", "100000"],
+            [*PLAN, "--coefficients", c, *LONG_PROMPT],
             "--coefficients: a=0 and b=0 give every length the same time",
         )
         for i, c in enumerate(["0,0,0", "0,0,-5", "0,0,1e308"])
@@ -376,6 +431,13 @@ CASES_RUNS: list[Case] = [
         "chunk-plan-prompt-above-max-model-len",
         [*PLAN, "--prompt-len", "100000", "--max-model-len", "50"],
         "--prompt-len: 100000 tokens exceed --max-model-len 50",
+    ),
+    # without --max-model-len the context is tiny's max_position_embeddings, 4096 (the prompt was planned)
+    Case(
+        "chunk-plan-prompt-above-model-context",
+        [*PLAN, "--prompt-len", "5000"],
+        "--prompt-len: 5000 tokens exceed the context of tiny, 4096 tokens (its max_position_embeddings, "
+        "which SGLang serves by default); shorten the prompt or pass --max-model-len 5000",
     ),
     *(
         Case(

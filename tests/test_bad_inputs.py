@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from ppsim.cli import main
-from ppsim.outputs import MARKER, write_result_set
+from ppsim.errors import PPSimError
+from ppsim.outputs import MARKER, check_apart, write_result_set
 from tests.bad_inputs import TINY, all_cases, run_case
 
 CASES = all_cases()  # tests/bad_inputs.py and the tables of tests/bad_inputs_{config,profiles,runs}.py
@@ -222,6 +224,38 @@ def test_output_dir_apart_from_the_profile(tmp_path, capsys, command):
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and "--profile" in err and "--output-dir" in err, err
         assert _contents(prof) == before and not (prof / "run").exists()
+
+
+def test_commands_that_add_files_may_hold_their_inputs(tmp_path, capsys):
+    """compare and sweep only add files to their folder (compare.png; sweep.csv, space.json, pareto.png,
+    results/): a folder holding the runs compared or the sweep's profile is fine, unless a file written
+    would overwrite the input; being or lying inside an input is refused."""
+    from tests.bad_inputs_runs import run_dir
+
+    run_dir()(tmp_path)
+    assert main(["compare", str(tmp_path / "run"), "--output-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "compare.png").is_file() and capsys.readouterr().err == ""
+    names = ("sweep.csv", "space.json", "pareto.png", "results")
+    check_apart(tmp_path, "--output-dir", {"cost.profile_dir": tmp_path / "p"}, replace=False, names=names)
+    for name in ("space.json", "results/p"):
+        with pytest.raises(PPSimError, match=re.escape(f"holds x {tmp_path / name}; the results would overwrite it")):
+            check_apart(tmp_path, "--output-dir", {"x": tmp_path / name}, replace=False, names=names)
+    with pytest.raises(PPSimError, match="is also x; the results would be written into it"):
+        check_apart(tmp_path, "--output-dir", {"x": tmp_path}, replace=False, names=names)
+    with pytest.raises(PPSimError, match="holds x .*; the results would replace it"):
+        check_apart(tmp_path, "--output-dir", {"x": tmp_path / "p"})  # a set that replaces the folder whole
+    check_apart(tmp_path, "--output-dir", {"x": ""})  # an empty path is its reader's to refuse, not the cwd
+
+
+def test_import_vidur_output_apart_from_the_root_of_the_environment(tmp_path, capsys, monkeypatch):
+    """The data root from $PPSIM_VIDUR_ROOT is named as such (the flag --root was not given)."""
+    (tmp_path / "vr" / "compute").mkdir(parents=True)
+    monkeypatch.setenv("PPSIM_VIDUR_ROOT", str(tmp_path / "vr"))
+    out = tmp_path / "vr" / "profile"
+    assert main(["import-vidur", "--model", "llama-2-7b", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out} lies inside PPSIM_VIDUR_ROOT {tmp_path / 'vr'};" in err, err
+    assert not out.exists()
 
 
 def test_fit_chunks_plot_leaves_no_temp_file(tmp_path, capsys):

@@ -18,6 +18,9 @@ from ppsim.policy.chunking import (
 )
 
 UNIT = ChunkModel(1.0, 0.0, 0.0)  # f(l) = l^2: x(L) = sqrt(L^2 + C^2) - L
+# a prompt of 20000 tokens is past tiny's context (max_position_embeddings 4096): chunk-plan plans it when
+# --max-model-len raises the context, as SGLang does with SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+LONG_CONTEXT = ("--max-model-len", "20000")
 
 
 def test_plan_matches_hand_computation():
@@ -128,6 +131,8 @@ def test_chunk_plan_cli(ppsim_cli):
         "32768",
         "--chunked-prefill-size",
         "4096",
+        "--max-model-len",  # past llama-3-70b's 8192 (max_position_embeddings): given, as SGLang's env var allows
+        "32768",
         "--coefficients",
         "1,0,0",
         "--smooth-factor",
@@ -138,9 +143,25 @@ def test_chunk_plan_cli(ppsim_cli):
     assert json.loads(r.stdout)[:5] == [4096, 1664, 1280, 1088, 1024]
     r = ppsim_cli("chunk-plan", "--prompt-len", "1000", "--coefficients=-1,1,0")
     assert r.returncode == 2 and "must be >= 0" in r.stderr and "\n" == r.stderr[-1]
-    r = ppsim_cli("chunk-plan", "--prompt-len", "20000", "--model", "tiny", "--chunked-prefill-size", "2048")
+    r = ppsim_cli(
+        "chunk-plan", "--prompt-len", "20000", "--model", "tiny", "--chunked-prefill-size", "2048", *LONG_CONTEXT
+    )
     assert r.returncode == 0, r.stderr
     assert "chunks" in r.stdout and "a=" in r.stdout
+
+
+def test_chunk_plan_refuses_a_prompt_past_the_models_context(capsys):
+    """Without --max-model-len the context is the model's max_position_embeddings (tiny: 4096): a longer
+    prompt is refused, naming --prompt-len, the context and --max-model-len; the prompt at the context plans."""
+    code, _, err = _chunk_plan(capsys, "--prompt-len", "4097", "--coefficients", "1e-6,0.02,1.5")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: --prompt-len: 4097 tokens exceed the context of tiny, 4096 tokens") and (
+        "--max-model-len 4097" in err
+    ), err
+    code, _, err = _chunk_plan(capsys, "--prompt-len", "4096", "--coefficients", "1e-6,0.02,1.5")
+    assert code == 0, err
+    code, _, err = _chunk_plan(capsys, "--prompt-len", "4097", "--coefficients", "1e-6,0.02,1.5", *LONG_CONTEXT)
+    assert code == 0, err
 
 
 @pytest.mark.parametrize(
@@ -178,35 +199,51 @@ def _chunk_plan(capsys, *argv: str) -> tuple[int, str, str]:
     [
         (["--coefficients", "0,1,0"], "model (quadratic, ms): a=0 b=1 c=0"),  # a linear cost: a = 0 is allowed
         (["--coefficients", "1e-6,0.02,1.5,1e-5"], "model (refined, ms): a=1e-06 b=0.02 c=1.5 gamma=1e-05"),
-        (["--coefficients", "1e-6,0.02,1.5", "--page-size", "2048", "--max-model-len", "20000"], "model (quadratic"),
+        (["--coefficients", "1e-6,0.02,1.5", "--page-size", "2048"], "model (quadratic"),
         (["--refined"], "model (refined, ms)"),
         (["--dynamic-chunking-form", "refined"], "model (refined, ms)"),
     ],
 )
 def test_chunk_plan_neighbours_of_the_refused_inputs_still_plan(argv, first_line, capsys):
     """a = 0 (a linear cost), the refined form given as a,b,c,gamma or fitted, a page as large as the chunk,
-    a prompt as long as --max-model-len: all still plan, and the form printed is the one used."""
-    code, out, err = _chunk_plan(capsys, "--prompt-len", "20000", "--chunked-prefill-size", "2048", *argv)
+    a prompt as long as --max-model-len (past tiny's 4096): all still plan, and the form printed is the one used."""
+    code, out, err = _chunk_plan(
+        capsys, "--prompt-len", "20000", "--chunked-prefill-size", "2048", *LONG_CONTEXT, *argv
+    )
     assert code == 0, err
     assert out.splitlines()[0].startswith(first_line), out
 
 
 def test_a_linear_cost_given_as_coefficients_keeps_chunks_at_c(capsys):
     code, out, err = _chunk_plan(
-        capsys, "--prompt-len", "20000", "--chunked-prefill-size", "2048", "--json", "--coefficients", "0,1,0"
+        capsys,
+        "--prompt-len",
+        "20000",
+        "--chunked-prefill-size",
+        "2048",
+        *LONG_CONTEXT,
+        "--json",
+        "--coefficients",
+        "0,1,0",
     )
     assert code == 0, err
     assert set(json.loads(out)[:-1]) == {2048}
 
 
-def test_the_coefficients_example_of_the_docs_is_the_real_message(capsys):
-    """docs/reliability.md quotes chunk-plan's refusal of --coefficients -1,0,0 verbatim."""
+@pytest.mark.parametrize(
+    "argv",
+    [("--coefficients", "-1,0,0", "--prompt-len", "100"), ("--prompt-len", "5000")],
+    ids=["coefficients", "context"],
+)
+def test_the_chunk_plan_examples_of_the_docs_are_the_real_messages(argv, capsys):
+    """docs/reliability.md quotes chunk-plan's refusals of --coefficients -1,0,0 and of a prompt past tiny's
+    context verbatim."""
     from pathlib import Path
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text().splitlines()
-    cmd = "$ ppsim chunk-plan --model tiny --coefficients -1,0,0 --prompt-len 100"
+    cmd = " ".join(("$ ppsim chunk-plan --model tiny", *argv))
     quoted = docs[docs.index(cmd) + 1]
-    code, _, err = _chunk_plan(capsys, "--coefficients", "-1,0,0", "--prompt-len", "100")
+    code, _, err = _chunk_plan(capsys, *argv)
     assert code == 2 and err == quoted + "\n"
 
 

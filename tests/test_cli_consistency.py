@@ -64,10 +64,11 @@ def test_import_vidur_without_root_names_the_source_and_writes_nothing(tmp_path,
 
 
 def test_import_vidur_root_that_is_not_vidur_data_is_refused(tmp_path, capsys):
-    out = tmp_path / "prof"
-    rc = main(["import-vidur", "--root", str(tmp_path), "--model", "llama-2-7b", "--output-dir", str(out)])
+    out, root = tmp_path / "prof", tmp_path / "data"  # apart: an output inside --root is refused first
+    root.mkdir()
+    rc = main(["import-vidur", "--root", str(root), "--model", "llama-2-7b", "--output-dir", str(out)])
     err = capsys.readouterr().err
-    assert rc == 2 and f"--root: {tmp_path} has no compute/ folder" in err and "data/profiling" in err
+    assert rc == 2 and f"--root: {root} has no compute/ folder" in err and "data/profiling" in err
     assert not out.exists()
 
 

@@ -82,6 +82,10 @@ def test_cli_trace_window_flag(tmp_path, ppsim_cli):
     assert ev and max(e["ts"] for e in ev) - min(e["ts"] for e in ev) < 0.2e6
     bad = ppsim_cli("simulate", "--trace-window-s", "0", "--output-dir", str(tmp_path / "x"))
     assert bad.returncode == 2 and "--trace-window-s" in bad.stderr
+    # without --save-detailed there is no trace.json for the window to shape: refused, naming both flags
+    bad = ppsim_cli("simulate", "--model", "tiny", "--trace-window-s", "5", "--output-dir", str(tmp_path / "y"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "--trace-window-s" in bad.stderr and "--save-detailed" in bad.stderr and not (tmp_path / "y").exists()
 
 
 class _Tty(io.StringIO):

@@ -66,7 +66,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise PPSimError("--output-dir: --output names the PNG itself, so no directory is used; drop one of them")
     if args.output is None:
         out_dir = COMPARE_DIR if args.output_dir is None else args.output_dir
-        check_output_dir(out_dir, "--output-dir", names=("compare.png",), replace=False)
+        # compare.png is written beside the runs, never into one of them (that would change a run's set)
+        many = len(args.run_dirs) > 1
+        runs = {f"RUN_DIR #{i + 1}" if many else "RUN_DIR": r for i, r in enumerate(args.run_dirs)}
+        check_output_dir(out_dir, "--output-dir", names=("compare.png",), replace=False, inputs=runs)
         path = Path(out_dir) / "compare.png"
     else:
         _check_png(args.output, "compare.png")

@@ -19,7 +19,7 @@ from typing import Any
 from ppsim.errors import PPSimError, Terminated
 from ppsim.fileio import cut_text
 from ppsim.metrics.io import dumps
-from ppsim.outputs import check_output_dir, write_result_set
+from ppsim.outputs import check_apart, check_output_dir, write_result_set
 from ppsim.sweep.evaluate import Task, config_key
 from ppsim.sweep.executors import check_executor_flags, run_tasks
 from ppsim.sweep.progress import Progress
@@ -65,6 +65,27 @@ def _damaged_line(out: Path, damaged: list[str]) -> str:
     return f"warning: {out}/results/: {len(damaged)} damaged result file(s) evaluated again: {cut_text(shown)}"
 
 
+SWEEP_FILES = ("sweep.csv", "space.json", "pareto.png")  # results/ holds one file per configuration
+
+
+def space_inputs(space: SweepSpace) -> list[tuple[str, str]]:
+    """The paths the sweep's runs read (a model's config.json, a profile), by field, each path once: the
+    output folder may not be one of them or lie inside one (``--space`` is read whole before any work)."""
+    from ppsim.models.shape import list_presets
+
+    presets = set(list_presets())
+    seen: dict[str, str] = {}
+    for c in space.configs:
+        s = c.scenario
+        for field, path in (
+            ("model", None if s.model in presets else s.model),
+            ("cost.profile_dir", s.cost.profile_dir),
+        ):
+            if path and path not in seen:
+                seen[path] = f"{field} of --space"
+    return [(name, path) for path, name in seen.items()]
+
+
 def run_sweep(
     space: SweepSpace,
     out_dir: str | Path,
@@ -74,7 +95,9 @@ def run_sweep(
     progress: bool = True,
 ) -> SweepReport:
     check_executor_flags(executor, workers, ray_address)
-    out = check_output_dir(out_dir, names=("sweep.csv", "space.json", "pareto.png"), replace=False)
+    out = check_output_dir(out_dir, names=SWEEP_FILES, replace=False)
+    for name, path in space_inputs(space):  # one at a time: a field may give several paths
+        check_apart(out, "--output-dir", {name: path}, replace=False, names=(*SWEEP_FILES, "results"))
     t0 = time.perf_counter()
     tasks = make_tasks(space)
     done, damaged = load_done(out, [t.key for t in tasks])
