@@ -1,0 +1,155 @@
+"""The cost model's step-level error by plan class: prefill, mixed and decode steps apart.
+
+``runs DIR [DIR ...]``: for each finished ``ppsim validate`` output (``step_costs.csv``; a parent of
+several is searched one level down) the median step-level error (thread CPU time, as calibration
+times) of its pure-prefill, mixed and decode computes, and prefill + mixed minus decode: within one
+scenario the host's speed level cancels in that difference, so what is left is how the profile prices
+the two classes against each other. On this 2-vCPU VM the held-out draws' prefills ran 4-6 points
+further below the profile than their decodes (docs/validation.md, part 13), and light-load TTFT, made
+of prefills, missed by more than TPOT.
+
+``check --model MODEL PROFILE``: the engine's own whole-model stage (``engine/step.py::forward_step``,
+PP = 1, one torch thread, thread CPU time) on prefill plans of 16-200 tokens and decode plans of 1-8
+requests, timed in interleaved rounds in one process, against ``PROFILE``'s ``stage_time`` of the same
+plans: whether the host's current speed state scales the two classes alike (it does not on this VM:
+decodes, bound by per-kernel overhead, gain more in a fast state than the GEMM-bound prefills).
+
+Run: python experiments/validation/plan_class.py runs RUN_DIR [RUN_DIR ...]
+     python experiments/validation/plan_class.py check --model tiny PROFILE
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ppsim.cli import Parser, run_main  # noqa: E402
+from ppsim.errors import PPSimError  # noqa: E402
+
+CLASSES = ("prefill", "mixed", "decode")
+PREFILL_PLANS = {f"P{n}@0": [(0, n)] for n in (16, 32, 64, 96, 128, 200)} | {"P56@64": [(64, 56)]}
+DECODE_PLANS = {"D1@64": [(64, 1)], "D1@250": [(250, 1)]} | {f"D{b}@150": [(150, 1)] * b for b in (2, 4, 8)}
+
+
+def plan_class(row: dict[str, str]) -> str:
+    """``prefill`` (every token a prompt's), ``mixed`` or ``decode`` for one ``step_costs.csv`` row."""
+    prefill, tokens = int(row["num_prefill_tokens"]), int(row["num_tokens"])
+    return "decode" if prefill == 0 else "prefill" if prefill == tokens else "mixed"
+
+
+def class_errors(rows: list[dict[str, str]]) -> dict[str, list[float]]:
+    """Step-level errors (thread CPU clock) of each class."""
+    out: dict[str, list[float]] = {c: [] for c in CLASSES}
+    for r in rows:
+        out[plan_class(r)].append(float(r["cpu_error"]))
+    return out
+
+
+def prefill_minus_decode(errs: dict[str, list[float]]) -> float | None:
+    """Median error of prefill and mixed computes minus that of decodes; None without both."""
+    pre = errs["prefill"] + errs["mixed"]
+    if not pre or not errs["decode"]:
+        return None
+    return statistics.median(pre) - statistics.median(errs["decode"])
+
+
+def run_dirs(paths: list[str]) -> list[Path]:
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "step_costs.csv").is_file():
+            found.append(p)
+        elif p.is_dir():
+            found += sorted(d for d in p.iterdir() if (d / "step_costs.csv").is_file())
+        if not p.exists():
+            raise PPSimError(f"runs: {p} does not exist; give ppsim validate output directories")
+    if not found:
+        raise PPSimError(
+            "runs: no step_costs.csv under " + ", ".join(paths) + "; give ppsim validate output directories"
+        )
+    return found
+
+
+def report_runs(paths: list[str]) -> None:
+    diffs, dirs = [], run_dirs(paths)
+    print(f"{'scenario':40s} " + " ".join(f"{c:>16s}" for c in CLASSES) + f" {'prefill - decode':>17s}")
+    for d in dirs:
+        with open(d / "step_costs.csv", newline="") as f:
+            errs = class_errors(list(csv.DictReader(f)))
+        cells = [f"{statistics.median(v):+.3f} (n={len(v):4d})" if v else f"{'-':>16s}" for v in errs.values()]
+        diff = prefill_minus_decode(errs)
+        if diff is not None:
+            diffs.append(diff)
+        print(
+            f"{d.name[:40]:40s} "
+            + " ".join(f"{c:>16s}" for c in cells)
+            + (f" {diff:+17.3f}" if diff is not None else "")
+        )
+    if diffs:
+        below = sum(x < 0 for x in diffs)
+        print(
+            f"median prefill - decode: {statistics.median(diffs):+.3f} over {len(diffs)} scenarios, {below} below zero"
+        )
+
+
+def check(model: str, profile: str, rounds: int) -> None:
+    import torch
+
+    from calibration.calibrate import plan_of_seqs
+    from calibration.layer import Seq
+    from calibration.stage_step import EngineStages
+    from engine.model import torch_dtype
+    from ppsim.cost.base import StageSpec
+    from ppsim.cost.profiled import ProfiledCost, read_profile
+    from ppsim.models.shape import load_model
+
+    torch.set_num_threads(1)
+    s = load_model(model)
+    cost = ProfiledCost(read_profile(profile), s, None, 1)
+    stages = EngineStages(s, torch_dtype(s.dtype), torch.device("cpu"), s.num_layers)
+    plans = {k: [Seq(a, n) for a, n in v] for k, v in (PREFILL_PLANS | DECODE_PLANS).items()}
+    fns = {k: stages.layout_step_fn(0, s.num_layers, True, True, v) for k, v in plans.items()}
+    meas: dict[str, list[float]] = {k: [] for k in plans}
+    with torch.inference_mode():
+        for _ in range(rounds):  # interleaved: a drift of the host between rounds hits every plan alike
+            for k, fn in fns.items():
+                fn()
+                t0 = time.thread_time()
+                fn(), fn(), fn()
+                meas[k].append((time.thread_time() - t0) / 3)
+    stage = StageSpec(0, 0, s.num_layers, True, True)
+    errs: dict[str, list[float]] = {"prefill": [], "decode": []}
+    for k in plans:
+        m = statistics.median(meas[k])
+        p = cost.stage_time(stage, plan_of_seqs(plans[k]))
+        errs["prefill" if k in PREFILL_PLANS else "decode"].append((p - m) / m)
+        print(f"{k:8s} measured {m * 1e3:8.2f} ms  profile {p * 1e3:8.2f} ms  error {(p - m) / m:+.3f}")
+    pre, dec = statistics.median(errs["prefill"]), statistics.median(errs["decode"])
+    print(f"median error: prefill {pre:+.3f}, decode {dec:+.3f}, prefill - decode {pre - dec:+.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="experiments/validation/plan_class.py", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("runs", help="step-level error by plan class of finished validations")
+    r.add_argument("dirs", nargs="+")
+    c = sub.add_parser("check", help="the engine's stage in-process on both classes against a profile")
+    c.add_argument("--model", default="tiny")
+    c.add_argument("--rounds", type=int, default=8)
+    c.add_argument("profile")
+    args = ap.parse_args(argv)
+    if args.cmd == "check" and not 1 <= args.rounds <= 1000:
+        ap.error(f"--rounds: {args.rounds} must be in [1, 1000]")
+    if args.cmd == "runs":
+        return run_main(lambda: report_runs(args.dirs))
+    return run_main(lambda: check(args.model, args.profile, args.rounds))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
