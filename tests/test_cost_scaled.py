@@ -126,13 +126,17 @@ def test_step_time_spread_costs_latency_with_two_micro_batches_in_flight():
 def test_replay_script_refuses_bad_input_in_one_line(tmp_path, capsys):
     from experiments.validation.replay_adjusted import main
 
-    for argv, field in (([str(tmp_path)], str(tmp_path)), (["--jitter-draws", "-1", str(tmp_path)], "--jitter-draws")):
-        with pytest.raises(SystemExit) as e:
-            main(argv)
+    def code(argv: list[str]) -> int:  # refused while parsing (SystemExit) or after (returned)
+        try:
+            return main(argv)
+        except SystemExit as e:
+            return e.code
+
+    cases = (([str(tmp_path)], f"dirs: {tmp_path}"), (["--jitter-draws", "-1", str(tmp_path)], "--jitter-draws"))
+    for argv, field in cases:
+        assert code(argv) == 2
         err = capsys.readouterr().err
-        assert e.value.code == 2 and err.startswith(f"error: {field}: ") and len(err.strip().splitlines()) == 1
+        assert err.startswith(f"error: {field}: ") and len(err.strip().splitlines()) == 1
     (tmp_path / "validation.json").write_text("{}")
     (tmp_path / "step_costs.csv").write_text("run,stage,step_id,measured_s,predicted_s\n")
-    with pytest.raises(SystemExit) as e:
-        main([str(tmp_path)])
-    assert e.value.code == 2 and "no engine steps" in capsys.readouterr().err
+    assert code([str(tmp_path)]) == 2 and "no engine steps" in capsys.readouterr().err

@@ -293,3 +293,240 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
     except OSError:
         return False
+
+
+# --- experiments/validation/{glue_fit,gpu_h200,host_drift,moe,path_diff,replay_adjusted,repredict,stage_check}.py
+
+
+def _code(main, argv: list[str]) -> int:
+    """The exit status of ``main(argv)``, refused while parsing (SystemExit) or after (returned)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def _refused(main, argv: list[str], tmp_path: Path, capsys, fragment: str, before: list[str]) -> None:
+    """Exit 2, one line naming ``fragment`` (the flag), nothing on stdout, ``tmp_path`` holding only ``before``."""
+    argv = [a.replace("{d}", str(tmp_path)) for a in argv]
+    assert _code(main, argv) == 2
+    out, err = capsys.readouterr()
+    _one_line(err, fragment.replace("{d}", str(tmp_path)))
+    assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before)
+
+
+def _run_dir(d: Path, steps: bool = True) -> Path:
+    """A stand-in for a finished ``ppsim validate`` dir: the files the scripts look for (not read: stubbed)."""
+    for sub in ("engine-0", "sim"):
+        (d / sub).mkdir(parents=True)
+        (d / sub / "stage_ops.csv").write_text("kind\n")
+    (d / "validation.json").write_text('{"scenario": {"model": "tiny"}}')
+    (d / "step_costs.csv").write_text("measured_s,predicted_s\n" + ("0.1,0.1\n" if steps else ""))
+    return d
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Path:
+    """tmp_path with a run dir ``run``, a file ``f``, an empty dir ``empty`` and a JSON scenario ``tiny.json``."""
+    _run_dir(tmp_path / "run")
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "tiny.json").write_text('{"model": "tiny"}')
+    return tmp_path
+
+
+INPUTS = ["empty", "f", "run", "tiny.json"]
+
+
+def _script(monkeypatch, name: str, *stubbed: str) -> types.ModuleType:
+    mod = importlib.import_module(f"experiments.validation.{name}")
+    for attr in stubbed:
+        target, _, attr = attr.rpartition(".")
+        monkeypatch.setattr(importlib.import_module(target) if target else mod, attr, _no_work)
+    return mod
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--profile", "{d}/missing", "{d}/run"], "--profile: {d}/missing: no samples.csv or meta.json"),
+        (["--profile", PROFILE, "{d}/empty"], "runs: {d}/empty: no validation.json or step_costs.csv"),
+        (["--profile", PROFILE, "{d}/run", "--work", "{d}/f"], "--work: {d}/f exists and is not a directory"),
+        (["--profile", PROFILE, "{d}/run", "--work", ""], "--work: empty path"),
+        (["--profile", PROFILE, "{d}/run", "--work", "{d}/run"], "--work: {d}/run is also runs"),
+    ],
+)
+def test_glue_fit_inputs_checked_before_the_refit(monkeypatch, inputs, capsys, argv, fragment):
+    """A missing profile or run dir was a bare print; --work was rmtree'd and refitted into unchecked."""
+    glue_fit = _script(monkeypatch, "glue_fit", "refit_copy")
+    _refused(glue_fit.main, argv, inputs, capsys, fragment, INPUTS)
+
+
+def test_glue_fit_work_may_not_replace_the_profile(monkeypatch, inputs, capsys):
+    """--work DIR replaces DIR/seconds and DIR/relative whole: the profile there was deleted before its copy."""
+    import shutil
+
+    shutil.copytree(PROFILE, inputs / "seconds")
+    glue_fit = _script(monkeypatch, "glue_fit", "refit_copy")
+    argv = ["--profile", "{d}/seconds", "{d}/run", "--work", "{d}"]
+    _refused(glue_fit.main, argv, inputs, capsys, "--work: {d}/seconds is also --profile", [*INPUTS, "seconds"])
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--budget-s", "0"], "--budget-s: 0 is not within (20, 86400]"),
+        (["--budget-s", "nan"], "--budget-s: nan is not within"),
+        (["--budget-s", "inf"], "--budget-s: inf is not within"),
+        (["--mid-dtype", "int8"], "argument --mid-dtype: invalid choice: 'int8'"),
+        (["--mid-model", "llama-typo"], "--mid-model: unknown preset or missing file 'llama-typo'"),
+        (["--out", "{d}/f"], "--out: {d}/f exists and is not a directory"),
+        (["--out", "{d}/f/x"], "--out: cannot create {d}/f/x: {d}/f is a file"),
+    ],
+)
+def test_gpu_h200_refuses_before_the_first_step(monkeypatch, inputs, capsys, argv, fragment):
+    """A typo in --mid-model failed as a step after the tiny model's; --out a file raised FileExistsError."""
+    gpu = _script(monkeypatch, "gpu_h200", "run")
+    argv = ["--device", "cpu", "--out", "{d}/out", *argv]
+    _refused(gpu.main, argv, inputs, capsys, fragment, INPUTS)
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--cycles", "0"], "--cycles: 0 is not within [1, 100]"),
+        (["--cycles", "101"], "--cycles: 101 is not within [1, 100]"),
+        (["--pp", "0"], "--pp: 0; give distinct pipeline depths of 1 or more"),
+        (["--pp", "1", "1"], "--pp: 1 1; give distinct"),
+        (["--pp", "1", "9"], "--pp 9: "),
+        (["--profile", "{d}/missing"], "--profile: {d}/missing is not a directory"),
+        (["--profile", "{d}/empty"], "meta.json is missing"),
+        (["--config", "{d}/missing.json"], "{d}/missing.json"),
+        (["--out", "{d}/f"], "--out: {d}/f exists and is not a directory"),
+        (["--out", "{d}/run/validation.json"], "--out: {d}/run/validation.json exists and is not a directory"),
+    ],
+)
+def test_host_drift_refuses_before_the_first_cycle(monkeypatch, inputs, capsys, argv, fragment):
+    """--pp 9 on an 8-layer model, a duplicate depth or a bad --profile surfaced after the first reading."""
+    drift = _script(monkeypatch, "host_drift", "_reading", "calibration.stage_step.EngineStages")
+    paths = {"--config": "{d}/tiny.json", "--profile": PROFILE, "--out": "{d}/out"}
+    paths.update(dict(zip(argv[::2], argv[1::2], strict=False)) if argv[0] in paths else {})
+    rest = [] if argv[0] in paths else argv
+    argv = [*[x for kv in paths.items() for x in kv], *rest]
+    _refused(drift.main, argv, inputs, capsys, fragment, INPUTS)
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--repeats", "0"], "--repeats: 0 is not within [1, 100]"),
+        (["--repeats", "101"], "--repeats: 101 is not within [1, 100]"),
+        (["--moe-router-zipf", "-1"], "--moe-router-zipf: -1 is not within [0, 8]"),
+        (["--moe-router-zipf", "nan"], "--moe-router-zipf: nan is not within"),
+        (["--moe-router-zipf", "inf"], "--moe-router-zipf: inf is not within"),
+        (["--step-only"], "--step-only: needs --profile"),
+        (["--profile", ""], "--profile: empty path"),
+        (["--profile", "{d}/missing"], "--profile: {d}/missing is not a directory"),
+        (["--profile", "{d}/empty", "--step-only"], "--profile: {d}/empty/meta.json is missing"),
+        (["--profile", PROFILE], "--profile: " + PROFILE + " (measured for 'tiny') does not match model 'tiny-moe'"),
+    ],
+)
+def test_moe_refuses_before_calibrating_or_running(monkeypatch, inputs, capsys, argv, fragment):
+    """--step-only without --profile, a negative zipf or another model's profile surfaced after minutes."""
+    moe = _script(
+        monkeypatch,
+        "moe",
+        "calibration.calibrate.calibrate",
+        "ppsim.validate.run.validate",
+        "step_level",
+        "engine_router_touched",
+    )
+    monkeypatch.setattr(moe, "HERE", inputs)
+    monkeypatch.setattr(moe, "RUNS", inputs / "moe-runs")
+    _refused(moe.main, argv, inputs, capsys, fragment, INPUTS)
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["{d}/run", "{d}/missing"], "dirs: {d}/missing is not a directory"),
+        (["{d}/run", "{d}/empty"], "dirs: {d}/empty: no engine-N/stage_ops.csv or sim/stage_ops.csv"),
+        (["{d}/run", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_path_diff_checks_every_dir_first(monkeypatch, inputs, capsys, argv, fragment):
+    """A bad dir after a good one was a bare SystemExit message (exit 1) after the good one's table."""
+    path_diff = _script(monkeypatch, "path_diff", "read_ops")
+    _refused(path_diff.main, argv, inputs, capsys, fragment, INPUTS)
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--jitter-draws", "-1", "{d}/run"], "--jitter-draws: -1 is not within [0, 100]"),
+        (["--jitter-draws", "101", "{d}/run"], "--jitter-draws: 101 is not within [0, 100]"),
+        (["{d}/run", "{d}/empty"], "dirs: {d}/empty: no validation.json or step_costs.csv"),
+        (["{d}/run", "{d}/idle"], "dirs: {d}/idle: step_costs.csv has no engine steps"),
+    ],
+)
+def test_replay_adjusted_checks_before_any_replay(monkeypatch, inputs, capsys, argv, fragment):
+    _run_dir(inputs / "idle", steps=False)
+    replay = _script(monkeypatch, "replay_adjusted", "replay")
+    _refused(replay.main, argv, inputs, capsys, fragment, [*INPUTS, "idle"])
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["{d}/run"], "the following arguments are required: --profile"),
+        (["--profile", PROFILE, "--profile", "{d}/missing", "{d}/run"], "--profile: {d}/missing is not a directory"),
+        (["--profile", "{d}/empty", "{d}/run"], "--profile: {d}/empty/meta.json is missing"),
+        (["--profile", PROFILE, "{d}/run", "{d}/empty"], "dirs: {d}/empty: no validation.json"),
+    ],
+)
+def test_repredict_checks_before_any_replay(monkeypatch, inputs, capsys, argv, fragment):
+    """A missing profile or run dir was a traceback, after the dirs before it had been printed."""
+    repredict = _script(monkeypatch, "repredict", "errors")
+    _refused(repredict.main, argv, inputs, capsys, fragment, INPUTS)
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--model", "tiny-typo", PROFILE], "--model: unknown preset or missing file 'tiny-typo'"),
+        ([PROFILE, "{d}/missing"], "profiles: {d}/missing is not a directory"),
+        ([PROFILE, "{d}/empty"], "profiles: {d}/empty/meta.json is missing"),
+        (["--model", "tiny-moe", PROFILE], "profiles: " + PROFILE + " (measured for 'tiny') does not match"),
+    ],
+)
+def test_stage_check_refuses_before_timing(monkeypatch, inputs, capsys, argv, fragment):
+    """A bad profile was a traceback after the model's stages were built; another model's was compared."""
+    stage_check = _script(monkeypatch, "stage_check", "calibration.stage_step.EngineStages")
+    _refused(stage_check.main, argv, inputs, capsys, fragment, INPUTS)
+
+
+@pytest.mark.parametrize(
+    "name, stubbed, argv",
+    [
+        ("glue_fit", ["refit_copy"], ["--profile", PROFILE, "{d}/run", "--work", "{d}/work"]),
+        ("gpu_h200", ["run"], ["--device", "cpu", "--mid-model", "tiny", "--out", "{d}/out"]),
+        (
+            "host_drift",
+            ["calibration.stage_step.EngineStages"],
+            ["--config", "{d}/tiny.json", "--profile", PROFILE, "--out", "{d}/out"],
+        ),
+        ("moe", ["calibration.calibrate.calibrate"], ["--repeats", "1", "--moe-router-zipf", "1.5"]),
+        ("path_diff", ["read_ops"], ["{d}/run"]),
+        ("replay_adjusted", ["replay"], ["--jitter-draws", "2", "{d}/run"]),
+        ("repredict", ["errors"], ["--profile", PROFILE, "{d}/run"]),
+        ("stage_check", ["calibration.stage_step.EngineStages"], ["--model", "tiny", PROFILE]),
+    ],
+)
+def test_validation_scripts_good_arguments_reach_the_work(monkeypatch, inputs, name, stubbed, argv):
+    """The checks refuse nothing that is fine: each script gets to its work (stubbed) with good arguments."""
+    script = _script(monkeypatch, name, *stubbed)
+    if name == "moe":
+        monkeypatch.setattr(script, "RUNS", inputs / "moe-runs")
+    with pytest.raises(AssertionError, match="the work started"):
+        script.main([a.replace("{d}", str(inputs)) for a in argv])

@@ -34,9 +34,12 @@ from typing import Any
 from calibration import calibrate as cal
 from experiments.validation.replay_adjusted import prepared
 from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
+from ppsim.cli import Parser, run_main
 from ppsim.cost.base import StageSpec
 from ppsim.cost.profiled import ProfiledCost, read_profile
+from ppsim.errors import PPSimError
 from ppsim.models.shape import load_model
+from ppsim.outputs import check_apart, check_output_dir
 from ppsim.policy.plan import PlanItem, make_plan
 from ppsim.validate.run import replay_with
 
@@ -96,19 +99,39 @@ def replay_errors(run: Path, profiles: dict[str, Path]) -> dict[str, dict[str, f
     return out
 
 
-def main(argv: list[str]) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="experiments/validation/glue_fit.py", description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", help="ppsim validate output dirs predicted with --profile")
     ap.add_argument("--profile", required=True, help="the calibration the runs were predicted with")
     ap.add_argument("--work", default="/tmp/ppsim-glue-fit", help="where the two refitted copies go")
     ap.add_argument("--recorded-with-live", action="store_true", help="the runs' predictions charged live_stage")
     args = ap.parse_args(argv)
-    for d in [args.profile, *args.runs]:
-        need = ("samples.csv", "meta.json") if d == args.profile else ("validation.json", "step_costs.csv")
+    return run_main(lambda: glue_fit(args))
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """The profile (readable, with its samples), the run dirs and ``--work`` (the two copies replaced
+    there may not be or hold an input), before any refit."""
+    dirs = [("--profile", args.profile, ("samples.csv", "meta.json"))]
+    dirs += [("runs", d, ("validation.json", "step_costs.csv")) for d in args.runs]
+    for flag, d, need in dirs:
         missing = [f for f in need if not (Path(d) / f).is_file()]
         if missing:
-            print(f"error: {d}: no {' or '.join(missing)}", file=sys.stderr)
-            raise SystemExit(2)
+            what = (
+                "the calibration the runs were predicted with" if flag == "--profile" else "ppsim validate output dirs"
+            )
+            raise PPSimError(f"{flag}: {d}: no {' or '.join(missing)}; give {what}")
+    read_profile(args.profile)
+    inputs = {"--profile": args.profile, **{f"runs {d}": d for d in args.runs}}
+    work = check_output_dir(args.work, "--work", replace=False, inputs=inputs)
+    for w in WAYS:
+        check_apart(work / w, "--work", inputs)  # refit_copy replaces work/WAY whole
+        if (work / w).exists() and not (work / w).is_dir():
+            raise PPSimError(f"--work: {work / w} exists and is not a directory; remove it or pick another --work")
+
+
+def glue_fit(args: argparse.Namespace) -> None:
+    check_inputs(args)
     meta = json.loads((Path(args.profile) / "meta.json").read_text())
     model = json.loads((Path(args.runs[0]) / "validation.json").read_text())["scenario"]["model"]
     shape = load_model(model)
@@ -136,4 +159,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main())

@@ -31,9 +31,14 @@ import sys
 import time
 from pathlib import Path
 
+from ppsim.cli import Parser, run_main
+from ppsim.errors import PPSimError
 from ppsim.metrics.io import atomic_write
+from ppsim.models.shape import load_model
+from ppsim.outputs import check_output_dir
 
 HERE = Path(__file__).parent
+MIN_BUDGET_S, MAX_BUDGET_S = 20.0, 86400.0  # no step starts with less than 20 s left; a day
 WL = [
     "--num-prompts",
     "32",
@@ -116,15 +121,31 @@ def steps_of(args: argparse.Namespace, out: Path) -> list[tuple[str, list[str], 
     ]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="experiments/validation/gpu_h200.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(HERE / "gpu-nocudnn"))
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--mid-model", default="llama-3-8b")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a dry run of the steps here")
-    ap.add_argument("--mid-dtype", default="bfloat16")
-    args = ap.parse_args()
+    ap.add_argument("--mid-dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
+    args = ap.parse_args(argv)
+    if not MIN_BUDGET_S < args.budget_s <= MAX_BUDGET_S:  # nan too
+        ap.error(
+            f"--budget-s: {args.budget_s:g} is not within ({MIN_BUDGET_S:g}, {MAX_BUDGET_S:g}]; "
+            "no step starts with less than 20 s left (default 480)"
+        )
+    return run_main(lambda: run_steps(args))
+
+
+def run_steps(args: argparse.Namespace) -> int:
+    """Every step within the budget, ``status.json``, the validations' tables; the inputs checked first."""
+    try:  # a typo: one line now, not a failed step after the tiny model's
+        load_model(args.mid_model)
+    except PPSimError as err:
+        raise PPSimError(f"--mid-model: {str(err).removeprefix('model: ')}") from None
     out = Path(args.out)
+    names = ["status.json", *(f"{name}.log" for name, *_ in steps_of(args, out))]
+    check_output_dir(out, "--out", names=names, replace=False)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     left = lambda: args.budget_s - (time.perf_counter() - t0)  # noqa: E731

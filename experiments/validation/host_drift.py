@@ -33,10 +33,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.metrics.io import atomic_write  # noqa: E402
 
 PLANS = ("D1x128", "D8x128", "P64@0")  # calibration.corun's plans
+MAX_CYCLES = 100  # each a co-run reading and a validation per depth: hours
 IDLE_SAMPLE_S = 6.0  # the sampler's reading with the engine idle, before each cycle's runs
 
 
@@ -137,7 +139,7 @@ def _sampler(shape: Any, folder: Path) -> Any:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="experiments/validation/host_drift.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True, help="scenario file (TOML/YAML/JSON), e.g. a run's engine-0/config.json")
     ap.add_argument("--profile", required=True, help="calibration artifact of this host")
     ap.add_argument("--out", required=True, help="directory for cycles.csv, host_drift.md and runs/")
@@ -145,32 +147,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--pp", type=int, nargs="+", default=[1, 2], help="pipeline depths validated each cycle")
     ap.add_argument("--sampler", action="store_true", help="time the host during each run (host_sampler.py)")
     args = ap.parse_args(argv)
-    if args.cycles < 1 or min(args.pp) < 1:
-        ap.error("--cycles and --pp: 1 or more")
+    if not 1 <= args.cycles <= MAX_CYCLES:
+        ap.error(f"--cycles: {args.cycles} is not within [1, {MAX_CYCLES}]; each cycle is a reading and a validation")
+    if min(args.pp) < 1 or len(set(args.pp)) < len(args.pp):
+        ap.error(f"--pp: {' '.join(map(str, args.pp))}; give distinct pipeline depths of 1 or more, such as 1 2")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    return run_main(lambda: cycles(args, argv))
+
+
+def cycles(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The inputs checked (``--out``, the scenario, the profile, each depth), then the cycles and the summary."""
+    from ppsim.config import build_scenario
+    from ppsim.cost.profiled import ProfiledCost, check_shape, read_profile
+    from ppsim.deployment import prepare
+    from ppsim.models.shape import load_model
+    from ppsim.outputs import check_output_dir
+
+    inputs = {"--config": args.config, "--profile": args.profile}
+    out = check_output_dir(args.out, "--out", names=("cycles.csv", "host_drift.md"), replace=False, inputs=inputs)
+    base = build_scenario(args.config, {"cost": {"kind": "profile", "profile_dir": args.profile}})
+    shape = load_model(base.model)
+    profile = read_profile(args.profile)
+    check_shape(profile, shape, args.profile)
+    cost = ProfiledCost(profile, shape, None, 1)
+    for p in args.pp:  # each depth as validated below: one that the model or the policy cannot take, now
+        try:
+            prepare(base.model_copy(update={"cluster": base.cluster.model_copy(update={"pipeline_parallel_size": p})}))
+        except PPSimError as err:
+            raise PPSimError(f"--pp {p}: {err}") from None
     import torch
 
     from calibration.layer import TORCH_DTYPES
     from calibration.stage_step import EngineStages
-    from ppsim.config import build_scenario
-    from ppsim.cost.profiled import ProfiledCost, read_profile
-    from ppsim.models.shape import load_model
-    from ppsim.outputs import check_output_dir
     from ppsim.validate.host import HostGuard
     from ppsim.validate.run import validate
 
-    try:
-        out = check_output_dir(args.out, "--out", replace=False)
-        base = build_scenario(args.config, {"cost": {"kind": "profile", "profile_dir": args.profile}})
-        shape = load_model(base.model)
-        cost = ProfiledCost(read_profile(args.profile), shape, None, 1)
-    except PPSimError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     torch.set_num_threads(1)
     stack = max(1, shape.num_layers // max(args.pp))
     stages = EngineStages(shape, TORCH_DTYPES[shape.dtype], torch.device("cpu"), stack)

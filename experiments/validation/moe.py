@@ -27,16 +27,20 @@ import argparse
 import csv
 import io
 import statistics
+import sys
 from pathlib import Path
 
 import numpy as np
 
+from ppsim.cli import Parser, run_main
 from ppsim.config import build_scenario
 from ppsim.metrics.io import atomic_write
 
 HERE = Path(__file__).parent
 RUNS = HERE / "moe-runs"
 SIZES = (1, 8, 32)
+MAX_REPEATS = 100  # engine runs per batch size
+MAX_ZIPF = 8.0  # the scenario's moe_router_zipf bound
 SHOWN = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "p99_e2el_ms", "pipeline_bubble_fraction")
 
 
@@ -138,8 +142,8 @@ def decode_compute(run_dir: Path) -> tuple[float, float]:
     return statistics.median(reqs), statistics.median(secs)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="experiments/validation/moe.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="quick calibration grid (under load, for a smoke run)")
     ap.add_argument("--profile", help="an existing tiny-moe calibration of this host (default: calibrate now)")
@@ -149,12 +153,32 @@ def main() -> None:
         action="store_true",
         help="only the router counts and the step-level check (no engine processes; needs --profile)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    checks = [
+        (not 1 <= args.repeats <= MAX_REPEATS, f"--repeats: {args.repeats} is not within [1, {MAX_REPEATS}]"),
+        (
+            not 0 <= args.moe_router_zipf <= MAX_ZIPF,  # nan and inf too
+            f"--moe-router-zipf: {args.moe_router_zipf:g} is not within [0, {MAX_ZIPF:g}]; 0 routes uniformly",
+        ),
+        (args.step_only and args.profile is None, "--step-only: needs --profile (it calibrates nothing)"),
+        (args.profile is not None and not args.profile.strip(), "--profile: empty path; give a tiny-moe calibration"),
+    ]
+    problem = next((why for bad, why in checks if bad), None)
+    if problem:
+        ap.error(problem)
+    return run_main(lambda: moe(args))
+
+
+def moe(args: argparse.Namespace) -> int:
+    """Calibrate (unless ``--profile``, checked first), then each batch size's validation or step check."""
     from ppsim.cost.profiled import load_profiled_cost
     from ppsim.hardware.presets import resolve_link
     from ppsim.models.shape import load_model
     from ppsim.validate.run import validate
 
+    if args.profile is not None:  # missing, damaged or of another model: one line before any work
+        s = scenario(SIZES[0], args.profile, args.moe_router_zipf)
+        load_profiled_cost(args.profile, load_model("tiny-moe"), s, resolve_link(s.cluster.link, "cluster.link"))
     profile = args.profile
     if profile is None:
         from calibration.calibrate import calibrate
@@ -213,6 +237,7 @@ def main() -> None:
         print(row, flush=True)
     if rows:
         write(rows, args, profile)
+    return 0
 
 
 def write(rows: list[dict], args: argparse.Namespace, profile: str) -> None:
@@ -262,4 +287,4 @@ def write(rows: list[dict], args: argparse.Namespace, profile: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,20 +12,27 @@ Run: python experiments/validation/path_diff.py DIR [...]
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from experiments.validation.control_path import read_ops
+from ppsim.cli import Parser, run_main
+from ppsim.errors import PPSimError
 from ppsim.validate.path import SPLIT, format_path, span_differences, summarize_path
 
 
+def check_dir(d: Path) -> None:
+    """Refuse a dir without what :func:`path_of` reads (checked for every dir before the first table)."""
+    if not d.is_dir():
+        raise PPSimError(f"dirs: {d} is not a directory; pass ppsim validate output dirs")
+    if not any(d.glob("engine-*/stage_ops.csv")) or not (d / "sim" / "stage_ops.csv").is_file():
+        raise PPSimError(f"dirs: {d}: no engine-N/stage_ops.csv or sim/stage_ops.csv; pass a ppsim validate output dir")
+
+
 def path_of(d: Path) -> dict:
+    check_dir(d)
     engine = [read_ops(p) for p in sorted(d.glob("engine-*/stage_ops.csv"))]
-    sim = d / "sim" / "stage_ops.csv"
-    if not engine or not sim.is_file():
-        raise SystemExit(f"{d}: no engine-N/stage_ops.csv or sim/stage_ops.csv; pass a ppsim validate output dir")
-    return summarize_path(engine, read_ops(sim))
+    return summarize_path(engine, read_ops(d / "sim" / "stage_ops.csv"))
 
 
 def differences(p: dict) -> str:
@@ -37,11 +44,17 @@ def differences(p: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(prog="experiments/validation/path_diff.py", description=__doc__.splitlines()[0])
     ap.add_argument("dirs", nargs="+", type=Path, help="ppsim validate output dirs")
     args = ap.parse_args(argv)
+    return run_main(lambda: report(args.dirs))
+
+
+def report(dirs: list[Path]) -> int:
+    for d in dirs:
+        check_dir(d)
     summary = []
-    for d in args.dirs:
+    for d in dirs:
         p = path_of(d)
         print(f"## {d.name}\n{format_path(p)}\n")
         summary.append(f"{d.name}: {differences(p)}")

@@ -45,14 +45,17 @@ import sys
 from pathlib import Path
 
 from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
+from ppsim.cli import Parser, run_main
 from ppsim.config import build_scenario
 from ppsim.cost.scaled import ScaledCompute
 from ppsim.deployment import prepare
+from ppsim.errors import PPSimError
 from ppsim.validate.run import depth_factor_of, jittered, model_factor, replay_with, speed_adjusted
 from ppsim.validate.steps import corun_factor_of
 
 BUBBLE = "pipeline_bubble_fraction"
 COLUMNS = (*METRICS, BUBBLE)
+MAX_DRAWS = 100  # jittered replays per dir
 
 
 class WithoutIdle(ScaledCompute):
@@ -189,8 +192,8 @@ def replay(
     return out
 
 
-def main(argv: list[str]) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="experiments/validation/replay_adjusted.py", description=__doc__.split("\n")[0])
     ap.add_argument("dirs", nargs="+", help="ppsim validate output dirs")
     ap.add_argument(
         "--jitter-draws",
@@ -230,16 +233,25 @@ def main(argv: list[str]) -> None:
         help="also predict without the profile's stage_corun (stages computing at once on the host)",
     )
     args = ap.parse_args(argv)
-    problem = f"--jitter-draws: {args.jitter_draws} is negative; give 0 or more" if args.jitter_draws < 0 else None
-    for d in args.dirs:
+    if not 0 <= args.jitter_draws <= MAX_DRAWS:
+        ap.error(f"--jitter-draws: {args.jitter_draws} is not within [0, {MAX_DRAWS}]; each draw is a replay")
+    return run_main(lambda: report(args))
+
+
+def check_dirs(dirs: list[str]) -> None:
+    """Every dir holds the runs' validation.json and a step_costs.csv with engine steps (before any replay)."""
+    for d in dirs:
         missing = [f for f in ("validation.json", "step_costs.csv") if not (Path(d) / f).is_file()]
-        if missing and problem is None:
-            problem = f"{d}: no {' or '.join(missing)}; give a `ppsim validate` output dir (one with engine runs)"
-        elif problem is None and len((Path(d) / "step_costs.csv").read_text().strip().splitlines()) < 2:
-            problem = f"{d}: step_costs.csv has no engine steps; nothing to scale the replay by"
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        raise SystemExit(2)
+        if missing:
+            raise PPSimError(
+                f"dirs: {d}: no {' or '.join(missing)}; give a `ppsim validate` output dir (one with engine runs)"
+            )
+        if len((Path(d) / "step_costs.csv").read_text().strip().splitlines()) < 2:
+            raise PPSimError(f"dirs: {d}: step_costs.csv has no engine steps; nothing to scale the replay by")
+
+
+def report(args: argparse.Namespace) -> int:
+    check_dirs(args.dirs)
     res = {
         Path(d).name: replay(
             Path(d),
@@ -273,6 +285,7 @@ def main(argv: list[str]) -> None:
         bub = [abs(r[kind][BUBBLE]) for r in res.values() if BUBBLE in r[kind]]
         med += f"{statistics.median(bub):14.3f}" if bub else ""
         print(f"{'median |error| ' + kind:40s} {'':>7s} {med}")
+    return 0
 
 
 def _cells(errors: dict[str, float]) -> str:
@@ -282,4 +295,4 @@ def _cells(errors: dict[str, float]) -> str:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main())

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
 
 from experiments.validation.replay_adjusted import prepared
 from experiments.validation.tables import SHOWN as METRICS
+from ppsim.cli import Parser, run_main
+from ppsim.cost.profiled import read_profile
+from ppsim.errors import PPSimError
 from ppsim.validate.run import replay_with
 
 
@@ -25,11 +29,25 @@ def errors(d: Path, profile: str) -> dict[str, float]:
     return {r["metric"]: r["error"] for r in replay_with(prep, prep.cost, v["engine_summaries"])["rows"]}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="experiments/validation/repredict.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", action="append", required=True, help="profile dir (repeat to compare)")
     ap.add_argument("dirs", nargs="+", help="finished validate output dirs")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    return run_main(lambda: repredict(args))
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Every profile readable and every dir a finished validation, before the first replay."""
+    for p in args.profile:
+        read_profile(p)
+    for d in args.dirs:
+        if not (Path(d) / "validation.json").is_file():
+            raise PPSimError(f"dirs: {d}: no validation.json; give finished `ppsim validate` output dirs")
+
+
+def repredict(args: argparse.Namespace) -> int:
+    check_inputs(args)
     table = {p: {m: [] for m in METRICS} for p in args.profile}
     for d in args.dirs:
         cells = []
@@ -45,7 +63,8 @@ def main() -> None:
         med = {m: statistics.median(abs(x) for x in table[p][m]) for m in METRICS}
         cells = [f"{med[m]:>13.3f}" if m == "pipeline_bubble_fraction" else f"{med[m]:>13.1%}" for m in METRICS]
         print(f"{p[-40:]:<40} " + " ".join(cells))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

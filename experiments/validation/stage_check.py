@@ -15,13 +15,36 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+
+from ppsim.cli import Parser, run_main
+from ppsim.errors import PPSimError
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="experiments/validation/stage_check.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="tiny", help="preset name or HF config.json path")
     ap.add_argument("profiles", nargs="+")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    return run_main(lambda: stage_check(args))
+
+
+def stage_check(args: argparse.Namespace) -> int:
+    from ppsim.cost.profiled import ProfiledCost, check_shape, read_profile
+    from ppsim.models.shape import load_model
+
+    try:  # the model and every profile (readable, measured for this model) before any timing
+        s = load_model(args.model)
+    except PPSimError as err:
+        raise PPSimError(f"--model: {str(err).removeprefix('model: ')}") from None
+    profiles = []
+    for p in args.profiles:
+        try:
+            profiles.append(read_profile(p))
+            check_shape(profiles[-1], s, p)
+        except PPSimError as err:
+            raise PPSimError(f"profiles: {str(err).removeprefix('--profile: ')}") from None
+    costs = [ProfiledCost(prof, s, None, 1) for prof in profiles]
     import numpy as np
     import torch
 
@@ -31,12 +54,8 @@ def main() -> None:
     from calibration.timer import Timer
     from engine.model import torch_dtype
     from ppsim.cost.base import StageSpec
-    from ppsim.cost.profiled import ProfiledCost, read_profile
-    from ppsim.models.shape import load_model
 
     torch.set_num_threads(1)
-    s = load_model(args.model)
-    costs = [ProfiledCost(read_profile(p), s, None, 1) for p in args.profiles]
     stages = EngineStages(s, torch_dtype(s.dtype), torch.device("cpu"), s.num_layers)
     timer = Timer(clock="thread", repeats=3, min_repeat_s=0.03)
     rng = np.random.default_rng(0)
@@ -61,7 +80,8 @@ def main() -> None:
             row.append(f"{e:>+24.3f}")
         print(f"{b:>3} {m * 1e3:>12.2f} {(max(meas[b]) - min(meas[b])) / m:>7.2f}  " + "  ".join(row))
     print(f"{'median error':>24}  " + "  ".join(f"{statistics.median(e):>+24.3f}" for e in errs))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
