@@ -426,6 +426,7 @@ def test_host_drift_refuses_before_the_first_cycle(monkeypatch, inputs, capsys, 
         (["--moe-router-zipf", "nan"], "--moe-router-zipf: nan is not within"),
         (["--moe-router-zipf", "inf"], "--moe-router-zipf: inf is not within"),
         (["--step-only"], "--step-only: needs --profile"),
+        (["--quick", "--profile", "{d}/empty"], "--quick: sets the calibration's grid; with --profile nothing"),
         (["--profile", ""], "--profile: empty path"),
         (["--profile", "{d}/missing"], "--profile: {d}/missing is not a directory"),
         (["--profile", "{d}/empty", "--step-only"], "--profile: {d}/empty/meta.json is missing"),
@@ -530,3 +531,19 @@ def test_validation_scripts_good_arguments_reach_the_work(monkeypatch, inputs, n
         monkeypatch.setattr(script, "RUNS", inputs / "moe-runs")
     with pytest.raises(AssertionError, match="the work started"):
         script.main([a.replace("{d}", str(inputs)) for a in argv])
+
+
+@pytest.mark.parametrize(
+    "name, argv",
+    [
+        ("path_diff", ["{d}/run"]),
+        ("replay_adjusted", ["{d}/run"]),
+        ("repredict", ["--profile", PROFILE, "{d}/run"]),
+    ],
+)
+def test_validation_scripts_name_a_damaged_run_dir(inputs, capsys, name, argv):
+    """The stand-in run dir's files lack what the scripts read (a truncated validation.json, a CSV without its
+    columns): one line naming the dir, where a KeyError traceback ended the script."""
+    (inputs / "run" / "engine-0" / "stage_ops.csv").write_text("track,kind\nstage0,compute\n")  # no times
+    script = importlib.import_module(f"experiments.validation.{name}")
+    _refused(script.main, argv, inputs, capsys, "dirs: {d}/run holds a damaged validation.json or CSV", INPUTS)

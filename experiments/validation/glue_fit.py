@@ -33,6 +33,7 @@ from typing import Any
 
 from calibration import calibrate as cal
 from experiments.validation.replay_adjusted import prepared
+from experiments.validation.runfiles import reading_run
 from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
 from ppsim.cli import Parser, run_main
 from ppsim.cost.base import StageSpec
@@ -142,10 +143,11 @@ def glue_fit(args: argparse.Namespace) -> None:
     steps: dict[str, list[float]] = {w: [] for w in WAYS}
     replays: dict[str, list[dict[str, float]]] = {w: [] for w in WAYS}
     for run in map(Path, args.runs):
-        for w, errs in step_errors(run, base, costs, args.recorded_with_live).items():
-            steps[w] += errs
-        for w, errs in replay_errors(run, profiles).items():
-            replays[w].append(errs)
+        with reading_run(run, "runs"):
+            for w, errs in step_errors(run, base, costs, args.recorded_with_live).items():
+                steps[w] += errs
+            for w, errs in replay_errors(run, profiles).items():
+                replays[w].append(errs)
     print(f"{len(args.runs)} runs, {len(steps[WAYS[0]])} engine stage computes; glue fitted in seconds -> relative")
     for w in WAYS:
         c = {k: v * 1e6 for k, v in costs[w].f["layer_glue"].coef.items()}

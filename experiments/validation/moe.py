@@ -161,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             f"--moe-router-zipf: {args.moe_router_zipf:g} is not within [0, {MAX_ZIPF:g}]; 0 routes uniformly",
         ),
         (args.step_only and args.profile is None, "--step-only: needs --profile (it calibrates nothing)"),
+        (
+            args.quick and args.profile is not None,
+            "--quick: sets the calibration's grid; with --profile nothing is calibrated, drop one",
+        ),
         (args.profile is not None and not args.profile.strip(), "--profile: empty path; give a tiny-moe calibration"),
     ]
     problem = next((why for bad, why in checks if bad), None)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from experiments.validation.control_path import read_ops
+from experiments.validation.runfiles import reading_run
 from ppsim.cli import Parser, run_main
 from ppsim.errors import PPSimError
 from ppsim.validate.path import SPLIT, format_path, span_differences, summarize_path
@@ -55,7 +56,8 @@ def report(dirs: list[Path]) -> int:
         check_dir(d)
     summary = []
     for d in dirs:
-        p = path_of(d)
+        with reading_run(d):
+            p = path_of(d)
         print(f"## {d.name}\n{format_path(p)}\n")
         summary.append(f"{d.name}: {differences(p)}")
     print("engine span - simulator span, s (busy / idle beside other stages / idle pipeline):")

@@ -44,6 +44,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from experiments.validation.runfiles import reading_run
 from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
 from ppsim.cli import Parser, run_main
 from ppsim.config import build_scenario
@@ -252,19 +253,19 @@ def check_dirs(dirs: list[str]) -> None:
 
 def report(args: argparse.Namespace) -> int:
     check_dirs(args.dirs)
-    res = {
-        Path(d).name: replay(
-            Path(d),
-            args.jitter_draws,
-            args.without_idle,
-            args.with_live,
-            args.without_spread,
-            args.without_turnaround,
-            args.without_depth,
-            args.without_corun,
-        )
-        for d in args.dirs
-    }
+    res = {}
+    for d in args.dirs:
+        with reading_run(d):
+            res[Path(d).name] = replay(
+                Path(d),
+                args.jitter_draws,
+                args.without_idle,
+                args.with_live,
+                args.without_spread,
+                args.without_turnaround,
+                args.without_depth,
+                args.without_corun,
+            )
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["predicted now"] if any(r["predicted now"] is not r["predicted"] for r in res.values()) else []
     kinds += ["without idle"] if args.without_idle else []

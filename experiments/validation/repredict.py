@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from experiments.validation.replay_adjusted import prepared
+from experiments.validation.runfiles import reading_run
 from experiments.validation.tables import SHOWN as METRICS
 from ppsim.cli import Parser, run_main
 from ppsim.cost.profiled import read_profile
@@ -52,7 +53,8 @@ def repredict(args: argparse.Namespace) -> int:
     for d in args.dirs:
         cells = []
         for p in args.profile:
-            e = errors(Path(d), p)
+            with reading_run(d):
+                e = errors(Path(d), p)
             for m in METRICS:
                 table[p][m].append(e[m])
             cells.append(f"TPOT {e['mean_tpot_ms']:+7.1%}  E2EL {e['median_e2el_ms']:+7.1%}")
