@@ -51,3 +51,12 @@ def test_runs_refuses_in_one_line(argv, fragment, capsys, tmp_path, monkeypatch)
     captured = capsys.readouterr()
     assert captured.err.startswith("error: ") and captured.err.count("\n") == 1 and fragment in captured.err
     assert captured.out == ""
+
+
+def test_runs_names_a_damaged_csv(tmp_path, capsys):
+    d = tmp_path / "a"
+    d.mkdir()
+    (d / "step_costs.csv").write_text("num_tokens,num_prefill_tokens,cpu_error\n64,64,x\n")
+    assert pc.main(["runs", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: dirs: {d} holds a damaged validation.json or CSV") and err.count("\n") == 1

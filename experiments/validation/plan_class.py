@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from experiments.validation.runfiles import reading_run  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 
@@ -80,7 +81,7 @@ def report_runs(paths: list[str]) -> None:
     diffs, dirs = [], run_dirs(paths)
     print(f"{'scenario':40s} " + " ".join(f"{c:>16s}" for c in CLASSES) + f" {'prefill - decode':>17s}")
     for d in dirs:
-        with open(d / "step_costs.csv", newline="") as f:
+        with reading_run(d), open(d / "step_costs.csv", newline="") as f:
             errs = class_errors(list(csv.DictReader(f)))
         cells = [f"{statistics.median(v):+.3f} (n={len(v):4d})" if v else f"{'-':>16s}" for v in errs.values()]
         diff = prefill_minus_decode(errs)
