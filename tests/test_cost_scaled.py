@@ -9,7 +9,7 @@ import pytest
 
 from ppsim.config import build_scenario
 from ppsim.cost.base import StageSpec
-from ppsim.cost.scaled import ScaledCompute
+from ppsim.cost.scaled import ClassScaledCompute, ScaledCompute
 from ppsim.deployment import kv_figures, prepare
 from ppsim.metrics.summary import summarize
 from ppsim.policy.plan import PlanItem, make_plan
@@ -43,6 +43,20 @@ def test_only_compute_is_scaled():
     assert sc.stage_times is None  # the simulator must not take the inner model's unscaled batch form
     with pytest.raises(ValueError, match="must be > 0"):
         ScaledCompute(cost, 0.0)
+
+
+def test_class_factors_follow_the_plan():
+    """Prefill and mixed plans take the prefill factor, decode-only plans the decode factor, idle the run's."""
+    cost = _prep().cost
+    sc = ClassScaledCompute(cost, 1.1, 1.3, 0.9)
+    prefill = make_plan(1, [PlanItem(0, 0, 64, True, True)])
+    mixed = make_plan(2, [PlanItem(0, 0, 64, True, True), PlanItem(1, 100, 1, False, True)])
+    for plan, f in ((PLAN, 0.9), (prefill, 1.3), (mixed, 1.3)):
+        assert sc.stage_time(STAGE, plan) == pytest.approx(f * cost.stage_time(STAGE, plan), rel=1e-12)
+    if sc.has_idle:
+        assert sc.idle_time(STAGE, 0.01) == pytest.approx(1.1 * cost.idle_time(STAGE, 0.01), rel=1e-12)
+    with pytest.raises(ValueError, match="must be > 0"):
+        ClassScaledCompute(cost, 1.0, 0.0, 1.0)
 
 
 @pytest.mark.parametrize("policy", ["vllm-batch-queue", "sglang-ring", "vllm-mrv2"])

@@ -12,6 +12,10 @@ scenario and as medians over them, the prediction's error beside the replay's. N
 predicted ratios (:class:`ppsim.cost.scaled.JitteredCompute`): the host's step-time spread on top of
 its mean speed, which with two or more micro-batches in flight costs latency that a mean cannot show.
 
+``--by-class`` adds a replay with the runs' speed apart for prefill / mixed and for decode computes
+(:class:`ppsim.cost.scaled.ClassScaledCompute`): this VM's speed states scale the two classes differently
+(docs/validation.md, part 13).
+
 ``--without-idle`` adds the prediction again with the profile's ``stage_idle`` charge removed (the step
 after an idle gap costs what a back-to-back one does): what that calibration term is worth on these runs.
 A prediction like the first, not a replay. ``--without-spread`` adds the prediction and the replay
@@ -48,7 +52,7 @@ from experiments.validation.runfiles import reading_run
 from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
 from ppsim.cli import Parser, run_main
 from ppsim.config import build_scenario
-from ppsim.cost.scaled import ScaledCompute
+from ppsim.cost.scaled import ClassScaledCompute, ScaledCompute
 from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
 from ppsim.validate.run import depth_factor_of, jittered, model_factor, replay_with, speed_adjusted
@@ -139,6 +143,18 @@ def prepared(d: Path, profile: str | None = None) -> tuple[dict, object]:
     return v, dataclasses.replace(prepare(build_scenario(None, sc)), num_blocks=blocks)
 
 
+def class_adjusted(cost: object, steps: list[dict], factor: float) -> ClassScaledCompute:
+    """``cost`` with the runs' speed apart for prefill / mixed and decode computes (measured over predicted,
+    summed per class; a class the runs did not have takes ``factor``, the whole runs')."""
+
+    def of(prefill: bool) -> float:
+        m = sum(r["measured_s"] for r in steps if r["prefill"] == prefill)
+        p = sum(r["predicted_s"] for r in steps if r["prefill"] == prefill)
+        return m / p if m > 0 and p > 0 else factor
+
+    return ClassScaledCompute(cost, factor, of(True), of(False))
+
+
 def replay(
     d: Path,
     draws: int = 0,
@@ -148,6 +164,7 @@ def replay(
     without_turnaround: bool = False,
     without_depth: bool = False,
     without_corun: bool = False,
+    by_class: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
@@ -160,7 +177,11 @@ def replay(
     if co_then != co_now:  # recorded with another co-run charge (or none)
         recorded = CorunAs(recorded, co_then)
     steps = [
-        {"measured_s": float(r["measured_s"]), "predicted_s": float(r["predicted_s"])}
+        {
+            "measured_s": float(r["measured_s"]),
+            "predicted_s": float(r["predicted_s"]),
+            "prefill": int(r["num_prefill_tokens"]) > 0,
+        }
         for r in csv.DictReader((d / "step_costs.csv").open())
     ]
     rec = dataclasses.replace(prep, cost=recorded)
@@ -172,6 +193,9 @@ def replay(
         out["predicted now"] = pick(replay_with(prep, prep.cost, v["engine_summaries"])["rows"])
     for k in range(draws):
         out[f"jittered {k}"] = pick(jittered(rec, steps, v["engine_summaries"], seed=k)["rows"])
+    if by_class:
+        cls = class_adjusted(recorded, steps, adj["factor"])
+        out["adjusted by class"] = pick(replay_with(prep, cls, v["engine_summaries"])["rows"])
     if without_idle:
         out["without idle"] = pick(replay_with(prep, WithoutIdle(prep.cost), v["engine_summaries"])["rows"])
     if with_live:
@@ -233,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also predict without the profile's stage_corun (stages computing at once on the host)",
     )
+    ap.add_argument(
+        "--by-class",
+        action="store_true",
+        help="also replay with the runs' speed apart for prefill / mixed and decode computes",
+    )
     args = ap.parse_args(argv)
     if not 0 <= args.jitter_draws <= MAX_DRAWS:
         ap.error(f"--jitter-draws: {args.jitter_draws} is not within [0, {MAX_DRAWS}]; each draw is a replay")
@@ -265,8 +294,10 @@ def report(args: argparse.Namespace) -> int:
                 args.without_turnaround,
                 args.without_depth,
                 args.without_corun,
+                args.by_class,
             )
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
+    kinds += ["adjusted by class"] if args.by_class else []
     kinds += ["predicted now"] if any(r["predicted now"] is not r["predicted"] for r in res.values()) else []
     kinds += ["without idle"] if args.without_idle else []
     kinds += ["with live"] if args.with_live else []

@@ -41,6 +41,23 @@ class ScaledCompute:
         return getattr(self.inner, name)
 
 
+class ClassScaledCompute(ScaledCompute):
+    """``stage_time`` times ``prefill_factor`` for a plan with prompt tokens (prefill or mixed), else
+    ``decode_factor``; ``idle_time`` times ``factor``. A diagnostic: this VM's speed states scale the
+    overhead-bound decodes and the GEMM-bound prefills differently (docs/validation.md, part 13), which
+    one factor per run (:class:`ScaledCompute`) cannot follow."""
+
+    def __init__(self, inner: Any, factor: float, prefill_factor: float, decode_factor: float) -> None:
+        super().__init__(inner, factor)
+        if not (prefill_factor > 0 and decode_factor > 0):
+            raise ValueError(f"class factors {prefill_factor}, {decode_factor} must be > 0")
+        self.prefill_factor, self.decode_factor = prefill_factor, decode_factor
+
+    def stage_time(self, stage: StageSpec, plan: StepPlan) -> float:
+        f = self.prefill_factor if plan.num_prefill_tokens else self.decode_factor
+        return f * self.inner.stage_time(stage, plan)
+
+
 def _mix(x: int) -> int:
     """splitmix64's finaliser: a well-spread 64-bit integer from ``x`` (no global state)."""
     x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
