@@ -373,6 +373,14 @@ def test_glue_fit_work_may_not_replace_the_profile(monkeypatch, inputs, capsys):
     _refused(glue_fit.main, argv, inputs, capsys, "--work: {d}/seconds is also --profile", [*INPUTS, "seconds"])
 
 
+def test_gpu_h200_without_cuda_refuses_before_the_first_step(monkeypatch, inputs, capsys):
+    """--device cuda (the default) where torch sees no GPU: every step failed alike, minutes later."""
+    gpu = _script(monkeypatch, "gpu_h200", "run")
+    monkeypatch.setattr(gpu, "cuda_available", lambda: False)
+    argv = ["--mid-model", "tiny", "--out", "{d}/out"]
+    _refused(gpu.main, argv, inputs, capsys, "--device: cuda, but torch sees no CUDA device here", INPUTS)
+
+
 @pytest.mark.parametrize(
     "argv, fragment",
     [

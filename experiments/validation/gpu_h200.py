@@ -137,12 +137,24 @@ def main(argv: list[str] | None = None) -> int:
     return run_main(lambda: run_steps(args))
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (no context is created: the steps run as their own processes)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def run_steps(args: argparse.Namespace) -> int:
     """Every step within the budget, ``status.json``, the validations' tables; the inputs checked first."""
     try:  # a typo: one line now, not a failed step after the tiny model's
         load_model(args.mid_model)
     except PPSimError as err:
         raise PPSimError(f"--mid-model: {str(err).removeprefix('model: ')}") from None
+    if args.device == "cuda" and not cuda_available():  # every step would fail the same way
+        raise PPSimError(
+            "--device: cuda, but torch sees no CUDA device here; "
+            "run it where a GPU is lent, or --device cpu for a dry run"
+        )
     out = Path(args.out)
     names = ["status.json", *(f"{name}.log" for name, *_ in steps_of(args, out))]
     check_output_dir(out, "--out", names=names, replace=False)
