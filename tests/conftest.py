@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -48,3 +49,20 @@ def validated_without_profile(tmp_path_factory):
     flags = ["--num-prompts", "2", "--random-input-len", "16", "--random-output-len", "3", "--repeats", "1"]
     r = _run_cli("validate", "--model", "tiny", *flags, "--host-guard", "off", "--output-dir", str(out), timeout=600)
     return out, r
+
+
+def default_signals() -> None:
+    """In a test's child process (``preexec_fn``): SIGINT and SIGTERM at their defaults. A shell's
+    background job (``pytest &``, ``nohup``) starts with SIGINT ignored, which a child inherits; Python
+    then never raises KeyboardInterrupt. Tests that send signals set up the disposition they rely on."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False

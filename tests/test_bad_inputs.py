@@ -19,6 +19,7 @@ from ppsim.cli import main
 from ppsim.errors import PPSimError
 from ppsim.outputs import MARKER, check_apart, write_result_set
 from tests.bad_inputs import TINY, all_cases, run_case
+from tests.conftest import default_signals
 
 CASES = all_cases()  # tests/bad_inputs.py and the tables of tests/bad_inputs_{config,profiles,runs}.py
 
@@ -99,12 +100,6 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _default_signals() -> None:
-    """In the child: SIGINT and SIGTERM at their defaults (a background job starts with SIGINT ignored)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 @pytest.mark.parametrize(
     "sig, code, last", [(signal.SIGTERM, 143, "terminated (SIGTERM)"), (signal.SIGINT, 130, "interrupted")]
 )
@@ -123,7 +118,7 @@ def test_a_signal_while_writing_leaves_the_previous_results(tmp_path, sig, code,
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=_default_signals,
+        preexec_fn=default_signals,
     )
     try:
         lines = iter(p.stdout.readline, "")  # ends if the child exits

@@ -21,6 +21,7 @@ from engine.run import EngineFault, EngineOptions, run_engine  # noqa: E402
 from ppsim.cli import main  # noqa: E402
 from ppsim.config import build_scenario, step_budget_fields  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
+from tests.conftest import alive, default_signals  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = [
@@ -58,14 +59,6 @@ def scenario(policy: str = "vllm-batch-queue"):
     )
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "State:\tZ" not in f.read()
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize(
     "fault, words, policy",
     [
@@ -96,14 +89,6 @@ def test_stage_fault_stops_every_process(tmp_path, fault, words, policy):
     assert "unfinished" in (tmp_path / "requests.csv").read_text()
 
 
-def _default_signals() -> None:
-    """In the child: the default SIGINT/SIGTERM dispositions. A shell's background job (``pytest &``,
-    ``nohup``) starts with SIGINT ignored, which a child inherits; Python then never raises
-    KeyboardInterrupt. The tests below send signals, so they set up the disposition they rely on."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _cli(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "ppsim.cli", "engine", *FLAGS, *args],
@@ -112,7 +97,7 @@ def _cli(*args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": ROOT},
-        preexec_fn=_default_signals,
+        preexec_fn=default_signals,
     )
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from experiments.validation import run as validation
 from ppsim.errors import PPSimError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, alive, default_signals
 
 PROFILE = str(ROOT / "profiles" / "tiny-cpu")
 PUBLISHED = ROOT / "experiments" / "published"
@@ -230,13 +230,6 @@ def test_vidur_experiments_name_the_root(tmp_path, script, kind, fragment):
     assert fragment in r.stderr
 
 
-def _default_signals() -> None:
-    """In the child: default SIGTERM (a background ``pytest &`` may start children with signals ignored)."""
-    import signal
-
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def test_validation_sigterm_is_one_line_and_leaves_nothing(tmp_path):
     """SIGTERM (``timeout``, Slurm) while the engine runs: exit 143, one line, no --out / --runs, no stage left."""
     import signal
@@ -251,7 +244,7 @@ def test_validation_sigterm_is_one_line_and_leaves_nothing(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-        preexec_fn=_default_signals,
+        preexec_fn=default_signals,
     )
     try:
         line = p.stdout.readline()
@@ -269,9 +262,9 @@ def test_validation_sigterm_is_one_line_and_leaves_nothing(tmp_path):
     assert err.splitlines()[-1] == "terminated (SIGTERM)", err
     assert not out.exists() and not runs.exists()
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in family) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in family) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert family and not any(_alive(pid) for pid in family), "a process of the run outlived it"
+    assert family and not any(alive(pid) for pid in family), "a process of the run outlived it"
 
 
 def _descendants(pid: int) -> list[int]:
@@ -286,13 +279,6 @@ def _descendants(pid: int) -> list[int]:
             found += kids
             todo += kids
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False
 
 
 # --- experiments/validation/{glue_fit,gpu_h200,host_drift,moe,path_diff,replay_adjusted,repredict,stage_check}.py
