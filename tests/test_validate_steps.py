@@ -94,3 +94,26 @@ def test_token_buckets_cover_every_size():
         ">=257",
         ">=257",
     ]
+
+
+def test_steps_split_by_plan_class_with_the_level_free_difference():
+    plans = {0: _plan(0, 4), 1: _plan(1, 1, prefill=60), 2: _plan(2, 0, prefill=30)}
+    ops = [
+        OpRecord("stage0", "compute", 0, 0.0, 0.010, 4, 4),  # decode, predicted 8 ms: -20%
+        OpRecord("stage1", "compute", 0, 0.010, 0.020, 4, 4),  # decode, 10 ms: 0%
+        OpRecord("stage0", "compute", 1, 0.020, 0.264, 61, 2),  # mixed, 122 ms: -50%
+        OpRecord("stage0", "compute", 2, 0.3, 0.36, 30, 1),  # prefill, 60 ms: 0%
+    ]
+    s = summarize_steps(step_costs(LinearCost(), STAGES, plans, ops))
+    assert {k: d["steps"] for k, d in s["by_class"].items()} == {"prefill": 1, "mixed": 1, "decode": 2}
+    assert s["by_class"]["decode"]["median_error"] == pytest.approx(-0.1)
+    # median of prefill + mixed (-25%) minus median of decodes (-10%); no CPU reading: the wall clock
+    assert s["prefill_minus_decode"] == pytest.approx(-0.15) and s["prefill_minus_decode_clock"] == "wall"
+    table = format_steps(s)
+    assert "\nmixed " in table and "\ndecode " in table
+    assert "prefill and mixed computes against decodes: -15.0% (median error minus median error, wall clock" in table
+    cpu = {(0, 0): 0.010, (1, 0): 0.010, (0, 1): 0.122, (0, 2): 0.030}  # CPU clock: -20, 0, 0, +100%
+    s = summarize_steps(step_costs(LinearCost(), STAGES, plans, ops, cpu_s=cpu))
+    assert s["prefill_minus_decode_clock"] == "thread CPU" and s["prefill_minus_decode"] == pytest.approx(0.6)
+    only_decodes = summarize_steps(step_costs(LinearCost(), STAGES, plans, ops[:2]))
+    assert only_decodes["prefill_minus_decode"] is None and "against decodes" not in format_steps(only_decodes)

@@ -144,7 +144,7 @@ def decode_compute(run_dir: Path) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="experiments/validation/moe.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, help="engine runs per batch size (default 3)")
     ap.add_argument("--quick", action="store_true", help="quick calibration grid (under load, for a smoke run)")
     ap.add_argument("--profile", help="an existing tiny-moe calibration of this host (default: calibrate now)")
     ap.add_argument("--moe-router-zipf", type=float, default=0.0)
@@ -154,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         help="only the router counts and the step-level check (no engine processes; needs --profile)",
     )
     args = ap.parse_args(argv)
+    if args.step_only and args.repeats is not None:
+        ap.error("--repeats: --step-only runs no engine; drop one")
+    args.repeats = 3 if args.repeats is None else args.repeats
     checks = [
         (not 1 <= args.repeats <= MAX_REPEATS, f"--repeats: {args.repeats} is not within [1, {MAX_REPEATS}]"),
         (

@@ -33,16 +33,16 @@ if str(ROOT) not in sys.path:
 from experiments.validation.runfiles import reading_run  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.validate.steps import STEP_CLASSES, prefill_minus_decode, step_class  # noqa: E402
 
-CLASSES = ("prefill", "mixed", "decode")
+CLASSES = STEP_CLASSES
 PREFILL_PLANS = {f"P{n}@0": [(0, n)] for n in (16, 32, 64, 96, 128, 200)} | {"P56@64": [(64, 56)]}
 DECODE_PLANS = {"D1@64": [(64, 1)], "D1@250": [(250, 1)]} | {f"D{b}@150": [(150, 1)] * b for b in (2, 4, 8)}
 
 
 def plan_class(row: dict[str, str]) -> str:
     """``prefill`` (every token a prompt's), ``mixed`` or ``decode`` for one ``step_costs.csv`` row."""
-    prefill, tokens = int(row["num_prefill_tokens"]), int(row["num_tokens"])
-    return "decode" if prefill == 0 else "prefill" if prefill == tokens else "mixed"
+    return step_class(int(row["num_tokens"]), int(row["num_prefill_tokens"]))
 
 
 def class_errors(rows: list[dict[str, str]]) -> dict[str, list[float]]:
@@ -51,14 +51,6 @@ def class_errors(rows: list[dict[str, str]]) -> dict[str, list[float]]:
     for r in rows:
         out[plan_class(r)].append(float(r["cpu_error"]))
     return out
-
-
-def prefill_minus_decode(errs: dict[str, list[float]]) -> float | None:
-    """Median error of prefill and mixed computes minus that of decodes; None without both."""
-    pre = errs["prefill"] + errs["mixed"]
-    if not pre or not errs["decode"]:
-        return None
-    return statistics.median(pre) - statistics.median(errs["decode"])
 
 
 def run_dirs(paths: list[str]) -> list[Path]:

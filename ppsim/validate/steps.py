@@ -23,6 +23,8 @@ from ppsim.cost.base import CostModel, StageSpec
 from ppsim.metrics.records import OpRecord
 from ppsim.policy.plan import StepPlan
 
+# a compute's plan class: every token a prompt's, some, none
+STEP_CLASSES = ("prefill", "mixed", "decode")
 # micro-batch size in tokens: [lo, hi] inclusive
 TOKEN_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 64), (65, 256), (257, 1 << 30))
 STEP_FIELDS = [
@@ -46,6 +48,23 @@ def bucket_name(lo: int, hi: int) -> str:
     if lo == hi:
         return str(lo)
     return f"{lo}-{hi}" if hi < (1 << 30) else f">={lo}"
+
+
+def step_class(num_tokens: int, num_prefill_tokens: int) -> str:
+    """``prefill`` (every token a prompt's), ``mixed`` or ``decode`` (no prompt token)."""
+    if num_prefill_tokens == 0:
+        return "decode"
+    return "prefill" if num_prefill_tokens == num_tokens else "mixed"
+
+
+def prefill_minus_decode(errors: dict[str, list[float]]) -> float | None:
+    """Median error of the prefill and mixed computes minus that of the decodes (``errors``: class ->
+    errors); None without both. Within one run the host's speed level cancels in it: what is left is
+    how the cost model prices the two classes against each other (docs/validation.md, part 13)."""
+    pre, dec = errors.get("prefill", []) + errors.get("mixed", []), errors.get("decode", [])
+    if not pre or not dec:
+        return None
+    return float(np.median(pre) - np.median(dec))
 
 
 def bucket_of(num_tokens: int) -> str:
@@ -188,8 +207,9 @@ def _preemption(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarize_steps(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Overall, per stage, per engine repeat (when more than one) and per micro-batch size (tokens)
-    bucket; empty dict when no steps."""
+    """Overall, per stage, per engine repeat (when more than one), per micro-batch size (tokens)
+    bucket and per plan class (with the prefill-minus-decode difference where both ran); empty dict
+    when no steps."""
     if not rows:
         return {}
     out = _stats(rows)
@@ -203,6 +223,13 @@ def summarize_steps(rows: list[dict[str, Any]]) -> dict[str, Any]:
         sel = [r for r in rows if lo <= r["num_tokens"] <= hi]
         if sel:
             out["by_tokens"][bucket_name(lo, hi)] = _stats(sel)
+    classes: dict[str, list[dict[str, Any]]] = {c: [] for c in STEP_CLASSES}
+    for r in rows:
+        classes[step_class(r["num_tokens"], r["num_prefill_tokens"])].append(r)
+    out["by_class"] = {c: _stats(sel) for c, sel in classes.items() if sel}
+    clock = "cpu_error" if all(r.get("cpu_error") is not None for r in rows) else "error"  # calibration's clock
+    out["prefill_minus_decode"] = prefill_minus_decode({c: [r[clock] for r in sel] for c, sel in classes.items()})
+    out["prefill_minus_decode_clock"] = "thread CPU" if clock == "cpu_error" else "wall"
     return out
 
 
@@ -240,11 +267,20 @@ def format_steps(s: dict[str, Any]) -> str:
         k = bucket_name(lo, hi)
         if k in s["by_tokens"]:
             lines.append(line(f"{k} tokens", s["by_tokens"][k]))
+    for k in STEP_CLASSES:
+        if k in s.get("by_class", {}):
+            lines.append(line(k, s["by_class"][k]))
     lines.append("=" * len(head))
     lines.append(
         "error = (predicted - measured wall) / measured; 'vs cpu' against the stage thread's CPU time; "
         "cpu/wall below 100%: the stage waited for a core"
     )
+    if s.get("prefill_minus_decode") is not None:
+        lines.append(
+            f"prefill and mixed computes against decodes: {s['prefill_minus_decode']:+.1%} (median error minus "
+            f"median error, {s.get('prefill_minus_decode_clock', 'wall')} clock; the host's speed level cancels "
+            "in it: what is left is how the model prices the two classes)"
+        )
     lines += [preemption_line(f"stage {k}", d) for k, d in s["by_stage"].items() if d.get("preempted_share")]
     return "\n".join(lines)
 
