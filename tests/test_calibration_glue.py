@@ -362,3 +362,37 @@ def test_turnaround_is_the_median_restart_and_charged_past_the_first_stage_at_pp
     from experiments.validation.replay_adjusted import WithoutTurnaround
 
     assert WithoutTurnaround(two).turnaround_s == 0.0  # replay_adjusted.py --without-turnaround
+
+
+def test_the_idle_table_gives_way_where_the_two_stage_live_runs_do_not_bear_it_out():
+    """idle_live_scale: the share of the paired idle table that makes the two-stage live runs, net of it,
+    run at the one-stage runs' level; 1 where they run slower, 0 where they run faster even without it."""
+    from calibration.calibrate import fit_live, idle_live_scale, scaled_idle
+
+    idle = OpFit("stage_idle", "interp", "gap_s", {"xs": [0.0, 0.01], "ys": [0.0, 1e-4], "per": "step"})
+    cost = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": idle}), SHAPE, None, 1)  # steps of ~0.2 ms
+    bare = ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1)
+    one = _live_rows(cost, 1.04, 1, 0.0)  # back to back: no idle charge at one stage
+    # two stages after 10 ms idle: 1.04 x alone plus 40% of the table's charge, the rest the table's excess
+    two = _live_rows(bare, 1.04, 2, 0.01)
+    for r in two:
+        r["median_s"] += 0.4 * 1e-4
+    assert idle_live_scale(cost, one + two) == pytest.approx(0.4, abs=1e-9)
+    slower = _live_rows(cost, 1.13, 2, 0.01)  # the whole charge and slower still: the table stands
+    assert idle_live_scale(cost, one + slower) == 1.0
+    faster = _live_rows(bare, 1.0, 2, 0.01)  # faster than one stage even with no charge: drift, none kept
+    assert idle_live_scale(cost, one + faster) == 0.0
+    assert idle_live_scale(cost, one) == 1.0 and idle_live_scale(cost, []) == 1.0  # nothing to check against
+    huge = OpFit("stage_idle", "interp", "gap_s", {"xs": [0.0, 0.01], "ys": [0.0, 1e-3], "per": "step"})
+    over = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": huge}), SHAPE, None, 1)  # 5x the step
+    assert idle_live_scale(over, one + two) == pytest.approx(0.04, abs=1e-9)
+    # charged at PP > 1 only; then the two-stage runs, net of it, sit at the one-stage level
+    scaled = scaled_idle(idle, 0.4)
+    assert scaled.coef == {**idle.coef, "pp_scale": 0.4} and scaled.name == "stage_idle"
+    spec = StageSpec(0, 0, 3, True, False)
+    for pp, share in ((1, 1.0), (2, 0.4), (4, 0.4)):
+        at = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": scaled}), SHAPE, None, 1, pp=pp)
+        assert at.idle_time(spec, 0.01) == pytest.approx(share * 1e-4)
+    charged = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": scaled}), SHAPE, None, 1)
+    assert fit_live(charged, one + two).coef["ys"] == pytest.approx([1.04, 1.04])
+    assert fit_live(cost, one + two).coef["ys"][1] < 1.0  # with the whole table: two stages "faster"
