@@ -777,6 +777,12 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
             f"live engine's step-to-step spread at two stages (stage_spread, charged at PP > 1): "
             f"sd {float(np.std(ys)):.3f}, from {ys[0]:.2f} to {ys[-1]:.2f}"
         )
+    scale = fits.get("stage_idle", {}).get("coef", {}).get("pp_scale")
+    if scale is not None:
+        lines.append(
+            f"idle charge (stage_idle) at PP > 1: x{scale:.3f} of the paired table, the share the two-stage "
+            "live runs bear out (PP = 1: the whole table)"
+        )
     if "stage_corun" in fits:
         fit = fit_from_json("stage_corun", fits["stage_corun"])
         lines.append(

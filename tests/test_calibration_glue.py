@@ -396,3 +396,9 @@ def test_the_idle_table_gives_way_where_the_two_stage_live_runs_do_not_bear_it_o
     charged = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": scaled}), SHAPE, None, 1)
     assert fit_live(charged, one + two).coef["ys"] == pytest.approx([1.04, 1.04])
     assert fit_live(cost, one + two).coef["ys"][1] < 1.0  # with the whole table: two stages "faster"
+    from calibration.calibrate import format_report
+    from calibration.fit import fit_to_json
+
+    line = "idle charge (stage_idle) at PP > 1: x0.400 of the paired table"
+    assert line in format_report({}, {"stage_idle": fit_to_json(scaled, {})})
+    assert "idle charge" not in format_report({}, {"stage_idle": fit_to_json(idle, {})})
