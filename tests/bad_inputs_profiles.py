@@ -22,7 +22,6 @@ SIM = ["simulate", *TINY, "--profile", "{d}/p", "--output-dir", "{d}/out"]
 IMPORT = ["import-vidur", "--root", "{d}/vr", "--model", "llama-2-7b", "--output-dir", "{d}/out"]
 CALIBRATE = ["calibrate", "--quick", "--no-link", "--model", "tiny-moe", "--output-dir", "{d}/out"]
 DROP = object()  # _profile: delete the key instead of setting it
-IDLE = {"form": "interp", "x": "gap_s", "coef": {"xs": [0.0, 0.01], "ys": [0.0, 1e-4], "per": "step"}}
 
 
 def _profile(file: str, keys: tuple[str | int, ...], value: Any = DROP) -> Callable[[Path], None]:
@@ -177,18 +176,6 @@ CASES_PROFILES: list[Case] = [
         SIM,
         "operator add: coef ys[1] = -1e-06 is negative",
         _profile("fits.json", ("add", "coef", "ys", 1), -1e-6),
-    ),
-    Case(
-        "profile-idle-pp-scale-string",
-        SIM,
-        "operator stage_idle: coef pp_scale = 'half' is not a number (the share of the table charged at PP > 1",
-        _profile("fits.json", ("stage_idle",), {**IDLE, "coef": {**IDLE["coef"], "pp_scale": "half"}}),
-    ),
-    Case(
-        "profile-idle-pp-scale-above-one",
-        SIM,
-        "operator stage_idle: coef pp_scale = 1.5 is above 1",
-        _profile("fits.json", ("stage_idle",), {**IDLE, "coef": {**IDLE["coef"], "pp_scale": 1.5}}),
     ),
     Case(
         "profile-linear-missing-c1",

@@ -60,11 +60,6 @@ def fit_problem(name: str, d: Any) -> str | None:
     if missing:
         return f"form {form} needs coef {', '.join(missing)}, missing"
     signed = name in SIGNED_OPS
-    if name == "stage_idle" and "pp_scale" in coef:  # the share charged at PP > 1 (calibrate.idle_live_scale)
-        scale = coef["pp_scale"]
-        bad = _number_problem(scale, False) or (None if float(scale) <= 1.0 else "is above 1")
-        if bad:
-            return f"coef pp_scale = {scale!r} {bad} (the share of the table charged at PP > 1, 0 to 1)"
     if form == "interp":
         return _table_problem(coef["xs"], coef["ys"], signed)
     for k in COEF_KEYS[form]:
