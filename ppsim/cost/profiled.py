@@ -315,10 +315,6 @@ class ProfiledCost:
         self.spread_ratios = [float(y) for y in spread.coef["ys"]] if spread is not None else []
         self.seed = seed
         self.spread = self._spread if self.spread_ratios else None
-        # the share of the paired idle table the two-stage live runs bore out at calibration
-        # (calibrate.idle_live_scale), charged at PP > 1; one stage keeps the whole table
-        idle = self.p.fits.get("stage_idle") if pp > 1 else None
-        self.idle_scale = float(idle.coef.get("pp_scale", 1.0)) if idle is not None else 1.0
         # stages computing at once on the host's cores slow each other (calibration/corun.py): at PP > 1 the
         # pipelines multiply every compute of a micro-batch that starts while an earlier one is still in the
         # pipeline by this (ppsim/sim/fast.py); 1 without a measurement (a GPU's stages have their own devices)
@@ -509,7 +505,7 @@ class ProfiledCost:
             return 0.0
         c = f.coef
         xs = c["xs"]  # not memoised (OpFit.at): gaps are continuous, the memo would only grow
-        extra = _interp(xs, c["ys"], gap_s if gap_s < xs[-1] else xs[-1]) * self.idle_scale
+        extra = _interp(xs, c["ys"], gap_s if gap_s < xs[-1] else xs[-1])
         return extra if c.get("per") == "step" else stage.num_layers * extra
 
     def link_time(self, nbytes: float) -> float:
