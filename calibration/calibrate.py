@@ -285,33 +285,26 @@ def idle_live_scale(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float
     and 19.9% to 12.8% (in sample). On the first fresh draw where it acted (``tiny`` seed 50, ``s`` = 0.635) it took
     TPOT from 11.0% to 14.7%: the two-stage live runs of calibration do not predict the draws' two-stage steps well
     enough to charge (docs/validation.md, part 14)."""
-    runs: dict[tuple[int, int], list[tuple[float, float, float]]] = {}  # (depth, run) -> (live, idle, alone)
-    for r in rows:
-        for n in (1, 2):
-            if r["split"] == f"live{n}" and r.get("alone_s"):
-                idle = cost.idle_time(stage_spec(r), float(r["gap_s"]))
-                runs.setdefault((n, int(r.get("run", 0))), []).append((_uncharged(r, corun), idle, float(r["alone_s"])))
-
-    def depth_ratio(s: float) -> float | None:
-        level: dict[int, list[float]] = {1: [], 2: []}
-        for (n, _), sel in runs.items():
-            measured, idle, alone = (sum(x[i] for x in sel) for i in range(3))
-            if alone > 0:  # a charge above the live time itself: a level at or under 0, kept
-                level[n].append((measured - (s if n == 2 else 1.0) * idle) / alone)
-        if not level[1] or not level[2] or np.median(level[1]) <= 0:
-            return None
-        return float(np.median(level[2]) / np.median(level[1]))
-
-    at_one = depth_ratio(1.0)
-    if at_one is None or at_one >= 1.0:
+    one = [x for x in (_live_ratio(cost, sel, corun) for sel in _live_runs(rows, 1)) if x is not None]
+    two = _live_runs(rows, 2)
+    if not one or not two:
         return 1.0
-    at_zero = depth_ratio(0.0)
+    level1 = float(np.median(one))
+
+    def ratio_at(s: float) -> float | None:  # live_stage(2) / live_stage(1), s of the table charged at two
+        level2 = [x for x in (_live_ratio(cost, sel, corun, s) for sel in two) if x is not None]
+        return float(np.median(level2)) / level1 if level2 else None  # None: the charge above the live time
+
+    at_one = ratio_at(1.0)
+    if at_one is not None and at_one >= 1.0:
+        return 1.0
+    at_zero = ratio_at(0.0)
     if at_zero is None or at_zero < 1.0:
         return 0.0
-    lo, hi = 0.0, 1.0  # depth_ratio(lo) >= 1 > depth_ratio(hi)
+    lo, hi = 0.0, 1.0  # ratio_at(lo) >= 1 > ratio_at(hi)
     for _ in range(IDLE_SCALE_STEPS):
         mid = (lo + hi) / 2
-        r = depth_ratio(mid)
+        r = ratio_at(mid)
         if r is not None and r >= 1.0:
             lo = mid
         else:
@@ -336,12 +329,9 @@ def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0,
     without such rows."""
     xs, ys = [], []
     for n in (1, 2):
-        by_run: dict[int, list[dict[str, Any]]] = {}
-        for r in rows:
-            if r["split"] == f"live{n}" and r.get("alone_s"):
-                by_run.setdefault(int(r.get("run", 0)), []).append(r)
         ratios = (
-            (_live_ratio(cost, sel, corun), sel[0].get("host_shift", 1.0) if shift else 1.0) for sel in by_run.values()
+            (_live_ratio(cost, sel, corun), sel[0].get("host_shift", 1.0) if shift else 1.0)
+            for sel in _live_runs(rows, n)
         )
         factors = [f * float(k) for f, k in ratios if f is not None]
         if factors:
@@ -381,12 +371,8 @@ def fit_spread(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.
     exactly one). The pipelines multiply each compute at PP > 1 by one of them, drawn by (stage, step):
     with two or more micro-batches in flight a slow step holds the next stage and the micro-batch
     behind it. None without such rows."""
-    by_run: dict[int, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["split"] == "live2" and r.get("alone_s"):
-            by_run.setdefault(int(r.get("run", 0)), []).append(r)
     ratios: list[float] = []
-    for sel in by_run.values():
+    for sel in _live_runs(rows, 2):
         level = _live_ratio(cost, sel, corun)
         if level is None:
             continue
@@ -403,10 +389,21 @@ def fit_spread(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.
     return OpFit("stage_spread", "interp", "quantile", {"xs": levels.tolist(), "ys": ys.tolist()})
 
 
-def _live_ratio(cost: ProfiledCost, sel: list[dict[str, Any]], corun: float = 1.0) -> float | None:
-    """One live run's (stage computes, the co-run charge off, - the idle charge) / the same steps alone,
-    ratio of sums."""
-    idle = sum(cost.idle_time(stage_spec(r), float(r["gap_s"])) for r in sel)
+def _live_runs(rows: list[dict[str, Any]], stages: int) -> list[list[dict[str, Any]]]:
+    """The ``live<stages>`` rows timed alone too (``alone_s``), one list per live run."""
+    by_run: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["split"] == f"live{stages}" and r.get("alone_s"):
+            by_run.setdefault(int(r.get("run", 0)), []).append(r)
+    return list(by_run.values())
+
+
+def _live_ratio(
+    cost: ProfiledCost, sel: list[dict[str, Any]], corun: float = 1.0, idle_share: float = 1.0
+) -> float | None:
+    """One live run's (stage computes, the co-run charge off, - ``idle_share`` of the idle charge) / the
+    same steps alone, ratio of sums; None where the charge is the live time or more."""
+    idle = idle_share * sum(cost.idle_time(stage_spec(r), float(r["gap_s"])) for r in sel)
     measured, alone = sum(_uncharged(r, corun) for r in sel), sum(float(r["alone_s"]) for r in sel)
     return (measured - idle) / alone if alone > 0 and measured > idle else None
 

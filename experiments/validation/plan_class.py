@@ -35,7 +35,6 @@ from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.validate.steps import STEP_CLASSES, prefill_minus_decode, step_class  # noqa: E402
 
-CLASSES = STEP_CLASSES
 PREFILL_PLANS = {f"P{n}@0": [(0, n)] for n in (16, 32, 64, 96, 128, 200)} | {"P56@64": [(64, 56)]}
 DECODE_PLANS = {"D1@64": [(64, 1)], "D1@250": [(250, 1)]} | {f"D{b}@150": [(150, 1)] * b for b in (2, 4, 8)}
 
@@ -47,7 +46,7 @@ def plan_class(row: dict[str, str]) -> str:
 
 def class_errors(rows: list[dict[str, str]]) -> dict[str, list[float]]:
     """Step-level errors (thread CPU clock) of each class."""
-    out: dict[str, list[float]] = {c: [] for c in CLASSES}
+    out: dict[str, list[float]] = {c: [] for c in STEP_CLASSES}
     for r in rows:
         out[plan_class(r)].append(float(r["cpu_error"]))
     return out
@@ -71,7 +70,7 @@ def run_dirs(paths: list[str]) -> list[Path]:
 
 def report_runs(paths: list[str]) -> None:
     diffs, dirs = [], run_dirs(paths)
-    print(f"{'scenario':40s} " + " ".join(f"{c:>16s}" for c in CLASSES) + f" {'prefill - decode':>17s}")
+    print(f"{'scenario':40s} " + " ".join(f"{c:>16s}" for c in STEP_CLASSES) + f" {'prefill - decode':>17s}")
     for d in dirs:
         with reading_run(d), open(d / "step_costs.csv", newline="") as f:
             errs = class_errors(list(csv.DictReader(f)))
