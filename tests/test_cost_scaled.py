@@ -154,3 +154,66 @@ def test_replay_script_refuses_bad_input_in_one_line(tmp_path, capsys):
     (tmp_path / "validation.json").write_text("{}")
     (tmp_path / "step_costs.csv").write_text("run,stage,step_id,measured_s,predicted_s\n")
     assert code([str(tmp_path)]) == 2 and "no engine steps" in capsys.readouterr().err
+
+
+def _control_ops(launch: float, ret: float, steps: int = 6, n: int = 3) -> list:
+    """A one-stage run's records with ``launch`` and ``return`` gaps: schedule (0.1 ms), the stage's
+    compute (5 ms), the core's update (0.05 ms), the next schedule right after."""
+    from ppsim.metrics.records import OpRecord
+
+    ops, t = [], 0.0
+    for k in range(steps):
+        ops.append(OpRecord("core", "schedule", -1, t, t + 1e-4, 0, n))
+        c0 = t + 1e-4 + launch
+        ops.append(OpRecord("stage0", "compute", k, c0, c0 + 5e-3, n, n))
+        u0 = c0 + 5e-3 + ret
+        ops.append(OpRecord("core", "update", -1, u0, u0 + 5e-5, 0, n))
+        t = u0 + 5e-5
+    return ops
+
+
+def test_path_factor_is_the_engines_control_path_over_the_simulators(tmp_path):
+    """Per (kind, n) the engine's median gap against the simulator's, summed over the engine's gaps: launch
+    and return 0.6 ms against 0.4, schedule and update alike on both sides."""
+    from experiments.validation.replay_adjusted import path_factor, run_path_factor
+
+    sim = _control_ops(4e-4, 4e-4)
+    assert path_factor([sim], sim) == pytest.approx(1.0)
+    # six schedules and launches, five updates and returns (the last update has no schedule after it)
+    expected = (6 * (1e-4 + 6e-4) + 5 * (5e-5 + 6e-4)) / (6 * (1e-4 + 4e-4) + 5 * (5e-5 + 4e-4))
+    assert path_factor([_control_ops(6e-4, 6e-4)] * 2, sim) == pytest.approx(expected, rel=1e-9)
+    assert path_factor([_control_ops(6e-4, 6e-4, n=5)], sim) is None  # no request count in common
+    # a run dir's records, as validate writes them; none for a policy that schedules ahead
+    header = "track,kind,step_id,start_s,end_s,num_tokens,num_reqs,num_prefill_tokens,num_decode_tokens,nbytes\n"
+    for name, ops in (("engine-0", _control_ops(6e-4, 6e-4)), ("sim", sim)):
+        (tmp_path / name).mkdir()
+        rows = "".join(",".join(map(str, o.row())) + "\n" for o in ops)
+        (tmp_path / name / "stage_ops.csv").write_text(header + rows)
+    assert run_path_factor(tmp_path, "vllm-sync") == pytest.approx(expected, rel=1e-9)
+    assert run_path_factor(tmp_path, "vllm-mrv2") is None and run_path_factor(tmp_path / "sim", "vllm-sync") is None
+
+
+def test_with_path_scales_the_control_path_and_the_computes_apart():
+    """``replay_adjusted.py --with-path``'s model: computes at ``factor``, launch, return, the core's CPU and
+    the turnaround at ``path``, links as measured; a path of 1 is the plain speed-adjusted replay."""
+    from experiments.validation.replay_adjusted import WithPath
+
+    prep = _prep()
+    cost = prep.cost
+    wp = WithPath(cost, 1.2, 1.5)
+    assert wp.stage_time(STAGE, PLAN) == pytest.approx(1.2 * cost.stage_time(STAGE, PLAN), rel=1e-12)
+    assert wp.launch_time(3) == pytest.approx(1.5 * cost.launch_time(3), rel=1e-12)
+    assert wp.return_time(3) == pytest.approx(1.5 * cost.return_time(3), rel=1e-12)
+    assert wp.cpu_time("update", 3) == pytest.approx(1.5 * cost.cpu_time("update", 3), rel=1e-12)
+    assert wp.link_time(4096) == cost.link_time(4096)
+    assert wp.turnaround_s == pytest.approx(1.5 * float(getattr(cost, "turnaround_s", 0.0) or 0.0))
+    with pytest.raises(ValueError, match="must be > 0"):
+        WithPath(cost, 1.0, 0.0)
+    res = simulate(prep)
+    base = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
+    from ppsim.validate.run import replay_with
+
+    same = replay_with(prep, WithPath(cost, 1.0, 1.0), [base])
+    assert all(r["error"] == 0.0 for r in same["rows"])
+    slow = {r["metric"]: r["error"] for r in replay_with(prep, WithPath(cost, 1.0, 3.0), [base])["rows"]}
+    assert slow["mean_tpot_ms"] > 0.0 and slow["median_e2el_ms"] > 0.0

@@ -16,6 +16,14 @@ its mean speed, which with two or more micro-batches in flight costs latency tha
 (:class:`ppsim.cost.scaled.ClassScaledCompute`): this VM's speed states scale the two classes differently
 (docs/validation.md, part 13).
 
+``--with-path`` adds the replay with the engine core's control path at the runs' speed too: the launch,
+return, schedule and update spans (and a stage's turnaround) times ``path factor``, the engine's own
+control-path gaps over the simulator's (:func:`path_factor`, the gaps where the far side was waiting,
+``calibration.core_path.step_paths``), on top of the stage computes at ``factor``; none for the
+policies that schedule ahead (vllm-async, vllm-mrv2), whose launch gaps hold waits. The plain replay
+scales the computes only, and on this VM the engine core's path moves with the host too (not in step
+with the computes).
+
 ``--without-idle`` adds the prediction again with the profile's ``stage_idle`` charge removed (the step
 after an idle gap costs what a back-to-back one does): what that calibration term is worth on these runs.
 A prediction like the first, not a replay. ``--without-spread`` adds the prediction and the replay
@@ -34,8 +42,8 @@ before they were charged: no ``depth_factor`` / ``corun_factor`` in ``validation
 
 The last column is the pipeline bubble's error in fraction points.
 
-Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--without-idle] [--without-spread]
-     [--without-turnaround] [--with-live] [--without-depth] [--without-corun] DIR [...]
+Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--with-path] [--without-idle]
+     [--without-spread] [--without-turnaround] [--with-live] [--without-depth] [--without-corun] DIR [...]
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from calibration.core_path import step_paths
 from experiments.validation.runfiles import reading_run
 from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
 from ppsim.cli import Parser, run_main
@@ -55,6 +64,7 @@ from ppsim.config import build_scenario
 from ppsim.cost.scaled import ClassScaledCompute, ScaledCompute
 from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
+from ppsim.metrics.records import OpRecord
 from ppsim.validate.run import depth_factor_of, jittered, model_factor, replay_with, speed_adjusted
 from ppsim.validate.steps import corun_factor_of
 
@@ -91,6 +101,87 @@ class WithoutTurnaround(ScaledCompute):
 
     def __init__(self, inner: object, factor: float = 1.0) -> None:
         super().__init__(inner, factor)
+
+
+PATH_KINDS = ("launch", "return", "schedule", "update")
+# they schedule the next step before the last one's tokens are back, so a launch gap there holds waits
+# (the simulator's up to 40 ms on vllm-mrv2), not the path: no control-path factor for them
+SCHEDULES_AHEAD = ("vllm-async", "vllm-mrv2")
+
+
+class WithPath(ScaledCompute):
+    """The profile's cost model with its stage computes (and idle charge) times ``factor`` and the engine
+    core's control path times ``path``: launch, return, the core's CPU per step, a ring's relay and a
+    stage's turnaround."""
+
+    def __init__(self, inner: object, factor: float, path: float) -> None:
+        super().__init__(inner, factor)
+        if not path > 0:
+            raise ValueError(f"control-path factor {path} must be > 0")
+        self.path = path
+        if getattr(inner, "relay_time", None) is not None:
+            self.relay_time = lambda n: path * inner.relay_time(n)
+
+    @property
+    def turnaround_s(self) -> float:
+        return self.path * float(getattr(self.inner, "turnaround_s", 0.0) or 0.0)
+
+    def launch_time(self, n: int) -> float:
+        return self.path * self.inner.launch_time(n)
+
+    def return_time(self, n: int) -> float:
+        return self.path * self.inner.return_time(n)
+
+    def cpu_time(self, kind: str, n: int) -> float:
+        return self.path * self.inner.cpu_time(kind, n)
+
+
+def read_ops(path: Path) -> list[OpRecord]:
+    """The ``stage_ops.csv`` of one engine or simulator run as records."""
+    with path.open() as f:
+        return [
+            OpRecord(
+                r["track"],
+                r["kind"],
+                int(r["step_id"]),
+                float(r["start_s"]),
+                float(r["end_s"]),
+                int(r["num_tokens"]),
+                int(r["num_reqs"]),
+            )
+            for r in csv.DictReader(f)
+        ]
+
+
+def path_factor(engine_runs: list[list[OpRecord]], sim: list[OpRecord]) -> float | None:
+    """The engine's control path over the simulator's on the same scenario: per kind (launch, return,
+    schedule, update) and request count ``n`` the median gap of each side
+    (:func:`calibration.core_path.step_paths`: only gaps where the far side was waiting), summed over the
+    engine's gaps with the engine's median against the simulator's. None where they share no (kind, n)."""
+
+    def medians(runs: list[list[OpRecord]]) -> dict[tuple[str, int], tuple[int, float]]:
+        pooled: dict[tuple[str, int], list[float]] = {}
+        for ops in runs:
+            for kind, pairs in step_paths(ops).items():
+                if kind in PATH_KINDS:
+                    for n, t in pairs:
+                        pooled.setdefault((kind, n), []).append(t)
+        return {k: (len(v), statistics.median(v)) for k, v in pooled.items()}
+
+    eng, model = medians(engine_runs), medians([sim])
+    shared = [k for k in eng if k in model]
+    measured = sum(eng[k][0] * eng[k][1] for k in shared)
+    predicted = sum(eng[k][0] * model[k][1] for k in shared)
+    return measured / predicted if shared and measured > 0 and predicted > 0 else None
+
+
+def run_path_factor(d: Path, policy: str) -> float | None:
+    """:func:`path_factor` of a run dir (its ``engine-*/stage_ops.csv`` and ``sim/stage_ops.csv``); None
+    without them, or for a ``policy`` that schedules ahead (:data:`SCHEDULES_AHEAD`)."""
+    engines = sorted(d.glob("engine-*/stage_ops.csv"))
+    if policy in SCHEDULES_AHEAD or not engines or not (d / "sim" / "stage_ops.csv").is_file():
+        return None
+    return path_factor([read_ops(p) for p in engines], read_ops(d / "sim" / "stage_ops.csv"))
 
 
 def live_factor_of(cost: object) -> float:
@@ -165,6 +256,7 @@ def replay(
     without_depth: bool = False,
     without_corun: bool = False,
     by_class: bool = False,
+    with_path: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
@@ -196,6 +288,13 @@ def replay(
     if by_class:
         cls = class_adjusted(recorded, steps, adj["factor"])
         out["adjusted by class"] = pick(replay_with(prep, cls, v["engine_summaries"])["rows"])
+    if with_path:
+        pf = run_path_factor(d, v["scenario"]["engine"]["policy"]["kind"])
+        out["path factor"] = pf
+        out["adjusted with path"] = out["adjusted"]  # no factor: the plain replay
+        if pf is not None:
+            both = WithPath(recorded, adj["factor"], pf)
+            out["adjusted with path"] = pick(replay_with(prep, both, v["engine_summaries"])["rows"])
     if without_idle:
         out["without idle"] = pick(replay_with(prep, WithoutIdle(prep.cost), v["engine_summaries"])["rows"])
     if with_live:
@@ -262,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also replay with the runs' speed apart for prefill / mixed and decode computes",
     )
+    ap.add_argument(
+        "--with-path",
+        action="store_true",
+        help="also replay with the engine core's control path at the runs' speed (the engine's gaps over the "
+        "simulator's), on top of the stage computes",
+    )
     args = ap.parse_args(argv)
     if not 0 <= args.jitter_draws <= MAX_DRAWS:
         ap.error(f"--jitter-draws: {args.jitter_draws} is not within [0, {MAX_DRAWS}]; each draw is a replay")
@@ -295,9 +400,11 @@ def report(args: argparse.Namespace) -> int:
                 args.without_depth,
                 args.without_corun,
                 args.by_class,
+                args.with_path,
             )
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["adjusted by class"] if args.by_class else []
+    kinds += ["adjusted with path"] if args.with_path else []
     kinds += ["predicted now"] if any(r["predicted now"] is not r["predicted"] for r in res.values()) else []
     kinds += ["without idle"] if args.without_idle else []
     kinds += ["with live"] if args.with_live else []
@@ -309,6 +416,9 @@ def report(args: argparse.Namespace) -> int:
     print(f"{'scenario':40s} {'factor':>7s} {head}")
     for name, r in res.items():
         print(f"{name:40s} {r['factor']:7.3f} " + _cells(r["predicted"]))
+        if args.with_path:
+            pf = r["path factor"]
+            print(f"{'  control-path factor':40s} " + (f"{pf:7.3f}" if pf is not None else f"{'-':>7s}"))
         for kind in kinds[1:]:
             label = "  speed-adjusted" if kind == "adjusted" else f"  {kind}"
             print(f"{label:40s} {'':7s} " + _cells(r[kind]))
