@@ -39,6 +39,7 @@ from ppsim.cost.profiled import (
     corun_ratio,
     depth_ratio,
     fit_from_json,
+    live_level,
 )
 from ppsim.errors import PPSimError
 from ppsim.live_engine import MAX_THREADS_PER_STAGE
@@ -741,9 +742,11 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         if shifted.get("ys"):
             at += " (host-shifted, recorded only: " + ", ".join(f"x{y:.3f}" for y in shifted["ys"]) + ")"
         lines.append(f"live engine's stage compute over the same steps alone (live_stage): {at}")
+        fit = fit_from_json("live_stage", fits["live_stage"])
+        charged = f"charged: its level x{live_level(fit):.3f} at every depth"  # ProfiledCost.level_factor
         if len(live["xs"]) > 1:
-            ratio = depth_ratio(fit_from_json("live_stage", fits["live_stage"]))  # ProfiledCost.depth_factor
-            lines.append(f"charged at PP > 1: its depth ratio x{ratio:.3f} (the level: reported only)")
+            charged += f", its depth ratio x{depth_ratio(fit):.3f} at PP > 1"  # ProfiledCost.depth_factor
+        lines.append(charged + " (each held at 1 or more)")
     spread = fits.get("stage_spread", {}).get("coef")
     if spread:
         ys = spread["ys"]

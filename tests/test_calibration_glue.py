@@ -282,6 +282,45 @@ def test_live_factor_is_the_engine_over_the_same_steps_alone_per_depth_after_the
     assert held.depth_factor == 1.0 and held.stage_time(first, plan) == cost.stage_time(first, plan)
 
 
+def test_the_simulators_model_charges_the_live_level_held_at_one_at_every_depth():
+    """``live_stage`` at one stage, held at 1 or more, times every stage compute of the simulator's model
+    (``charge_level``, as ``load_profiled_cost`` builds it) at every depth, the depth ratio on top at PP > 1;
+    the idle charge is not scaled; a model built directly (calibration, steps timed alone) charges none;
+    ``replay_adjusted.py``'s ``LevelAs`` gives back the model a run was recorded with."""
+    from calibration.calibrate import plan_of
+    from experiments.validation.replay_adjusted import LevelAs, WithLive
+    from ppsim.validate.run import level_factor_of
+
+    idle = OpFit("stage_idle", "interp", "gap_s", {"xs": [0.0, 0.01], "ys": [0.0, 0.4e-3], "per": "step"})
+    live = OpFit("live_stage", "interp", "stages", {"xs": [1.0, 2.0], "ys": [1.04, 1.13]})
+    fits = {**base_fits(), "stage_idle": idle, "live_stage": live}
+    plan, full, first = plan_of(PLANS[2]), StageSpec(0, 0, 3, True, True), StageSpec(0, 0, 3, True, False)
+    alone = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": idle}), SHAPE, None, 1)
+    for pp, spec, depth in ((1, full, 1.0), (2, first, 1.13 / 1.04)):
+        charged = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=pp, charge_level=True)
+        assert charged.level_factor == pytest.approx(1.04) == level_factor_of(charged)
+        assert charged.stage_time(spec, plan) == pytest.approx(1.04 * depth * alone.stage_time(spec, plan))
+        assert charged.stage_times((spec,), plan) == [charged.stage_time(spec, plan)]
+        assert charged.idle_time(spec, 4e-3) == alone.idle_time(spec, 4e-3)
+        direct = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=pp)  # calibration's, the checks alone
+        assert direct.level_factor == 1.0 and level_factor_of(direct) == 1.0
+        assert direct.stage_time(spec, plan) == pytest.approx(depth * alone.stage_time(spec, plan))
+        recorded = LevelAs(charged, 1.0)  # a run recorded before the level was charged
+        assert recorded.stage_time(spec, plan) == pytest.approx(direct.stage_time(spec, plan))
+        # --with-live: the whole live_stage at this depth, as measured
+        assert WithLive(charged).stage_time(spec, plan) == pytest.approx(
+            live.at(float(pp)) * alone.stage_time(spec, plan)
+        )
+    # a level under 1 is the host's drift between a run and its alone timing: held at 1
+    under = OpFit("live_stage", "interp", "stages", {"xs": [1.0, 2.0], "ys": [0.93, 0.99]})
+    held = ProfiledCost(Profile({}, {**base_fits(), "live_stage": under}), SHAPE, None, 1, charge_level=True)
+    assert held.level_factor == 1.0 and held.stage_time(full, plan) == alone.stage_time(full, plan)
+    # live runs at two stages only: no level measured, none charged
+    two = OpFit("live_stage", "interp", "stages", {"xs": [2.0], "ys": [1.2]})
+    only2 = ProfiledCost(Profile({}, {**base_fits(), "live_stage": two}), SHAPE, None, 1, pp=2, charge_level=True)
+    assert only2.level_factor == 1.0 and only2.stage_time(first, plan) == alone.stage_time(first, plan)
+
+
 def test_with_live_finds_the_factor_under_a_ring_policys_wrapper():
     """A ring policy's cost model wraps the profile's (RingReturnCost): --with-live must still find it."""
     from calibration.calibrate import plan_of

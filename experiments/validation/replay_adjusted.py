@@ -36,9 +36,9 @@ factor charged (the live engine's stage compute over the same steps alone, ``cal
 the simulator charges only its depth ratio, live_stage(2) / live_stage(1), at PP > 1);
 ``--without-depth`` predicts and replays without that ratio. ``--without-corun`` predicts without the
 profile's ``stage_corun`` (stages computing at once on the host, charged to a micro-batch that starts
-while an earlier one is in the pipeline). Runs recorded with another depth ratio or co-run factor (none
-before they were charged: no ``depth_factor`` / ``corun_factor`` in ``validation.json``) get a
-"predicted now" row: the current model on the same runs.
+while an earlier one is in the pipeline). Runs recorded with another depth ratio, co-run factor or live
+level (none before they were charged: no ``depth_factor`` / ``corun_factor`` / ``level_factor`` in
+``validation.json``) get a "predicted now" row: the current model on the same runs.
 
 The last column is the pipeline bubble's error in fraction points.
 
@@ -65,7 +65,14 @@ from ppsim.cost.scaled import ClassScaledCompute, ScaledCompute
 from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
 from ppsim.metrics.records import OpRecord
-from ppsim.validate.run import depth_factor_of, jittered, model_factor, replay_with, speed_adjusted
+from ppsim.validate.run import (
+    depth_factor_of,
+    jittered,
+    level_factor_of,
+    model_factor,
+    replay_with,
+    speed_adjusted,
+)
 from ppsim.validate.steps import corun_factor_of
 
 BUBBLE = "pipeline_bubble_fraction"
@@ -211,13 +218,26 @@ class CorunAs(ScaledCompute):
         self.corun_factor = corun
 
 
+class LevelAs(ScaledCompute):
+    """The profile's cost model with ``level`` as its charged live level (1: none, as before the level was
+    charged, 2026-12-03); idle unscaled."""
+
+    def __init__(self, inner: object, level: float) -> None:
+        super().__init__(inner, 1.0)
+        self.ratio = level / level_factor_of(inner)
+        self.level_factor = level
+
+    def stage_time(self, stage: object, plan: object) -> float:
+        return self.ratio * self.inner.stage_time(stage, plan)
+
+
 class WithLive(ScaledCompute):
-    """The profile's cost model with its whole ``live_stage`` factor charged on every stage compute (the
-    simulator charges only its depth ratio, so this adds the level, ``live_stage`` at one stage); idle
-    unscaled."""
+    """The profile's cost model with its whole ``live_stage`` factor at this depth charged on every stage
+    compute, as measured (the simulator charges the level held at 1 or more and the depth ratio held at 1
+    or more); idle unscaled."""
 
     def __init__(self, inner: object) -> None:
-        super().__init__(inner, live_factor_of(inner) / depth_factor_of(inner))
+        super().__init__(inner, live_factor_of(inner) / depth_factor_of(inner) / level_factor_of(inner))
 
     def idle_time(self, stage: object, gap_s: float) -> float:
         return self.inner.idle_time(stage, gap_s)
@@ -268,6 +288,8 @@ def replay(
     co_then, co_now = float(v.get("corun_factor", 1.0)), corun_factor_of(prep.cost)
     if co_then != co_now:  # recorded with another co-run charge (or none)
         recorded = CorunAs(recorded, co_then)
+    if float(v.get("level_factor", 1.0)) != level_factor_of(prep.cost):  # before the level was charged
+        recorded = LevelAs(recorded, float(v.get("level_factor", 1.0)))
     steps = [
         {
             "measured_s": float(r["measured_s"]),

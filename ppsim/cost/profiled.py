@@ -30,10 +30,14 @@ live engine runs at two stages) is the live engine's step-to-step spread of stag
 mean, a mean-one table: at PP > 1 the pipelines multiply each compute by one of its ratios, drawn by
 (scenario seed, stage, step id) (:attr:`ProfiledCost.spread`); ``stage_time`` stays the mean.
 ``live_stage`` (the same runs, at one and two stages: the live engine's stage compute over the same
-steps timed alone) is charged as its depth ratio: at PP > 1 ``stage_time`` is the stages-alone model
-times ``max(live_stage(2) / live_stage(1), 1)`` (:attr:`ProfiledCost.depth_factor`), what co-running
-stages cost each other on the calibrated host; the level common to both depths moves with the host and is
-not charged. ``stage_corun`` (``calibration/corun.py``: a stage's step with a second stage process computing
+steps timed alone) is charged twice over: its level, ``max(live_stage(1), 1)`` at every depth
+(:attr:`ProfiledCost.level_factor`: what the live engine's stage loop costs a step beyond the same step
+timed alone; since 2026-12-03, docs/validation.md part 16), and its depth ratio at PP > 1, ``max(live_stage(2)
+/ live_stage(1), 1)`` (:attr:`ProfiledCost.depth_factor`), what co-running stages cost each other on the
+calibrated host. Both are held at 1 or more: a live engine does not run a step faster than the same step
+timed alone, and a ratio under 1 is the host's drift. Only the simulator's model (:func:`load_profiled_cost`)
+charges the level; a ``ProfiledCost`` built directly (calibration, the checks of steps timed alone) is the
+stages-alone model. ``stage_corun`` (``calibration/corun.py``: a stage's step with a second stage process computing
 on the host over the same step alone, paired) is :attr:`ProfiledCost.corun_factor` at PP > 1: the pipelines
 multiply every compute of a micro-batch that starts while an earlier one is still in the pipeline by it
 (:mod:`ppsim.sim.fast`); ``stage_time`` never includes it, as it depends on the pipeline's state.
@@ -185,6 +189,13 @@ def depth_ratio(live: OpFit) -> float:
     return max(live.at(2.0) / level, 1.0) if level > 0.0 else 1.0
 
 
+def live_level(live: OpFit) -> float:
+    """``live_stage`` at one stage, held at 1 or more: the live engine's stage loop does not run a step
+    faster than the same step timed alone, a level under 1 is the host's drift between a run and its alone
+    timing. 1 without a one-stage measurement."""
+    return max(live.at(1.0), 1.0) if 1.0 in live.coef["xs"] else 1.0
+
+
 def corun_ratio(corun: OpFit) -> float:
     """``stage_corun`` (a stage's step while another stage computes on the host over the same step alone,
     :mod:`calibration.corun`), held at 1 or more: another stage computing does not make one faster, and a
@@ -289,6 +300,7 @@ class ProfiledCost:
         moe_skew: float = 1.0,
         pp: int = 1,
         seed: int = 0,
+        charge_level: bool = False,
     ) -> None:
         self.p, self.shape, self.link, self.tp, self.tp_link = profile, shape, link, tp, tp_link
         # at PP > 1 the engine core puts a step message on every stage's queue (``launch_multi``)
@@ -300,13 +312,14 @@ class ProfiledCost:
         # the pipelines start a stage past the first no sooner than this after its previous compute
         turn = self.p.fits.get("turnaround") if pp > 1 else None
         self.turnaround_s = max(turn.coef["c0"], 0.0) if turn is not None else 0.0
-        # the live engine's stage compute over the same steps alone, at this depth (calibrate.fit_live):
-        # its level moves with the host's speed and is reported, not charged (charged, it made two of four
-        # held-out checks worse; docs/validation.md mechanism 10; replay_adjusted.py --with-live applies it).
-        # Its depth ratio is charged: at PP > 1 every stage compute times live_stage here over live_stage at
-        # one stage, what co-running stages cost each other; the level, common to both, cancels
+        # the live engine's stage compute over the same steps alone, at this depth (calibrate.fit_live).
+        # Its level, held at 1 or more, is charged at every depth where ``charge_level`` (the simulator's
+        # model, load_profiled_cost; docs/validation.md part 16): what the live stage loop costs a step
+        # beyond the same step alone. Its depth ratio is charged at PP > 1: every stage compute times
+        # live_stage here over live_stage at one stage, what co-running stages cost each other
         live = self.p.fits.get("live_stage")
         self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
+        self.level_factor = live_level(live) if live is not None and charge_level else 1.0
         self.depth_factor = depth_ratio(live) if live is not None and pp > 1 else 1.0
         # the live engine's step-to-step spread of stage computes (mean one, calibrate.fit_spread): at PP > 1
         # the pipelines multiply each compute by one ratio drawn by (seed, stage, step id), as in-flight
@@ -440,7 +453,7 @@ class ProfiledCost:
         T, R = plan.num_tokens, len(plan.items)
         base = self.layer_base_time(plan)
         memo = self._stage_terms
-        depth = self.depth_factor
+        depth = self.depth_factor * self.level_factor
         out = []
         for stage in stages:
             key = (stage.start_layer, stage.end_layer, stage.is_first, stage.is_last, T, R)
@@ -587,6 +600,7 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
         moe_skew=scenario.cost.moe_routing_skew,
         pp=scenario.cluster.pipeline_parallel_size,
         seed=scenario.seed,
+        charge_level=True,
     )
 
 

@@ -180,6 +180,7 @@ def finish_validation(
         "speed_adjusted": speed_adjusted(prep, steps, [r.summary for r in runs]),
         "host_conditioned": host_conditioned(prep, host, [r.summary for r in runs]),
         "depth_factor": depth_factor_of(prep.cost),
+        "level_factor": level_factor_of(prep.cost),
         "corun_factor": corun_factor_of(prep.cost),
         "per_request": per_request_errors([r.requests for r in runs], res.requests),
         "path": summarize_path([r.ops for r in runs], res.ops),
@@ -199,6 +200,12 @@ def depth_factor_of(cost: Any) -> float:
     """``depth_factor`` (``live_stage`` at this depth over one stage, charged at PP > 1): ``validation.json``
     records it, as its ``step_costs.csv`` predictions include it."""
     return model_factor(cost, "depth_factor")
+
+
+def level_factor_of(cost: Any) -> float:
+    """``level_factor`` (``live_stage`` at one stage held at 1 or more, charged at every depth):
+    ``validation.json`` records it, as its ``step_costs.csv`` predictions include it."""
+    return model_factor(cost, "level_factor")
 
 
 def speed_adjusted(prep: Any, steps: list[dict[str, Any]], engine: list[dict[str, Any]]) -> dict[str, Any] | None:
