@@ -97,7 +97,9 @@ def engine_router_touched(batch: int, zipf: float, seed: int = 0, rounds: int = 
 
 
 def step_level(batch: int, profile_cost, zipf: float, seed: int = 0, steps: int = 12) -> tuple[float, float]:
-    """(measured, predicted) seconds of stage 0 for a decode step of ``batch`` requests at context 17..28."""
+    """(measured, predicted) seconds of stage 0 for a decode step of ``batch`` requests at context 17..28,
+    timed alone in-process: the prediction without the live engine's level (``level_factor``), which is what
+    the live stage loop adds beyond a step alone."""
     import time
 
     import torch
@@ -127,7 +129,7 @@ def step_level(batch: int, profile_cost, zipf: float, seed: int = 0, steps: int 
             m(b.positions, kv.attention(b), ids)
             meas.append(time.thread_time() - t0)
             plan = make_plan(0, [PlanItem(r, pos, 1, False, True) for r in range(batch)])
-            pred.append(profile_cost.stage_time(StageSpec(0, 0, 4, True, False), plan))
+            pred.append(profile_cost.stage_time(StageSpec(0, 0, 4, True, False), plan) / profile_cost.level_factor)
     return statistics.median(meas[2:]), statistics.median(pred[2:])
 
 
