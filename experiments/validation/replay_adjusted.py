@@ -57,6 +57,7 @@ import sys
 from pathlib import Path
 
 from calibration.core_path import step_paths
+from experiments.validation.control_path import read_ops
 from experiments.validation.runfiles import reading_run
 from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
 from ppsim.cli import Parser, run_main
@@ -141,23 +142,6 @@ class WithPath(ScaledCompute):
 
     def cpu_time(self, kind: str, n: int) -> float:
         return self.path * self.inner.cpu_time(kind, n)
-
-
-def read_ops(path: Path) -> list[OpRecord]:
-    """The ``stage_ops.csv`` of one engine or simulator run as records."""
-    with path.open() as f:
-        return [
-            OpRecord(
-                r["track"],
-                r["kind"],
-                int(r["step_id"]),
-                float(r["start_s"]),
-                float(r["end_s"]),
-                int(r["num_tokens"]),
-                int(r["num_reqs"]),
-            )
-            for r in csv.DictReader(f)
-        ]
 
 
 def path_factor(engine_runs: list[list[OpRecord]], sim: list[OpRecord]) -> float | None:
