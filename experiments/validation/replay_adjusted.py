@@ -32,8 +32,9 @@ measured the live engine's step-to-step spread): what that term is worth on the 
 ``--without-turnaround`` the same for the profile's ``turnaround`` (a stage past the first restarting
 at once after a compute).
 ``--with-live`` predicts with the profile's whole ``live_stage``
-factor charged (the live engine's stage compute over the same steps alone, ``calibrate.fit_live``;
-the simulator charges only its depth ratio, live_stage(2) / live_stage(1), at PP > 1);
+factor at the run's depth charged as measured (the live engine's stage compute over the same steps alone,
+``calibrate.fit_live``; the simulator charges its level live_stage(1) and its depth ratio live_stage(2) /
+live_stage(1) at PP > 1, each held at 1 or more);
 ``--without-depth`` predicts and replays without that ratio. ``--without-corun`` predicts without the
 profile's ``stage_corun`` (stages computing at once on the host, charged to a micro-batch that starts
 while an earlier one is in the pipeline). Runs recorded with another depth ratio, co-run factor or live
