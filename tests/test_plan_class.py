@@ -60,3 +60,62 @@ def test_runs_names_a_damaged_csv(tmp_path, capsys):
     assert pc.main(["runs", str(d)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: dirs: {d} holds a damaged validation.json or CSV") and err.count("\n") == 1
+
+
+OPS_HEADER = "track,kind,step_id,start_s,end_s,num_tokens,num_reqs,num_prefill_tokens,num_decode_tokens,nbytes\n"
+
+
+def _gap_run(d, measured_s=0.005, predicted_s=0.005):
+    """Two stages, three steps each: stage 0 computes 4 ms, stage 1 right after the link; the next step
+    starts 2 ms after stage 1's end. ``step_costs.csv`` prices every compute at ``predicted_s``."""
+    d.mkdir(parents=True)
+    ops, steps, t = [], [], 0.001
+    for k in range(3):
+        ops.append(f"stage0,compute,{k},{t},{t + 0.004},1,1,0,1,0")
+        ops.append(f"link0->1,send,{k},{t + 0.004},{t + 0.0042},1,1,0,0,2048")
+        ops.append(f"stage1,compute,{k},{t + 0.0042},{t + 0.0082},1,1,0,1,0")
+        steps += [f"0,{i},{k},1,1,0,{measured_s},{predicted_s}" for i in (0, 1)]
+        t += 0.0102
+    (d / "engine-0").mkdir()
+    (d / "engine-0" / "stage_ops.csv").write_text(OPS_HEADER + "\n".join(ops) + "\n")
+    head = "run,stage,step_id,num_tokens,num_reqs,num_prefill_tokens,measured_s,predicted_s\n"
+    (d / "step_costs.csv").write_text(head + "\n".join(steps) + "\n")
+
+
+def test_stage_gaps_are_each_stages_idle_time_before_a_compute():
+    rows = [
+        {"track": "stage0", "kind": "compute", "step_id": "0", "start_s": "0.001", "end_s": "0.005"},
+        {"track": "link0->1", "kind": "send", "step_id": "0", "start_s": "0.005", "end_s": "0.006"},
+        {"track": "stage1", "kind": "compute", "step_id": "0", "start_s": "0.006", "end_s": "0.010"},
+        {"track": "stage0", "kind": "compute", "step_id": "1", "start_s": "0.012", "end_s": "0.016"},
+    ]
+    gaps = pc.stage_gaps(list(reversed(rows)))  # in any order: sorted by start
+    assert gaps == pytest.approx({(0, 0): 0.001, (1, 0): 0.006, (0, 1): 0.007})
+    assert [pc.gap_bin(g) for g in (0.0, 0.001, 0.0015, 0.005, 0.006, 1.0)] == [0.0, 0.0, 1.5, 1.5, 6.0, 6.0]
+
+
+def test_gap_rows_price_the_idle_charge_apart(tmp_path):
+    """Stage 0 idles 1 ms before its first compute and 6.2 ms before the others, stage 1 5.2 ms before its
+    first and 6.2 ms after: a 1-ms charge for every gap of 1.5 ms or more, inside 5-ms predictions of 5-ms
+    computes, was all borne (4 ms without it)."""
+    _gap_run(tmp_path / "r")
+    rows = pc.gap_rows(tmp_path / "r", lambda _i, gap: 1e-3 if gap >= 1.5e-3 else 0.0, 2)
+    assert len(rows) == 6 and {r[:2] for r in rows} == {(2, "decode")}
+    by_bin = sorted((r[2], round(r[4], 6), round(r[5], 6)) for r in rows)
+    assert by_bin[0] == (0.0, 0.0, 0.0)  # the first compute: no charge
+    assert by_bin[1:] == [(1.5, -0.2, 0.2)] + [(6.0, -0.2, 0.2)] * 4
+    assert all(r[3] == pytest.approx(0.0) for r in rows)
+    _gap_run(tmp_path / "cheap", measured_s=0.004)  # ran as the prediction without the charge: none borne
+    assert {round(r[4], 6) for r in pc.gap_rows(tmp_path / "cheap", lambda _i, gap: 1e-3, 2)} == {0.0}
+
+
+def test_gaps_report_and_its_refusals(tmp_path, capsys, monkeypatch):
+    _gap_run(tmp_path / "set" / "r")
+    monkeypatch.setattr(pc, "run_idle", lambda _d: ((lambda _i, gap: 1e-3 if gap >= 1.5e-3 else 0.0), 2))
+    assert pc.main(["gaps", str(tmp_path / "set")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["PP", "class", "gap"]
+    assert out[-1].split() == ["2", "decode", ">=6", "4", "+0.0%", "-20.0%", "20.0%", "1.00"]
+    assert pc.main(["gaps", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: runs: ") and err.count("\n") == 1 and "does not exist" in err

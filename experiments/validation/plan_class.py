@@ -14,7 +14,14 @@ requests, timed in interleaved rounds in one process, against ``PROFILE``'s ``st
 plans: whether the host's current speed state scales the two classes alike (it does not on this VM:
 decodes, bound by per-kernel overhead, gain more in a fast state than the GEMM-bound prefills).
 
+``gaps DIR [DIR ...]``: the step-level error (wall clock, as the simulator charges) by the idle gap before
+each compute (the stage's previous compute end to this one's start, on the engine's ``stage_ops.csv``),
+per pipeline depth and class, with and without the run's own ``stage_idle`` charge: how much of the idle
+table calibration measured (a sleeping thread's next step against the one before it) the engine's
+stages bore. On this VM the share moved from draw to draw with the host (docs/validation.md, part 14).
+
 Run: python experiments/validation/plan_class.py runs RUN_DIR [RUN_DIR ...]
+     python experiments/validation/plan_class.py gaps RUN_DIR [RUN_DIR ...]
      python experiments/validation/plan_class.py check --model tiny PROFILE
 """
 
@@ -24,6 +31,7 @@ import csv
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +98,81 @@ def report_runs(paths: list[str]) -> None:
         )
 
 
+GAP_BINS_MS = (0.0, 1.5, 6.0)  # the idle gap before a compute: [0, 1.5), [1.5, 6), [6, inf) ms
+
+
+def stage_gaps(ops: list[dict[str, str]]) -> dict[tuple[int, int], float]:
+    """(stage, step id) -> seconds the stage idled before that compute: its previous compute's end to this
+    one's start (the first compute's from the run's start), over ``stage_ops.csv`` rows."""
+    last: dict[str, float] = {}
+    out: dict[tuple[int, int], float] = {}
+    for r in sorted(ops, key=lambda r: float(r["start_s"])):
+        if r["kind"] != "compute" or not r["track"].startswith("stage"):
+            continue
+        out[(int(r["track"][len("stage") :]), int(r["step_id"]))] = float(r["start_s"]) - last.get(r["track"], 0.0)
+        last[r["track"]] = float(r["end_s"])
+    return out
+
+
+def gap_bin(gap_s: float) -> float:
+    """The lower edge (ms) of the bin of ``gap_s``."""
+    return max(lo for lo in GAP_BINS_MS if gap_s * 1e3 >= lo) if gap_s > 0 else 0.0
+
+
+def run_idle(d: Path) -> tuple[Callable[[int, float], float], int]:
+    """Run ``d``'s own idle charge, (stage index, gap seconds) -> seconds (its profile's ``stage_idle`` as the
+    simulator charges it; none without one), and its pipeline depth."""
+    from experiments.validation.replay_adjusted import prepared
+
+    with reading_run(d):
+        _v, prep = prepared(d)
+    stages, cost = prep.topology.stages, prep.cost
+    if not getattr(cost, "has_idle", False):
+        return (lambda _i, _gap: 0.0), len(stages)
+    return (lambda i, gap: cost.idle_time(stages[i], gap)), len(stages)
+
+
+def gap_rows(
+    d: Path, idle: Callable[[int, float], float], depth: int
+) -> list[tuple[int, str, float, float, float, float]]:
+    """(depth, class, gap bin, error with the idle charge, error without it, the charge over the measured
+    time) per engine compute of run ``d`` (``step_costs.csv``, each repeat's ``engine-N/stage_ops.csv``)."""
+    with reading_run(d):
+        with open(d / "step_costs.csv", newline="") as f:
+            steps = list(csv.DictReader(f))
+        gaps: dict[int, dict[tuple[int, int], float]] = {}
+        for rep in sorted({int(r["run"]) for r in steps}):
+            ops = d / f"engine-{rep}" / "stage_ops.csv"
+            if ops.is_file():
+                with open(ops, newline="") as f:
+                    gaps[rep] = stage_gaps(list(csv.DictReader(f)))
+        out = []
+        for r in steps:
+            i, meas = int(r["stage"]), float(r["measured_s"])
+            gap = gaps.get(int(r["run"]), {}).get((i, int(r["step_id"])))
+            if gap is None or meas <= 0.0:
+                continue
+            pred, charge = float(r["predicted_s"]), idle(i, gap)
+            err, bare = (pred - meas) / meas, (pred - charge - meas) / meas
+            out.append((depth, plan_class(r), gap_bin(gap), err, bare, charge / meas))
+    return out
+
+
+def report_gaps(paths: list[str]) -> None:
+    by: dict[tuple[int, str, float], list[tuple[float, float, float]]] = {}
+    for d in run_dirs(paths):
+        for depth, cls, lo, err, bare, share in gap_rows(d, *run_idle(d)):
+            by.setdefault((depth, cls, lo), []).append((err, bare, share))
+    heads = (("PP", 2), ("class", -8), ("gap (ms)", 9), ("computes", 8), ("error", 7), ("no idle", 8), ("charge", 7))
+    print(" ".join(f"{h:<{-w}s}" if w < 0 else f"{h:>{w}s}" for h, w in heads) + f" {'borne':>6s}")
+    for (depth, cls, lo), v in sorted(by.items()):
+        err, bare, share = (statistics.median(x[k] for x in v) for k in range(3))
+        # the share of the charge the engine's computes bore: 1 all of it, 0 none (medians, of the measured time)
+        borne = f"{-bare / share + 0.0:6.2f}" if share > 0 else f"{'-':>6s}"
+        gap = ">=" + format(lo, "g")
+        print(f"{depth:2d} {cls:8s} {gap:>9s} {len(v):8d} {err:+7.1%} {bare:+8.1%} {share:7.1%} {borne}")
+
+
 def check(model: str, profile: str, rounds: int) -> None:
     import torch
 
@@ -131,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("runs", help="step-level error by plan class of finished validations")
     r.add_argument("dirs", nargs="+")
+    g = sub.add_parser("gaps", help="step-level error by the idle gap before each compute, with and without stage_idle")
+    g.add_argument("dirs", nargs="+")
     c = sub.add_parser("check", help="the engine's stage in-process on both classes against a profile")
     c.add_argument("--model", default="tiny")
     c.add_argument("--rounds", type=int, default=8)
@@ -140,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--rounds: {args.rounds} must be in [1, 1000]")
     if args.cmd == "runs":
         return run_main(lambda: report_runs(args.dirs))
+    if args.cmd == "gaps":
+        return run_main(lambda: report_gaps(args.dirs))
     return run_main(lambda: check(args.model, args.profile, args.rounds))
 
 
