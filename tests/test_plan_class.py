@@ -119,3 +119,8 @@ def test_gaps_report_and_its_refusals(tmp_path, capsys, monkeypatch):
     assert pc.main(["gaps", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: runs: ") and err.count("\n") == 1 and "does not exist" in err
+    bad = tmp_path / "set" / "r" / "engine-0" / "stage_ops.csv"
+    bad.write_text(bad.read_text().replace("stage0,compute,0,0.001,", "stage0,compute,0,x,"))
+    assert pc.main(["gaps", str(tmp_path / "set")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: dirs: ") and err.count("\n") == 1 and "holds a damaged" in err
