@@ -35,16 +35,20 @@ at once after a compute).
 factor at the run's depth charged as measured (the live engine's stage compute over the same steps alone,
 ``calibrate.fit_live``; the simulator charges its level live_stage(1) and its depth ratio live_stage(2) /
 live_stage(1) at PP > 1, each held at 1 or more);
-``--without-depth`` predicts and replays without that ratio. ``--without-corun`` predicts without the
-profile's ``stage_corun`` (stages computing at once on the host, charged to a micro-batch that starts
-while an earlier one is in the pipeline). Runs recorded with another depth ratio, co-run factor or live
-level (none before they were charged: no ``depth_factor`` / ``corun_factor`` / ``level_factor`` in
+``--without-depth`` predicts and replays without that ratio. ``--without-level`` predicts with the level at 1 (as
+before it was charged, 2026-12-03); ``--depth-over-level`` with the depth ratio over the level as charged,
+``max(live_stage(2) / max(live_stage(1), 1), 1)``, so that PP=2 charges ``max(live_stage(1), live_stage(2), 1)``:
+a rule for a one-stage level under 1, tried on `dense-1024` 41-44 and not adopted (docs/validation.md, part 16).
+``--without-corun`` predicts without the profile's ``stage_corun`` (stages computing at once on the host, charged to
+a micro-batch that starts while an earlier one is in the pipeline). Runs recorded with another depth ratio, co-run
+factor or live level (none before they were charged: no ``depth_factor`` / ``corun_factor`` / ``level_factor`` in
 ``validation.json``) get a "predicted now" row: the current model on the same runs.
 
 The last column is the pipeline bubble's error in fraction points.
 
 Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--with-path] [--without-idle]
-     [--without-spread] [--without-turnaround] [--with-live] [--without-depth] [--without-corun] DIR [...]
+     [--without-spread] [--without-turnaround] [--with-live] [--without-depth] [--without-corun]
+     [--without-level] [--depth-over-level] DIR [...]
 """
 
 from __future__ import annotations
@@ -194,6 +198,13 @@ class WithoutDepth(ScaledCompute):
         return self.factor * self.ratio * self.inner.stage_time(stage, plan)
 
 
+def depth_over_level(cost: object) -> float:
+    """The depth ratio over the level as charged, ``max(live_stage(2) / max(live_stage(1), 1), 1)``: the charged
+    ratio ``live_stage(2) / live_stage(1)`` where it is over 1, at most ``live_stage(2)`` (the two together
+    charge ``max(live_stage(1), live_stage(2), 1)`` at PP > 1); 1 at one stage."""
+    return max(min(depth_factor_of(cost), live_factor_of(cost)), 1.0) if depth_factor_of(cost) > 1.0 else 1.0
+
+
 class CorunAs(ScaledCompute):
     """The profile's cost model (times ``factor``) with ``corun`` as its charge for stages computing at once
     (1: none, as before calibration measured ``stage_corun``)."""
@@ -262,6 +273,8 @@ def replay(
     without_corun: bool = False,
     by_class: bool = False,
     with_path: bool = False,
+    without_level: bool = False,
+    over_level: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
@@ -312,6 +325,11 @@ def replay(
         out["adjusted without depth"] = pick(replay_with(prep, bare, v["engine_summaries"])["rows"])
     if without_corun:
         out["without corun"] = pick(replay_with(prep, CorunAs(prep.cost, 1.0), v["engine_summaries"])["rows"])
+    if without_level:
+        out["without level"] = pick(replay_with(prep, LevelAs(prep.cost, 1.0), v["engine_summaries"])["rows"])
+    if over_level:
+        held = WithoutDepth(prep.cost, 1.0, depth_over_level(prep.cost))
+        out["depth over level"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
     if without_spread:
         out["without spread"] = pick(replay_with(prep, WithoutSpread(prep.cost), v["engine_summaries"])["rows"])
         bare = WithoutSpread(recorded, adj["factor"])
@@ -357,6 +375,16 @@ def main(argv: list[str] | None = None) -> int:
         "--without-depth",
         action="store_true",
         help="also predict and replay without the profile's depth ratio (live_stage at PP=2 over PP=1)",
+    )
+    ap.add_argument(
+        "--without-level",
+        action="store_true",
+        help="also predict with the live level at 1 (as before it was charged)",
+    )
+    ap.add_argument(
+        "--depth-over-level",
+        action="store_true",
+        help="also predict with the depth ratio over the level as charged (PP=2: max(live_stage(1), live_stage(2), 1))",
     )
     ap.add_argument(
         "--without-corun",
@@ -408,6 +436,8 @@ def report(args: argparse.Namespace) -> int:
                 args.without_corun,
                 args.by_class,
                 args.with_path,
+                args.without_level,
+                args.depth_over_level,
             )
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["adjusted by class"] if args.by_class else []
@@ -417,6 +447,8 @@ def report(args: argparse.Namespace) -> int:
     kinds += ["with live"] if args.with_live else []
     kinds += ["without depth", "adjusted without depth"] if args.without_depth else []
     kinds += ["without corun"] if args.without_corun else []
+    kinds += ["without level"] if args.without_level else []
+    kinds += ["depth over level"] if args.depth_over_level else []
     kinds += ["without spread", "adjusted without spread"] if args.without_spread else []
     kinds += ["without turnaround", "adjusted without turnaround"] if args.without_turnaround else []
     head = "".join(f"{m[:14]:>16s}" for m in METRICS) + f"{'bubble (pts)':>14s}"
