@@ -82,14 +82,17 @@ def _gap_run(d, measured_s=0.005, predicted_s=0.005):
     (d / "step_costs.csv").write_text(head + "\n".join(steps) + "\n")
 
 
-def test_stage_gaps_are_each_stages_idle_time_before_a_compute():
-    rows = [
-        {"track": "stage0", "kind": "compute", "step_id": "0", "start_s": "0.001", "end_s": "0.005"},
-        {"track": "link0->1", "kind": "send", "step_id": "0", "start_s": "0.005", "end_s": "0.006"},
-        {"track": "stage1", "kind": "compute", "step_id": "0", "start_s": "0.006", "end_s": "0.010"},
-        {"track": "stage0", "kind": "compute", "step_id": "1", "start_s": "0.012", "end_s": "0.016"},
+def test_idle_gaps_are_each_stages_idle_time_before_a_compute():
+    from ppsim.metrics.records import OpRecord
+    from ppsim.validate.steps import idle_gaps
+
+    ops = [
+        OpRecord("stage0", "compute", 0, 0.001, 0.005, 1, 1),
+        OpRecord("link0->1", "send", 0, 0.005, 0.006, 1, 1),
+        OpRecord("stage1", "compute", 0, 0.006, 0.010, 1, 1),
+        OpRecord("stage0", "compute", 1, 0.012, 0.016, 1, 1),
     ]
-    gaps = pc.stage_gaps(list(reversed(rows)))  # in any order: sorted by start
+    gaps = idle_gaps(list(reversed(ops)))  # in any order: sorted by start
     assert gaps == pytest.approx({(0, 0): 0.001, (1, 0): 0.006, (0, 1): 0.007})
     assert [pc.gap_bin(g) for g in (0.0, 0.001, 0.0015, 0.005, 0.006, 1.0)] == [0.0, 0.0, 1.5, 1.5, 6.0, 6.0]
 

@@ -15,7 +15,7 @@ plans: whether the host's current speed state scales the two classes alike (it d
 decodes, bound by per-kernel overhead, gain more in a fast state than the GEMM-bound prefills).
 
 ``gaps DIR [DIR ...]``: the step-level error (wall clock, as the simulator charges) by the idle gap before
-each compute (the stage's previous compute end to this one's start, on the engine's ``stage_ops.csv``),
+each compute (``ppsim.validate.steps.idle_gaps`` on the engine's ``stage_ops.csv``, as the simulator reads it),
 per pipeline depth and class, with and without the run's own ``stage_idle`` charge: how much of the idle
 table calibration measured (a sleeping thread's next step against the one before it) the engine's
 stages bore. On this VM the share moved from draw to draw with the host (docs/validation.md, part 14).
@@ -38,10 +38,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from experiments.validation.control_path import read_ops  # noqa: E402
 from experiments.validation.runfiles import reading_run  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
-from ppsim.validate.steps import STEP_CLASSES, prefill_minus_decode, step_class  # noqa: E402
+from ppsim.validate.steps import STEP_CLASSES, idle_gaps, prefill_minus_decode, step_class  # noqa: E402
 
 PREFILL_PLANS = {f"P{n}@0": [(0, n)] for n in (16, 32, 64, 96, 128, 200)} | {"P56@64": [(64, 56)]}
 DECODE_PLANS = {"D1@64": [(64, 1)], "D1@250": [(250, 1)]} | {f"D{b}@150": [(150, 1)] * b for b in (2, 4, 8)}
@@ -101,19 +102,6 @@ def report_runs(paths: list[str]) -> None:
 GAP_BINS_MS = (0.0, 1.5, 6.0)  # the idle gap before a compute: [0, 1.5), [1.5, 6), [6, inf) ms
 
 
-def stage_gaps(ops: list[dict[str, str]]) -> dict[tuple[int, int], float]:
-    """(stage, step id) -> seconds the stage idled before that compute: its previous compute's end to this
-    one's start (the first compute's from the run's start), over ``stage_ops.csv`` rows."""
-    last: dict[str, float] = {}
-    out: dict[tuple[int, int], float] = {}
-    for r in sorted(ops, key=lambda r: float(r["start_s"])):
-        if r["kind"] != "compute" or not r["track"].startswith("stage"):
-            continue
-        out[(int(r["track"][len("stage") :]), int(r["step_id"]))] = float(r["start_s"]) - last.get(r["track"], 0.0)
-        last[r["track"]] = float(r["end_s"])
-    return out
-
-
 def gap_bin(gap_s: float) -> float:
     """The lower edge (ms) of the bin of ``gap_s``."""
     return max(lo for lo in GAP_BINS_MS if gap_s * 1e3 >= lo) if gap_s > 0 else 0.0
@@ -144,8 +132,7 @@ def gap_rows(
         for rep in sorted({int(r["run"]) for r in steps}):
             ops = d / f"engine-{rep}" / "stage_ops.csv"
             if ops.is_file():
-                with open(ops, newline="") as f:
-                    gaps[rep] = stage_gaps(list(csv.DictReader(f)))
+                gaps[rep] = idle_gaps(read_ops(ops))
         out = []
         for r in steps:
             i, meas = int(r["stage"]), float(r["measured_s"])

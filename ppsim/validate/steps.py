@@ -112,6 +112,19 @@ def corun_steps(ops: list[OpRecord], num_stages: int) -> set[int]:
     return out
 
 
+def idle_gaps(ops: list[OpRecord]) -> dict[tuple[int, int], float]:
+    """(stage, step id) -> seconds that stage idled before that compute: its previous compute's end to this
+    one's start (the first compute's from the run's start), as the simulator's ``stage_idle`` charge reads it."""
+    last_end: dict[str, float] = {}
+    out: dict[tuple[int, int], float] = {}
+    for op in sorted(ops, key=lambda o: o.start_s):
+        if op.kind != "compute" or not op.track.startswith("stage"):
+            continue
+        out[(int(op.track[len("stage") :]), op.step_id)] = op.start_s - last_end.get(op.track, 0.0)
+        last_end[op.track] = op.end_s
+    return out
+
+
 def step_costs(
     cost: CostModel,
     stages: tuple[StageSpec, ...] | list[StageSpec],
@@ -134,17 +147,16 @@ def step_costs(
     idle = cost.idle_time if getattr(cost, "has_idle", False) else None
     corun = corun_factor_of(cost)
     co = corun_steps(ops, len(stages)) if corun != 1.0 else set()
-    last_end: dict[str, float] = {}  # each stage's previous compute end: the idle gap before this one
+    gaps = idle_gaps(ops)  # the idle gap before each compute
     rows = []
     for op in sorted(ops, key=lambda o: o.start_s):
         if op.kind != "compute" or not op.track.startswith("stage"):
             continue
-        gap = op.start_s - last_end.get(op.track, 0.0)
-        last_end[op.track] = op.end_s
         plan = plans.get(op.step_id)
         if plan is None or plan.is_empty:
             continue
         i = int(op.track[len("stage") :])
+        gap = gaps[(i, op.step_id)]
         measured = op.end_s - op.start_s
         pred = cost.stage_time(stages[i], plan)
         if op.step_id in co:  # computed beside an earlier micro-batch, as the simulator charges it
