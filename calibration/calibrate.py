@@ -745,7 +745,7 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         fit = fit_from_json("live_stage", fits["live_stage"])
         charged = f"charged: its level x{live_level(fit):.3f} at every depth"  # ProfiledCost.level_factor
         if len(live["xs"]) > 1:
-            charged += f", its depth ratio x{depth_ratio(fit):.3f} at PP > 1"  # ProfiledCost.depth_factor
+            charged += f", its depth ratio x{depth_ratio(fit, True):.3f} at PP > 1"  # ProfiledCost.depth_factor
         lines.append(charged + " (each held at 1 or more)")
     spread = fits.get("stage_spread", {}).get("coef")
     if spread:

@@ -315,15 +315,27 @@ def test_the_simulators_model_charges_the_live_level_held_at_one_at_every_depth(
     under = OpFit("live_stage", "interp", "stages", {"xs": [1.0, 2.0], "ys": [0.93, 0.99]})
     held = ProfiledCost(Profile({}, {**base_fits(), "live_stage": under}), SHAPE, None, 1, charge_level=True)
     assert held.level_factor == 1.0 and held.stage_time(full, plan) == alone.stage_time(full, plan)
-    # replay_adjusted.py --depth-over-level (a rule tried, not adopted): PP=2 charges max(L1, L2, 1)
-    from experiments.validation.replay_adjusted import WithoutDepth, depth_over_level
+    # the depth ratio over the level as charged: PP=2 charges max(L1, L2, 1), a one-stage level under 1 being
+    # that depth's own drift; replay_adjusted.py --depth-over-measured-level gives the rule before (over L1 as
+    # measured: max(L1, 1) x max(L2 / L1, 1)), which differs only where L1 < 1
+    from experiments.validation.replay_adjusted import WithoutDepth, depth_over_measured_level
 
-    for ys, pp2 in (([0.93, 0.99], 1.0), ([0.948, 1.057], 1.057), ([1.04, 1.13], 1.13), ([1.2, 1.1], 1.2)):
+    for ys, pp2, before in (
+        ([0.93, 0.99], 1.0, 0.99 / 0.93),
+        ([0.948, 1.057], 1.057, 1.057 / 0.948),
+        ([0.926, 0.998], 1.0, 0.998 / 0.926),
+        ([1.04, 1.13], 1.13, 1.13),
+        ([1.2, 1.1], 1.2, 1.2),
+    ):
         f = {**base_fits(), "live_stage": OpFit("live_stage", "interp", "stages", {"xs": [1.0, 2.0], "ys": ys})}
-        for pp, spec, want in ((1, full, max(ys[0], 1.0)), (2, first, pp2)):
+        for pp, spec, want, then in ((1, full, max(ys[0], 1.0), max(ys[0], 1.0)), (2, first, pp2, before)):
             model = ProfiledCost(Profile({}, f), SHAPE, None, 1, pp=pp, charge_level=True)
-            held = WithoutDepth(model, 1.0, depth_over_level(model))
-            assert held.stage_time(spec, plan) == pytest.approx(want * alone.stage_time(spec, plan))
+            assert model.stage_time(spec, plan) == pytest.approx(want * alone.stage_time(spec, plan))
+            held = WithoutDepth(model, 1.0, depth_over_measured_level(model, pp))
+            assert held.stage_time(spec, plan) == pytest.approx(then * alone.stage_time(spec, plan))
+            # calibration's own model (steps timed alone, no level charged) keeps the ratio over L1 as measured
+            direct = ProfiledCost(Profile({}, f), SHAPE, None, 1, pp=pp)
+            assert direct.depth_factor == pytest.approx(1.0 if pp == 1 else max(ys[1] / ys[0], 1.0))
     # live runs at two stages only: no level measured, none charged
     two = OpFit("live_stage", "interp", "stages", {"xs": [2.0], "ys": [1.2]})
     only2 = ProfiledCost(Profile({}, {**base_fits(), "live_stage": two}), SHAPE, None, 1, pp=2, charge_level=True)

@@ -73,7 +73,7 @@ def test_quick_calibrate_cli(quick_profile):
     assert list(depth_by_run.values()) == ["live1", "live2"] * 3  # one stage and two in turn: drift falls on both
     live = fits["live_stage"]["coef"]
     assert live["xs"] == [1.0, 2.0] and all(0.2 < y < 5.0 for y in live["ys"])  # any host: the same code, timed twice
-    assert "live_stage" in text and f"its depth ratio x{max(live['ys'][1] / live['ys'][0], 1.0):.3f}" in text
+    assert "live_stage" in text and f"its depth ratio x{max(live['ys'][1] / max(live['ys'][0], 1.0), 1.0):.3f}" in text
     # each live run's ratio shifted by the host's speed (the in-run sampler) while timed alone over during it
     shifts = {(r["split"], r["run"]): r["host_shift"] for r in alone if "host_shift" in r}
     assert len(shifts) >= 4 and all(0.3 < k < 3.0 for k in shifts.values())

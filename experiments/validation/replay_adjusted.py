@@ -36,9 +36,10 @@ factor at the run's depth charged as measured (the live engine's stage compute o
 ``calibrate.fit_live``; the simulator charges its level live_stage(1) and its depth ratio live_stage(2) /
 live_stage(1) at PP > 1, each held at 1 or more);
 ``--without-depth`` predicts and replays without that ratio. ``--without-level`` predicts with the level at 1 (as
-before it was charged, 2026-12-03); ``--depth-over-level`` with the depth ratio over the level as charged,
-``max(live_stage(2) / max(live_stage(1), 1), 1)``, so that PP=2 charges ``max(live_stage(1), live_stage(2), 1)``:
-a rule for a one-stage level under 1, tried on `dense-1024` 41-44 and not adopted (docs/validation.md, part 16).
+before it was charged, 2026-12-03); ``--depth-over-measured-level`` with the depth ratio over the one-stage level as
+measured, ``max(live_stage(2) / live_stage(1), 1)``, the rule before 2026-12-04 (now over the level as charged,
+``max(live_stage(1), 1)``, so that PP=2 charges ``max(live_stage(1), live_stage(2), 1)``; they differ only where the
+one-stage level is under 1, docs/validation.md, part 16).
 ``--without-corun`` predicts without the profile's ``stage_corun`` (stages computing at once on the host, charged to
 a micro-batch that starts while an earlier one is in the pipeline). Runs recorded with another depth ratio, co-run
 factor or live level (none before they were charged: no ``depth_factor`` / ``corun_factor`` / ``level_factor`` in
@@ -48,7 +49,7 @@ The last column is the pipeline bubble's error in fraction points.
 
 Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--with-path] [--without-idle]
      [--without-spread] [--without-turnaround] [--with-live] [--without-depth] [--without-corun]
-     [--without-level] [--depth-over-level] DIR [...]
+     [--without-level] [--depth-over-measured-level] DIR [...]
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from experiments.validation.runfiles import reading_run
 from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
 from ppsim.cli import Parser, run_main
 from ppsim.config import build_scenario
+from ppsim.cost.profiled import depth_ratio
 from ppsim.cost.scaled import ClassScaledCompute, ScaledCompute
 from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
@@ -198,11 +200,14 @@ class WithoutDepth(ScaledCompute):
         return self.factor * self.ratio * self.inner.stage_time(stage, plan)
 
 
-def depth_over_level(cost: object) -> float:
-    """The depth ratio over the level as charged, ``max(live_stage(2) / max(live_stage(1), 1), 1)``: the charged
-    ratio ``live_stage(2) / live_stage(1)`` where it is over 1, at most ``live_stage(2)`` (the two together
-    charge ``max(live_stage(1), live_stage(2), 1)`` at PP > 1); 1 at one stage."""
-    return max(min(depth_factor_of(cost), live_factor_of(cost)), 1.0) if depth_factor_of(cost) > 1.0 else 1.0
+def depth_over_measured_level(cost: object, pp: int) -> float:
+    """The depth ratio as charged before 2026-12-04, over the one-stage level as measured,
+    ``max(live_stage(2) / live_stage(1), 1)`` (:func:`ppsim.cost.profiled.depth_ratio` without
+    ``over_charged_level``): above the charged one where that level is under 1; 1 at one stage (``pp``)."""
+    while not hasattr(cost, "p") and hasattr(cost, "inner"):
+        cost = cost.inner
+    live = cost.p.fits.get("live_stage") if hasattr(cost, "p") else None
+    return depth_ratio(live) if live is not None and pp > 1 else 1.0
 
 
 class CorunAs(ScaledCompute):
@@ -274,7 +279,7 @@ def replay(
     by_class: bool = False,
     with_path: bool = False,
     without_level: bool = False,
-    over_level: bool = False,
+    over_measured_level: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
@@ -327,9 +332,9 @@ def replay(
         out["without corun"] = pick(replay_with(prep, CorunAs(prep.cost, 1.0), v["engine_summaries"])["rows"])
     if without_level:
         out["without level"] = pick(replay_with(prep, LevelAs(prep.cost, 1.0), v["engine_summaries"])["rows"])
-    if over_level:
-        held = WithoutDepth(prep.cost, 1.0, depth_over_level(prep.cost))
-        out["depth over level"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
+    if over_measured_level:
+        held = WithoutDepth(prep.cost, 1.0, depth_over_measured_level(prep.cost, len(prep.topology.stages)))
+        out["depth over measured level"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
     if without_spread:
         out["without spread"] = pick(replay_with(prep, WithoutSpread(prep.cost), v["engine_summaries"])["rows"])
         bare = WithoutSpread(recorded, adj["factor"])
@@ -382,9 +387,10 @@ def main(argv: list[str] | None = None) -> int:
         help="also predict with the live level at 1 (as before it was charged)",
     )
     ap.add_argument(
-        "--depth-over-level",
+        "--depth-over-measured-level",
         action="store_true",
-        help="also predict with the depth ratio over the level as charged (PP=2: max(live_stage(1), live_stage(2), 1))",
+        help="also predict with the depth ratio over the one-stage level as measured (the rule before 2026-12-04; "
+        "PP=2: max(live_stage(1), 1) x max(live_stage(2) / live_stage(1), 1))",
     )
     ap.add_argument(
         "--without-corun",
@@ -437,7 +443,7 @@ def report(args: argparse.Namespace) -> int:
                 args.by_class,
                 args.with_path,
                 args.without_level,
-                args.depth_over_level,
+                args.depth_over_measured_level,
             )
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["adjusted by class"] if args.by_class else []
@@ -448,7 +454,7 @@ def report(args: argparse.Namespace) -> int:
     kinds += ["without depth", "adjusted without depth"] if args.without_depth else []
     kinds += ["without corun"] if args.without_corun else []
     kinds += ["without level"] if args.without_level else []
-    kinds += ["depth over level"] if args.depth_over_level else []
+    kinds += ["depth over measured level"] if args.depth_over_measured_level else []
     kinds += ["without spread", "adjusted without spread"] if args.without_spread else []
     kinds += ["without turnaround", "adjusted without turnaround"] if args.without_turnaround else []
     head = "".join(f"{m[:14]:>16s}" for m in METRICS) + f"{'bubble (pts)':>14s}"

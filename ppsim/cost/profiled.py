@@ -180,12 +180,18 @@ def _interp(xs: list[float], ys: list[float], x: float) -> float:
     return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
 
-def depth_ratio(live: OpFit) -> float:
+def depth_ratio(live: OpFit, over_charged_level: bool = False) -> float:
     """``live_stage`` at two stages over one (the level, common to both, cancels), held at 1 or more: a
     stage does not speed up for sharing the host, a ratio under 1 is the host's drift between the two
-    depths' runs. 1 without a one-stage measurement."""
+    depths' runs. 1 without a one-stage measurement. ``over_charged_level`` (the simulator's model, where
+    the level is charged held at 1): over the level as charged, ``max(live_stage(1), 1)``. A one-stage
+    level under 1 is the drift of that depth's own runs against their alone timing, which the two-stage
+    runs, timed against their own, did not share; so PP=2 charges ``max(live_stage(1), live_stage(2), 1)``
+    (docs/validation.md, part 16)."""
     xs = live.coef["xs"]
     level = live.at(1.0) if 1.0 in xs else 0.0
+    if over_charged_level and level > 0.0:
+        level = max(level, 1.0)
     return max(live.at(2.0) / level, 1.0) if level > 0.0 else 1.0
 
 
@@ -316,11 +322,12 @@ class ProfiledCost:
         # Its level, held at 1 or more, is charged at every depth where ``charge_level`` (the simulator's
         # model, load_profiled_cost; docs/validation.md part 16): what the live stage loop costs a step
         # beyond the same step alone. Its depth ratio is charged at PP > 1: every stage compute times
-        # live_stage here over live_stage at one stage, what co-running stages cost each other
+        # live_stage here over live_stage at one stage (over the level as charged, where it is: depth_ratio),
+        # what co-running stages cost each other
         live = self.p.fits.get("live_stage")
         self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
         self.level_factor = live_level(live) if live is not None and charge_level else 1.0
-        self.depth_factor = depth_ratio(live) if live is not None and pp > 1 else 1.0
+        self.depth_factor = depth_ratio(live, charge_level) if live is not None and pp > 1 else 1.0
         # the live engine's step-to-step spread of stage computes (mean one, calibrate.fit_spread): at PP > 1
         # the pipelines multiply each compute by one ratio drawn by (seed, stage, step id), as in-flight
         # micro-batches pay for a slow step that a mean cannot show; at one stage it would move no mean
