@@ -341,6 +341,27 @@ def fit_live(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0,
     return OpFit("live_stage", "interp", "stages", {"xs": xs, "ys": ys}) if xs else None
 
 
+def live_ratios(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0) -> dict[int, tuple[float, float]]:
+    """Depth -> (over the same steps alone, over the stage model), medians over calibration's live runs at
+    that depth, each net of the idle charge and of ``corun`` on a co-running compute, as :func:`fit_live`. Where
+    the two differ, the stage model's own error on the live steps' stages (``experiments/validation/plan_class.py
+    live``): the charged factor leaves it out, and multiplies the model."""
+    out = {}
+    for n in (1, 2):
+        alone, model = [], []
+        for sel in _live_runs(rows, n):
+            idle = sum(cost.idle_time(stage_spec(r), float(r["gap_s"])) for r in sel)
+            net = sum(_uncharged(r, corun) for r in sel) - idle
+            predicted = sum(cost.stage_time(stage_spec(r), plan_of(r["items"])) for r in sel)
+            ratio = _live_ratio(cost, sel, corun)
+            if ratio is not None and predicted > 0.0:
+                alone.append(ratio)
+                model.append(net / predicted)
+        if alone:
+            out[n] = (float(np.median(alone)), float(np.median(model)))
+    return out
+
+
 def fit_corun(rows: list[dict[str, Any]]) -> OpFit | None:
     """``stage_corun``: a stage's compute while another stage computes on the same host over the same step
     alone (:mod:`calibration.corun`): per reading (column ``reading``; an older artifact's rows are one)

@@ -452,3 +452,26 @@ def test_the_idle_table_checked_on_the_two_stage_live_runs():
     line = "idle charge (stage_idle) checked on the live runs: the two-stage runs bear out x0.400 of the paired"
     assert line in format_report({"stage_idle_live_scale": 0.4}, {})
     assert "idle charge" not in format_report({"stage_idle_live_scale": 1.0}, {}) + format_report({}, {})
+
+
+def test_depth_over_model_takes_the_stage_models_error_on_the_live_steps_out(tmp_path):
+    """``replay_adjusted.py --depth-over-model``: live steps 1.04x (one stage) and 1.13x (two) their time
+    alone as first timed, the two-stage steps' alone timing then 10% under it: over the steps alone the
+    ratio reads (1.13 / 0.9) / 1.04, over the model 1.13 / 1.04; 1 at one stage."""
+    from calibration.artifact import samples_csv
+    from calibration.calibrate import fit_live
+    from experiments.validation.replay_adjusted import depth_over_model
+
+    cost = ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1)
+    rows = _live_rows(cost, 1.04, 1, 0.0) + _live_rows(cost, 1.13, 2, 0.0)
+    rows = [{**r, "alone_s": 0.9 * r["alone_s"]} if r["split"] == "live2" and "alone_s" in r else r for r in rows]
+    (tmp_path / "samples.csv").write_text(samples_csv(rows))
+    live = fit_live(cost, rows)
+    assert live.coef["ys"] == pytest.approx([1.04, 1.13 / 0.9])
+    v = {"scenario": {"cost": {"profile_dir": str(tmp_path)}}}
+    for pp, want in ((1, 1.0), (2, 1.13 / 1.04)):
+        model = ProfiledCost(Profile({}, {**base_fits(), "live_stage": live}), SHAPE, None, 1, pp=pp, charge_level=True)
+        assert depth_over_model(v, model, pp) == pytest.approx(want)
+    assert ProfiledCost(Profile({}, {**base_fits(), "live_stage": live}), SHAPE, None, 1, pp=2).depth_factor == (
+        pytest.approx(1.13 / 0.9 / 1.04)
+    )

@@ -65,9 +65,10 @@ def test_runs_names_a_damaged_csv(tmp_path, capsys):
 OPS_HEADER = "track,kind,step_id,start_s,end_s,num_tokens,num_reqs,num_prefill_tokens,num_decode_tokens,nbytes\n"
 
 
-def _gap_run(d, measured_s=0.005, predicted_s=0.005):
+def _gap_run(d, measured_s=0.005, predicted_s=0.005, every_s=0.0102):
     """Two stages, three steps each: stage 0 computes 4 ms, stage 1 right after the link; the next step
-    starts 2 ms after stage 1's end. ``step_costs.csv`` prices every compute at ``predicted_s``."""
+    starts ``every_s`` after the last (2 ms after stage 1's end). ``step_costs.csv`` prices every compute at
+    ``predicted_s``."""
     d.mkdir(parents=True)
     ops, steps, t = [], [], 0.001
     for k in range(3):
@@ -75,7 +76,7 @@ def _gap_run(d, measured_s=0.005, predicted_s=0.005):
         ops.append(f"link0->1,send,{k},{t + 0.004},{t + 0.0042},1,1,0,0,2048")
         ops.append(f"stage1,compute,{k},{t + 0.0042},{t + 0.0082},1,1,0,1,0")
         steps += [f"0,{i},{k},1,1,0,{measured_s},{predicted_s}" for i in (0, 1)]
-        t += 0.0102
+        t += every_s
     (d / "engine-0").mkdir()
     (d / "engine-0" / "stage_ops.csv").write_text(OPS_HEADER + "\n".join(ops) + "\n")
     head = "run,stage,step_id,num_tokens,num_reqs,num_prefill_tokens,measured_s,predicted_s\n"
@@ -127,3 +128,67 @@ def test_gaps_report_and_its_refusals(tmp_path, capsys, monkeypatch):
     assert pc.main(["gaps", str(tmp_path / "set")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: dirs: ") and err.count("\n") == 1 and "holds a damaged" in err
+
+
+def test_depth_rows_are_the_engine_over_the_model_net_of_idle_and_live_factors(tmp_path, monkeypatch):
+    """5-ms computes priced at 5 ms with a level x depth of 1.25 recorded and a 1-ms idle charge after gaps of
+    1.5 ms or more: the model alone would have said 3.2 ms (first compute: 4 ms) against 4 ms (5 ms) net of
+    the charge, so the engine ran 1.25x the model, the live factors, everywhere; computes that start beside
+    an earlier micro-batch (charged a co-run) are left out, both stages of them."""
+    import json
+
+    idle = lambda _i, gap: 1e-3 if gap >= 1.5e-3 else 0.0  # noqa: E731
+    _gap_run(tmp_path / "r")
+    (tmp_path / "r" / "validation.json").write_text(json.dumps({"level_factor": 1.04, "depth_factor": 1.25 / 1.04}))
+    assert pc.depth_rows(tmp_path / "r", idle, 2) == pytest.approx([1.25] * 6)
+    _gap_run(tmp_path / "overlap", every_s=0.006)  # step k + 1 starts 2.2 ms before step k's stage 1 ends
+    (tmp_path / "overlap" / "validation.json").write_text(json.dumps({}))  # recorded before the live factors
+    assert pc.depth_rows(tmp_path / "overlap", idle, 2) == pytest.approx([1.0, 1.0])  # step 0 only
+    monkeypatch.setattr(pc, "run_idle", lambda _d: (idle, 2))
+    assert pc.main(["depth", str(tmp_path / "r")]) == 0
+
+
+def test_depth_report(tmp_path, capsys, monkeypatch):
+    import json
+
+    for name, level in (("a", 1.1), ("b", 1.0)):
+        _gap_run(tmp_path / "set" / name)
+        (tmp_path / "set" / name / "validation.json").write_text(json.dumps({"level_factor": level}))
+    depths = {"a": 1, "b": 2}  # a's computes as if at one stage (no co-run at either depth here)
+    monkeypatch.setattr(pc, "run_idle", lambda d: ((lambda _i, _gap: 0.0), depths[d.name]))
+    assert pc.main(["depth", str(tmp_path / "set")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3:] == [
+        "PP=1: 1.100 over 6 computes",
+        "PP=2: 1.000 over 6 computes (charged no co-run)",
+        "PP=2 / PP=1: 0.909",
+    ]
+    assert pc.main(["depth", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: runs: ") and err.count("\n") == 1 and "does not exist" in err
+
+
+def test_live_ratios_over_the_steps_alone_and_over_the_model():
+    """Live steps taking 1.04x (one stage) and 1.13x (two) their time alone, itself 1.1x the model: over the
+    steps alone 1.04 / 1.13 (as fit_live charges), over the model 1.1x that; a co-running compute counts
+    without the co-run charge."""
+    from calibration.calibrate import live_ratios
+    from ppsim.cost.profiled import OpFit, Profile, ProfiledCost
+    from tests.test_calibration_glue import SHAPE, _live_rows, base_fits
+
+    idle = OpFit("stage_idle", "interp", "gap_s", {"xs": [0.0, 0.01], "ys": [0.0, 0.4e-3], "per": "step"})
+    cost = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": idle}), SHAPE, None, 1)
+    rows = _live_rows(cost, 1.04, 1, 0.5e-3) + _live_rows(cost, 1.13, 2, 4e-3)
+    got = live_ratios(cost, rows)
+    assert got[1] == pytest.approx((1.04, 1.04 * 1.1)) and got[2] == pytest.approx((1.13, 1.13 * 1.1))
+    co = [{**r, "corun": 1, "median_s": 1.05 * r["median_s"]} if r["split"] == "live2" else r for r in rows]
+    assert live_ratios(cost, co, 1.05)[2] == pytest.approx((1.13, 1.13 * 1.1))  # the charge taken off
+    left_on = live_ratios(cost, co)[2]  # the 5% counted as live cost (and the idle charge's 5% with it)
+    assert left_on[0] > 1.05 * 1.13 and left_on[1] > 1.05 * 1.13 * 1.1
+    assert live_ratios(cost, []) == {}
+
+
+def test_live_refuses_a_profile_without_live_runs(capsys):
+    assert pc.main(["live", "profiles/tiny-cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: profile: profiles/tiny-cpu has no live runs") and err.count("\n") == 1

@@ -20,14 +20,29 @@ per pipeline depth and class, with and without the run's own ``stage_idle`` char
 table calibration measured (a sleeping thread's next step against the one before it) the engine's
 stages bore. On this VM the share moved from draw to draw with the host (docs/validation.md, part 14).
 
+``depth DIR [DIR ...]``: what the live engine's stages cost over the stage model at each pipeline depth, the
+figure the live level and depth ratio stand for: per engine compute, its time net of the run's idle charge over
+the prediction net of it and of the run's live factors (``level_factor`` x ``depth_factor`` of its
+``validation.json``); at PP > 1 only the computes charged no co-run (one micro-batch in flight,
+``ppsim.validate.steps.corun_steps``). Medians per run and per depth, and PP=2 over PP=1.
+
+``live --model MODEL PROFILE``: the same per depth on calibration's live runs (``samples.csv``), over the same
+steps timed alone (``live_stage`` as charged, ``calibrate.fit_live``) and over the stage model: where the two
+differ, the model's own error on the live steps' stages, which the charged ratio leaves out but multiplies.
+On `dense-1024` the serving runs' PP=2 / PP=1 came out 0.98-1.03 where calibration's charged depth ratio was
+1.10-1.18 and its ratio over the model 1.02-1.05 (docs/validation.md, part 16).
+
 Run: python experiments/validation/plan_class.py runs RUN_DIR [RUN_DIR ...]
      python experiments/validation/plan_class.py gaps RUN_DIR [RUN_DIR ...]
+     python experiments/validation/plan_class.py depth RUN_DIR [RUN_DIR ...]
+     python experiments/validation/plan_class.py live --model MODEL PROFILE
      python experiments/validation/plan_class.py check --model tiny PROFILE
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 import sys
 import time
@@ -42,7 +57,13 @@ from experiments.validation.control_path import read_ops  # noqa: E402
 from experiments.validation.runfiles import reading_run  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
-from ppsim.validate.steps import STEP_CLASSES, idle_gaps, prefill_minus_decode, step_class  # noqa: E402
+from ppsim.validate.steps import (  # noqa: E402
+    STEP_CLASSES,
+    corun_steps,
+    idle_gaps,
+    prefill_minus_decode,
+    step_class,
+)
 
 PREFILL_PLANS = {f"P{n}@0": [(0, n)] for n in (16, 32, 64, 96, 128, 200)} | {"P56@64": [(64, 56)]}
 DECODE_PLANS = {"D1@64": [(64, 1)], "D1@250": [(250, 1)]} | {f"D{b}@150": [(150, 1)] * b for b in (2, 4, 8)}
@@ -160,6 +181,70 @@ def report_gaps(paths: list[str]) -> None:
         print(f"{depth:2d} {cls:8s} {gap:>9s} {len(v):8d} {err:+7.1%} {bare:+8.1%} {share:7.1%} {borne}")
 
 
+def depth_rows(d: Path, idle: Callable[[int, float], float], depth: int) -> list[float]:
+    """Per engine compute of run ``d`` (at PP > 1 those charged no co-run): its measured time net of the
+    run's idle charge over the prediction net of the charge and of the run's live factors."""
+    with reading_run(d):
+        v = json.loads((d / "validation.json").read_text())
+        factor = float(v.get("level_factor", 1.0)) * float(v.get("depth_factor", 1.0))
+        with open(d / "step_costs.csv", newline="") as f:
+            steps = list(csv.DictReader(f))
+        gaps: dict[int, dict[tuple[int, int], float]] = {}
+        coruns: dict[int, set[int]] = {}
+        for rep in sorted({int(r["run"]) for r in steps}):
+            ops_file = d / f"engine-{rep}" / "stage_ops.csv"
+            if ops_file.is_file():
+                ops = read_ops(ops_file)
+                gaps[rep], coruns[rep] = idle_gaps(ops), corun_steps(ops, depth)
+        out = []
+        for r in steps:
+            rep, i, k = int(r["run"]), int(r["stage"]), int(r["step_id"])
+            gap = gaps.get(rep, {}).get((i, k))
+            if gap is None or k in coruns[rep]:
+                continue
+            charge = idle(i, gap)
+            net, model = float(r["measured_s"]) - charge, (float(r["predicted_s"]) - charge) / factor
+            if net > 0.0 and model > 0.0:
+                out.append(net / model)
+    return out
+
+
+def report_depth(paths: list[str]) -> None:
+    by: dict[int, list[float]] = {}
+    print(f"{'scenario':40s} {'PP':>2s} {'computes':>8s} {'engine / model':>14s}")
+    for d in run_dirs(paths):
+        idle, depth = run_idle(d)
+        ratios = depth_rows(d, idle, depth)
+        if ratios:
+            by.setdefault(depth, []).extend(ratios)
+            print(f"{d.name[:40]:40s} {depth:2d} {len(ratios):8d} {statistics.median(ratios):14.3f}")
+    med = {k: statistics.median(v) for k, v in sorted(by.items())}
+    for k, m in med.items():
+        print(f"PP={k}: {m:.3f} over {len(by[k])} computes" + (" (charged no co-run)" if k > 1 else ""))
+    if 1 in med and 2 in med:
+        print(f"PP=2 / PP=1: {med[2] / med[1]:.3f}")
+
+
+def report_live(model: str, profile: str) -> None:
+    from calibration.artifact import read_samples
+    from calibration.calibrate import live_ratios
+    from ppsim.cost.profiled import ProfiledCost, corun_ratio, read_profile
+    from ppsim.models.shape import load_model
+
+    p = read_profile(profile)
+    cost = ProfiledCost(p, load_model(model), None, 1)
+    corun = corun_ratio(p.fits["stage_corun"]) if "stage_corun" in p.fits else 1.0
+    ratios = live_ratios(cost, read_samples(profile), corun)
+    if not ratios:
+        raise PPSimError(f"profile: {profile} has no live runs timed alone; calibrate with the live engine runs")
+    for n, (alone, over_model) in ratios.items():
+        stages = f"{n} stage{'s' if n > 1 else ''}"
+        print(f"{stages}: over the steps alone {alone:.3f}, over the stage model {over_model:.3f}")
+    if 1 in ratios and 2 in ratios:
+        a, m = (ratios[2][k] / ratios[1][k] for k in (0, 1))
+        print(f"two over one: over the steps alone {a:.3f}, over the stage model {m:.3f}")
+
+
 def check(model: str, profile: str, rounds: int) -> None:
     import torch
 
@@ -203,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("dirs", nargs="+")
     g = sub.add_parser("gaps", help="step-level error by the idle gap before each compute, with and without stage_idle")
     g.add_argument("dirs", nargs="+")
+    dp = sub.add_parser("depth", help="the engine's stage computes over the stage model, per pipeline depth")
+    dp.add_argument("dirs", nargs="+")
+    lv = sub.add_parser("live", help="calibration's live runs over the steps alone and over the stage model")
+    lv.add_argument("--model", default="tiny")
+    lv.add_argument("profile")
     c = sub.add_parser("check", help="the engine's stage in-process on both classes against a profile")
     c.add_argument("--model", default="tiny")
     c.add_argument("--rounds", type=int, default=8)
@@ -214,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_main(lambda: report_runs(args.dirs))
     if args.cmd == "gaps":
         return run_main(lambda: report_gaps(args.dirs))
+    if args.cmd == "depth":
+        return run_main(lambda: report_depth(args.dirs))
+    if args.cmd == "live":
+        return run_main(lambda: report_live(args.model, args.profile))
     return run_main(lambda: check(args.model, args.profile, args.rounds))
 
 

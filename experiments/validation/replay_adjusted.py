@@ -39,7 +39,8 @@ live_stage(1) at PP > 1, each held at 1 or more);
 before it was charged, 2026-12-03); ``--depth-over-measured-level`` with the depth ratio over the one-stage level as
 measured, ``max(live_stage(2) / live_stage(1), 1)``, the rule before 2026-12-04 (now over the level as charged,
 ``max(live_stage(1), 1)``, so that PP=2 charges ``max(live_stage(1), live_stage(2), 1)``; they differ only where the
-one-stage level is under 1, docs/validation.md, part 16).
+one-stage level is under 1, docs/validation.md, part 16); ``--depth-over-model`` with the depth ratio from the same
+live runs over the stage model instead of over the steps timed alone (``plan_class.py live``; not charged).
 ``--without-corun`` predicts without the profile's ``stage_corun`` (stages computing at once on the host, charged to
 a micro-batch that starts while an earlier one is in the pipeline). Runs recorded with another depth ratio, co-run
 factor or live level (none before they were charged: no ``depth_factor`` / ``corun_factor`` / ``level_factor`` in
@@ -49,7 +50,7 @@ The last column is the pipeline bubble's error in fraction points.
 
 Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--with-path] [--without-idle]
      [--without-spread] [--without-turnaround] [--with-live] [--without-depth] [--without-corun]
-     [--without-level] [--depth-over-measured-level] DIR [...]
+     [--without-level] [--depth-over-measured-level] [--depth-over-model] DIR [...]
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ from experiments.validation.runfiles import reading_run
 from experiments.validation.tables import RELATIVE as METRICS  # the latency metrics, bubble apart
 from ppsim.cli import Parser, run_main
 from ppsim.config import build_scenario
-from ppsim.cost.profiled import depth_ratio
+from ppsim.cost.profiled import ProfiledCost, corun_ratio, depth_ratio
 from ppsim.cost.scaled import ClassScaledCompute, ScaledCompute
 from ppsim.deployment import prepare
 from ppsim.errors import PPSimError
@@ -210,6 +211,25 @@ def depth_over_measured_level(cost: object, pp: int) -> float:
     return depth_ratio(live) if live is not None and pp > 1 else 1.0
 
 
+def depth_over_model(v: dict, cost: object, pp: int) -> float:
+    """The depth ratio from calibration's live runs over the stage model rather than over the same steps timed
+    alone (:func:`calibration.calibrate.live_ratios`; the run's profile's ``samples.csv``): two stages over one,
+    both over the model, held at 1 or more; 1 at one stage or without live runs."""
+    from calibration.artifact import read_samples
+    from calibration.calibrate import live_ratios
+
+    while not hasattr(cost, "p") and hasattr(cost, "inner"):
+        cost = cost.inner
+    if pp < 2 or not hasattr(cost, "p"):
+        return 1.0
+    bare = ProfiledCost(cost.p, cost.shape, None, 1)
+    corun = corun_ratio(cost.p.fits["stage_corun"]) if "stage_corun" in cost.p.fits else 1.0
+    ratios = live_ratios(bare, read_samples(v["scenario"]["cost"]["profile_dir"]), corun)
+    if 1 not in ratios or 2 not in ratios:
+        return 1.0
+    return max(ratios[2][1] / ratios[1][1], 1.0)
+
+
 class CorunAs(ScaledCompute):
     """The profile's cost model (times ``factor``) with ``corun`` as its charge for stages computing at once
     (1: none, as before calibration measured ``stage_corun``)."""
@@ -280,6 +300,7 @@ def replay(
     with_path: bool = False,
     without_level: bool = False,
     over_measured_level: bool = False,
+    over_model: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
@@ -332,6 +353,9 @@ def replay(
         out["without corun"] = pick(replay_with(prep, CorunAs(prep.cost, 1.0), v["engine_summaries"])["rows"])
     if without_level:
         out["without level"] = pick(replay_with(prep, LevelAs(prep.cost, 1.0), v["engine_summaries"])["rows"])
+    if over_model:
+        held = WithoutDepth(prep.cost, 1.0, depth_over_model(v, prep.cost, len(prep.topology.stages)))
+        out["depth over model"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
     if over_measured_level:
         held = WithoutDepth(prep.cost, 1.0, depth_over_measured_level(prep.cost, len(prep.topology.stages)))
         out["depth over measured level"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
@@ -393,6 +417,12 @@ def main(argv: list[str] | None = None) -> int:
         "PP=2: max(live_stage(1), 1) x max(live_stage(2) / live_stage(1), 1))",
     )
     ap.add_argument(
+        "--depth-over-model",
+        action="store_true",
+        help="also predict with the depth ratio from calibration's live runs over the stage model "
+        "(plan_class.py live), not over the same steps timed alone",
+    )
+    ap.add_argument(
         "--without-corun",
         action="store_true",
         help="also predict without the profile's stage_corun (stages computing at once on the host)",
@@ -444,6 +474,7 @@ def report(args: argparse.Namespace) -> int:
                 args.with_path,
                 args.without_level,
                 args.depth_over_measured_level,
+                args.depth_over_model,
             )
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["adjusted by class"] if args.by_class else []
@@ -455,6 +486,7 @@ def report(args: argparse.Namespace) -> int:
     kinds += ["without corun"] if args.without_corun else []
     kinds += ["without level"] if args.without_level else []
     kinds += ["depth over measured level"] if args.depth_over_measured_level else []
+    kinds += ["depth over model"] if args.depth_over_model else []
     kinds += ["without spread", "adjusted without spread"] if args.without_spread else []
     kinds += ["without turnaround", "adjusted without turnaround"] if args.without_turnaround else []
     head = "".join(f"{m[:14]:>16s}" for m in METRICS) + f"{'bubble (pts)':>14s}"
