@@ -461,6 +461,7 @@ def test_depth_over_model_takes_the_stage_models_error_on_the_live_steps_out(tmp
     from calibration.artifact import samples_csv
     from calibration.calibrate import fit_live
     from experiments.validation.replay_adjusted import depth_over_model
+    from ppsim.errors import PPSimError
 
     cost = ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1)
     rows = _live_rows(cost, 1.04, 1, 0.0) + _live_rows(cost, 1.13, 2, 0.0)
@@ -475,3 +476,6 @@ def test_depth_over_model_takes_the_stage_models_error_on_the_live_steps_out(tmp
     assert ProfiledCost(Profile({}, {**base_fits(), "live_stage": live}), SHAPE, None, 1, pp=2).depth_factor == (
         pytest.approx(1.13 / 0.9 / 1.04)
     )
+    (tmp_path / "samples.csv").unlink()  # fits.json only: refused in one line
+    with pytest.raises(PPSimError, match="--depth-over-model: .* has no samples.csv"):
+        depth_over_model(v, model, 2)

@@ -33,8 +33,8 @@ measured the live engine's step-to-step spread): what that term is worth on the 
 at once after a compute).
 ``--with-live`` predicts with the profile's whole ``live_stage``
 factor at the run's depth charged as measured (the live engine's stage compute over the same steps alone,
-``calibrate.fit_live``; the simulator charges its level live_stage(1) and its depth ratio live_stage(2) /
-live_stage(1) at PP > 1, each held at 1 or more);
+``calibrate.fit_live``; the simulator charges its level live_stage(1) and its depth ratio live_stage(2) over the
+level as charged at PP > 1, each held at 1 or more);
 ``--without-depth`` predicts and replays without that ratio. ``--without-level`` predicts with the level at 1 (as
 before it was charged, 2026-12-03); ``--depth-over-measured-level`` with the depth ratio over the one-stage level as
 measured, ``max(live_stage(2) / live_stage(1), 1)``, the rule before 2026-12-04 (now over the level as charged,
@@ -224,7 +224,12 @@ def depth_over_model(v: dict, cost: object, pp: int) -> float:
         return 1.0
     bare = ProfiledCost(cost.p, cost.shape, None, 1)
     corun = corun_ratio(cost.p.fits["stage_corun"]) if "stage_corun" in cost.p.fits else 1.0
-    ratios = live_ratios(bare, read_samples(v["scenario"]["cost"]["profile_dir"]), corun)
+    profile = Path(v["scenario"]["cost"]["profile_dir"])
+    if not (profile / "samples.csv").is_file():
+        raise PPSimError(
+            f"--depth-over-model: {profile} has no samples.csv (the live runs); give runs of a full profile"
+        )
+    ratios = live_ratios(bare, read_samples(profile), corun)
     if 1 not in ratios or 2 not in ratios:
         return 1.0
     return max(ratios[2][1] / ratios[1][1], 1.0)
