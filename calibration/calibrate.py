@@ -37,7 +37,7 @@ from ppsim.cost.profiled import (
     Profile,
     ProfiledCost,
     corun_ratio,
-    depth_ratio,
+    depth_charged,
     fit_from_json,
     live_level,
 )
@@ -362,6 +362,19 @@ def live_ratios(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1
     return out
 
 
+def fit_depth(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0) -> OpFit | None:
+    """``live_depth``: the live runs at two stages over those at one, each over the stage model
+    (:func:`live_ratios`), the depth ratio the simulator charges at PP > 1 (held at 1 or more,
+    :func:`ppsim.cost.profiled.depth_charged`). ``live_stage``'s ratio is over the same steps timed alone:
+    charged on the model, it counts the model's own error on the two-stage live steps' stages (0.82-0.99x
+    on the first stage of ``dense-1024``, timed alone) a second time (docs/validation.md, part 16).
+    ``linear`` with no slope (one ratio). None without live runs at both depths."""
+    ratios = live_ratios(cost, rows, corun)
+    if 1 not in ratios or 2 not in ratios or ratios[1][1] <= 0.0:
+        return None
+    return OpFit("live_depth", "linear", "stages", {"c0": ratios[2][1] / ratios[1][1], "c1": 0.0})
+
+
 def fit_corun(rows: list[dict[str, Any]]) -> OpFit | None:
     """``stage_corun``: a stage's compute while another stage computes on the same host over the same step
     alone (:mod:`calibration.corun`): per reading (column ``reading``; an older artifact's rows are one)
@@ -683,6 +696,9 @@ def analyse_and_write(
         if any("host_shift" in r for r in rows):  # recorded, not charged (docs/calibration.md)
             shifted = fit_live(cost, rows, charged, shift=True)
             meta = {**meta, "live_stage_host_shifted": shifted.coef if shifted is not None else None}
+    depth = fit_depth(cost, rows, charged)
+    if depth is not None:
+        fits["live_depth"] = depth
     spread = fit_spread(cost, rows, charged)
     if spread is not None:
         fits["stage_spread"] = spread
@@ -707,6 +723,8 @@ def analyse_and_write(
         fj["turnaround"].update({"note": "live engine's stage loop between computes, input waiting, seconds"})
     if live is not None:
         fj["live_stage"].update({"note": "live engine's stage compute / the same steps alone, by pipeline stages"})
+    if depth is not None:
+        fj["live_depth"].update({"note": "live engine's stage compute at two stages / at one, each over the model"})
     if spread is not None:
         fj["stage_spread"].update({"note": "live engine's step-to-step stage compute spread at two stages, mean one"})
     if corun is not None:
@@ -766,7 +784,10 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         fit = fit_from_json("live_stage", fits["live_stage"])
         charged = f"charged: its level x{live_level(fit):.3f} at every depth"  # ProfiledCost.level_factor
         if len(live["xs"]) > 1:
-            charged += f", its depth ratio x{depth_ratio(fit, True):.3f} at PP > 1"  # ProfiledCost.depth_factor
+            read = {k: fit_from_json(k, fits[k]) for k in ("live_stage", "live_depth") if k in fits}
+            ratio = depth_charged(read, True)
+            over = "over the model, live_depth" if "live_depth" in fits else "live_stage"
+            charged += f", its depth ratio x{ratio:.3f} at PP > 1 ({over})"  # ProfiledCost.depth_factor
         lines.append(charged + " (each held at 1 or more)")
     spread = fits.get("stage_spread", {}).get("coef")
     if spread:

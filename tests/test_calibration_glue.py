@@ -318,7 +318,7 @@ def test_the_simulators_model_charges_the_live_level_held_at_one_at_every_depth(
     # the depth ratio over the level as charged: PP=2 charges max(L1, L2, 1), a one-stage level under 1 being
     # that depth's own drift; replay_adjusted.py --depth-over-measured-level gives the rule before (over L1 as
     # measured: max(L1, 1) x max(L2 / L1, 1)), which differs only where L1 < 1
-    from experiments.validation.replay_adjusted import WithoutDepth, depth_over_measured_level
+    from experiments.validation.replay_adjusted import WithoutDepth, depth_over_level
 
     for ys, pp2, before in (
         ([0.93, 0.99], 1.0, 0.99 / 0.93),
@@ -331,7 +331,9 @@ def test_the_simulators_model_charges_the_live_level_held_at_one_at_every_depth(
         for pp, spec, want, then in ((1, full, max(ys[0], 1.0), max(ys[0], 1.0)), (2, first, pp2, before)):
             model = ProfiledCost(Profile({}, f), SHAPE, None, 1, pp=pp, charge_level=True)
             assert model.stage_time(spec, plan) == pytest.approx(want * alone.stage_time(spec, plan))
-            held = WithoutDepth(model, 1.0, depth_over_measured_level(model, pp))
+            held = WithoutDepth(model, 1.0, depth_over_level(model, pp))
+            now = WithoutDepth(model, 1.0, depth_over_level(model, pp, charged=True))  # no live_depth: as charged
+            assert now.stage_time(spec, plan) == pytest.approx(model.stage_time(spec, plan))
             assert held.stage_time(spec, plan) == pytest.approx(then * alone.stage_time(spec, plan))
             # calibration's own model (steps timed alone, no level charged) keeps the ratio over L1 as measured
             direct = ProfiledCost(Profile({}, f), SHAPE, None, 1, pp=pp)
@@ -479,3 +481,39 @@ def test_depth_over_model_takes_the_stage_models_error_on_the_live_steps_out(tmp
     (tmp_path / "samples.csv").unlink()  # fits.json only: refused in one line
     with pytest.raises(PPSimError, match="--depth-over-model: .* has no samples.csv"):
         depth_over_model(v, model, 2)
+
+
+def test_the_simulator_charges_the_depth_ratio_over_the_model_where_the_profile_has_it():
+    """``live_depth`` (calibrate.fit_depth): the live runs at two stages over one, each over the stage model;
+    the simulator's model charges it at PP > 1 (held at 1 or more) in place of live_stage's ratio over the
+    steps timed alone, which counts the model's error on the two-stage steps a second time; calibration's own
+    model keeps live_stage's; calibrate reports which; --depth-over-model gives the same ratio on older
+    profiles."""
+    from calibration.calibrate import fit_depth, fit_live, format_report, plan_of
+    from calibration.fit import fit_to_json
+    from experiments.validation.replay_adjusted import WithoutDepth, depth_over_level
+
+    cost = ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1)
+    rows = _live_rows(cost, 1.04, 1, 0.0) + _live_rows(cost, 1.13, 2, 0.0)
+    rows = [{**r, "alone_s": 0.9 * r["alone_s"]} if r["split"] == "live2" and "alone_s" in r else r for r in rows]
+    live, depth = fit_live(cost, rows), fit_depth(cost, rows)
+    assert depth.name == "live_depth" and depth.coef == pytest.approx({"c0": 1.13 / 1.04, "c1": 0.0})
+    assert fit_depth(cost, [r for r in rows if r["split"] != "live2"]) is None  # one depth only: no ratio
+    assert fit_depth(cost, []) is None
+    fits = {**base_fits(), "live_stage": live, "live_depth": depth}
+    plan, full, first = plan_of(PLANS[2]), StageSpec(0, 0, 3, True, True), StageSpec(0, 0, 3, True, False)
+    for pp, spec, want in ((1, full, 1.04), (2, first, 1.04 * 1.13 / 1.04)):
+        model = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=pp, charge_level=True)
+        assert model.stage_time(spec, plan) == pytest.approx(want * cost.stage_time(spec, plan))
+    two = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=2, charge_level=True)
+    # the rule before (live_stage over the level as charged) on the same profile: replay_adjusted's flag
+    before = WithoutDepth(two, 1.0, depth_over_level(two, 2, charged=True))
+    assert before.stage_time(first, plan) == pytest.approx(1.13 / 0.9 * cost.stage_time(first, plan))
+    direct = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=2)  # calibration's model: live_stage's ratio
+    assert direct.depth_factor == pytest.approx(1.13 / 0.9 / 1.04)
+    under = {**fits, "live_depth": OpFit("live_depth", "linear", "stages", {"c0": 0.97, "c1": 0.0})}
+    assert ProfiledCost(Profile({}, under), SHAPE, None, 1, pp=2, charge_level=True).depth_factor == 1.0
+    fj = {k: fit_to_json(f, {}) for k, f in fits.items()}
+    assert "its depth ratio x1.087 at PP > 1 (over the model, live_depth)" in format_report({}, fj)
+    del fj["live_depth"]
+    assert "its depth ratio x1.207 at PP > 1 (live_stage)" in format_report({}, fj)

@@ -21,8 +21,8 @@ from calibration.artifact import read_samples  # noqa: E402
 from calibration.calibrate import calibrate, plan_of, plan_of_seqs  # noqa: E402
 from ppsim.cli import main  # noqa: E402
 from ppsim.config import build_scenario  # noqa: E402
-from ppsim.cost.profiled import SCHEMA_VERSION, load_profiled_cost, read_profile  # noqa: E402
-from ppsim.models.shape import load_model  # noqa: E402
+from ppsim.cost.profiled import SCHEMA_VERSION, ProfiledCost, load_profiled_cost, read_profile  # noqa: E402
+from ppsim.models.shape import ModelShape, load_model  # noqa: E402
 
 SHIPPED = Path(__file__).resolve().parents[1] / "profiles" / "tiny-cpu"
 
@@ -46,7 +46,7 @@ def test_quick_calibrate_cli(quick_profile):
     fits = json.loads((out / "fits.json").read_text())
     glue = ("layer_glue", "first_glue", "last_glue")
     # fitted from engine stages, not by leave-one-out
-    derived = (*glue, "stage_idle", "live_stage", "stage_spread", "turnaround", "stage_corun", "handoff")
+    derived = (*glue, "stage_idle", "live_stage", "live_depth", "stage_spread", "turnaround", "stage_corun", "handoff")
     assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in derived)
     assert fits["stage_idle"]["form"] == "interp" and fits["stage_idle"]["coef"]["xs"][0] == 0.0
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
@@ -73,7 +73,13 @@ def test_quick_calibrate_cli(quick_profile):
     assert list(depth_by_run.values()) == ["live1", "live2"] * 3  # one stage and two in turn: drift falls on both
     live = fits["live_stage"]["coef"]
     assert live["xs"] == [1.0, 2.0] and all(0.2 < y < 5.0 for y in live["ys"])  # any host: the same code, timed twice
-    assert "live_stage" in text and f"its depth ratio x{max(live['ys'][1] / max(live['ys'][0], 1.0), 1.0):.3f}" in text
+    assert "live_stage" in text
+    # the depth ratio charged: the same runs over the stage model, two stages over one (calibrate.fit_depth)
+    depth = fits["live_depth"]["coef"]["c0"]
+    assert fits["live_depth"]["form"] == "linear" and 0.2 < depth < 5.0
+    assert f"its depth ratio x{max(depth, 1.0):.3f} at PP > 1 (over the model, live_depth)" in text
+    two = ProfiledCost(prof, ModelShape(**meta["model"]), None, 1, pp=2, charge_level=True)
+    assert two.depth_factor == max(depth, 1.0)
     # each live run's ratio shifted by the host's speed (the in-run sampler) while timed alone over during it
     shifts = {(r["split"], r["run"]): r["host_shift"] for r in alone if "host_shift" in r}
     assert len(shifts) >= 4 and all(0.3 < k < 3.0 for k in shifts.values())

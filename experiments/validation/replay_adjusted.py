@@ -39,8 +39,11 @@ level as charged at PP > 1, each held at 1 or more);
 before it was charged, 2026-12-03); ``--depth-over-measured-level`` with the depth ratio over the one-stage level as
 measured, ``max(live_stage(2) / live_stage(1), 1)``, the rule before 2026-12-04 (now over the level as charged,
 ``max(live_stage(1), 1)``, so that PP=2 charges ``max(live_stage(1), live_stage(2), 1)``; they differ only where the
-one-stage level is under 1, docs/validation.md, part 16); ``--depth-over-model`` with the depth ratio from the same
-live runs over the stage model instead of over the steps timed alone (``plan_class.py live``; not charged).
+one-stage level is under 1, docs/validation.md, part 16); ``--depth-over-charged-level`` with ``live_stage``'s ratio
+over the level as charged, the rule until a profile has ``live_depth``; ``--depth-over-model`` with the depth ratio
+from the same live runs over the stage model instead of over the steps timed alone (``calibrate.fit_depth``,
+``plan_class.py live``): charged since 2026-12-04 as a profile's ``live_depth``, and for profiles made before it
+computed from their ``samples.csv``.
 ``--without-corun`` predicts without the profile's ``stage_corun`` (stages computing at once on the host, charged to
 a micro-batch that starts while an earlier one is in the pipeline). Runs recorded with another depth ratio, co-run
 factor or live level (none before they were charged: no ``depth_factor`` / ``corun_factor`` / ``level_factor`` in
@@ -50,7 +53,7 @@ The last column is the pipeline bubble's error in fraction points.
 
 Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--with-path] [--without-idle]
      [--without-spread] [--without-turnaround] [--with-live] [--without-depth] [--without-corun]
-     [--without-level] [--depth-over-measured-level] [--depth-over-model] DIR [...]
+     [--without-level] [--depth-over-measured-level] [--depth-over-charged-level] [--depth-over-model] DIR [...]
 """
 
 from __future__ import annotations
@@ -201,22 +204,24 @@ class WithoutDepth(ScaledCompute):
         return self.factor * self.ratio * self.inner.stage_time(stage, plan)
 
 
-def depth_over_measured_level(cost: object, pp: int) -> float:
-    """The depth ratio as charged before 2026-12-04, over the one-stage level as measured,
-    ``max(live_stage(2) / live_stage(1), 1)`` (:func:`ppsim.cost.profiled.depth_ratio` without
-    ``over_charged_level``): above the charged one where that level is under 1; 1 at one stage (``pp``)."""
+def depth_over_level(cost: object, pp: int, charged: bool = False) -> float:
+    """``live_stage``'s depth ratio (over the same steps timed alone, :func:`ppsim.cost.profiled.depth_ratio`):
+    over the one-stage level as measured, ``max(live_stage(2) / live_stage(1), 1)``, the rule before 2026-12-04
+    (above the later ones where that level is under 1); with ``charged`` over the level as charged, the rule
+    until a profile has ``live_depth``. 1 at one stage (``pp``)."""
     while not hasattr(cost, "p") and hasattr(cost, "inner"):
         cost = cost.inner
     live = cost.p.fits.get("live_stage") if hasattr(cost, "p") else None
-    return depth_ratio(live) if live is not None and pp > 1 else 1.0
+    return depth_ratio(live, charged) if live is not None and pp > 1 else 1.0
 
 
 def depth_over_model(v: dict, cost: object, pp: int) -> float:
     """The depth ratio from calibration's live runs over the stage model rather than over the same steps timed
-    alone (:func:`calibration.calibrate.live_ratios`; the run's profile's ``samples.csv``): two stages over one,
-    both over the model, held at 1 or more; 1 at one stage or without live runs."""
+    alone (:func:`calibration.calibrate.fit_depth`, from the run's profile's ``samples.csv``; charged since
+    2026-12-04 where a profile has it): two stages over one, both over the model, held at 1 or more; 1 at one
+    stage or without live runs at both depths."""
     from calibration.artifact import read_samples
-    from calibration.calibrate import live_ratios
+    from calibration.calibrate import fit_depth
 
     while not hasattr(cost, "p") and hasattr(cost, "inner"):
         cost = cost.inner
@@ -229,10 +234,8 @@ def depth_over_model(v: dict, cost: object, pp: int) -> float:
         raise PPSimError(
             f"--depth-over-model: {profile} has no samples.csv (the live runs); give runs of a full profile"
         )
-    ratios = live_ratios(bare, read_samples(profile), corun)
-    if 1 not in ratios or 2 not in ratios:
-        return 1.0
-    return max(ratios[2][1] / ratios[1][1], 1.0)
+    fit = fit_depth(bare, read_samples(profile), corun)
+    return max(float(fit.coef["c0"]), 1.0) if fit is not None else 1.0
 
 
 class CorunAs(ScaledCompute):
@@ -306,6 +309,7 @@ def replay(
     without_level: bool = False,
     over_measured_level: bool = False,
     over_model: bool = False,
+    over_charged_level: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
@@ -361,9 +365,11 @@ def replay(
     if over_model:
         held = WithoutDepth(prep.cost, 1.0, depth_over_model(v, prep.cost, len(prep.topology.stages)))
         out["depth over model"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
-    if over_measured_level:
-        held = WithoutDepth(prep.cost, 1.0, depth_over_measured_level(prep.cost, len(prep.topology.stages)))
-        out["depth over measured level"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
+    for flag, charged, kind in ((over_measured_level, False, "measured"), (over_charged_level, True, "charged")):
+        if flag:
+            ratio = depth_over_level(prep.cost, len(prep.topology.stages), charged)
+            held = WithoutDepth(prep.cost, 1.0, ratio)
+            out[f"depth over {kind} level"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
     if without_spread:
         out["without spread"] = pick(replay_with(prep, WithoutSpread(prep.cost), v["engine_summaries"])["rows"])
         bare = WithoutSpread(recorded, adj["factor"])
@@ -422,10 +428,16 @@ def main(argv: list[str] | None = None) -> int:
         "PP=2: max(live_stage(1), 1) x max(live_stage(2) / live_stage(1), 1))",
     )
     ap.add_argument(
+        "--depth-over-charged-level",
+        action="store_true",
+        help="also predict with live_stage's depth ratio over the level as charged (the rule 2026-12-04 until a "
+        "profile has live_depth; PP=2: max(live_stage(1), live_stage(2), 1))",
+    )
+    ap.add_argument(
         "--depth-over-model",
         action="store_true",
         help="also predict with the depth ratio from calibration's live runs over the stage model "
-        "(plan_class.py live), not over the same steps timed alone",
+        "(live_depth, charged where a profile has it; for profiles made before it, from their samples.csv)",
     )
     ap.add_argument(
         "--without-corun",
@@ -480,6 +492,7 @@ def report(args: argparse.Namespace) -> int:
                 args.without_level,
                 args.depth_over_measured_level,
                 args.depth_over_model,
+                args.depth_over_charged_level,
             )
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["adjusted by class"] if args.by_class else []
@@ -491,6 +504,7 @@ def report(args: argparse.Namespace) -> int:
     kinds += ["without corun"] if args.without_corun else []
     kinds += ["without level"] if args.without_level else []
     kinds += ["depth over measured level"] if args.depth_over_measured_level else []
+    kinds += ["depth over charged level"] if args.depth_over_charged_level else []
     kinds += ["depth over model"] if args.depth_over_model else []
     kinds += ["without spread", "adjusted without spread"] if args.without_spread else []
     kinds += ["without turnaround", "adjusted without turnaround"] if args.without_turnaround else []

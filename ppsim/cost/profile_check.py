@@ -31,6 +31,7 @@ OP_FORMS = {
     "layer_glue": ("tok_req", *ONE_D_FORMS),
     "stage_idle": ("interp",),
     "stage_spread": ("interp",),
+    "live_depth": ("linear",),
 }
 # Fits of a difference, whose terms may be negative: the glue (least squares of stage steps minus the
 # operators), ``handoff`` (live transfer minus ``send_recv``; charged as max(c0, 0)) and ``stage_idle``

@@ -34,12 +34,14 @@ steps timed alone) is charged twice over: its level, ``max(live_stage(1), 1)`` a
 (:attr:`ProfiledCost.level_factor`: what the live engine's stage loop costs a step beyond the same step
 timed alone; since 2026-12-03, docs/validation.md part 16), and its depth ratio at PP > 1, ``max(live_stage(2)
 / live_stage(1), 1)`` (:attr:`ProfiledCost.depth_factor`), what co-running stages cost each other on the
-calibrated host. Both are held at 1 or more: a live engine does not run a step faster than the same step
-timed alone, and a ratio under 1 is the host's drift. Only the simulator's model (:func:`load_profiled_cost`)
-charges the level; a ``ProfiledCost`` built directly (calibration, the checks of steps timed alone) is the
-stages-alone model. ``stage_corun`` (``calibration/corun.py``: a stage's step with a second stage process computing
-on the host over the same step alone, paired) is :attr:`ProfiledCost.corun_factor` at PP > 1: the pipelines
-multiply every compute of a micro-batch that starts while an earlier one is still in the pipeline by it
+calibrated host. Where the profile has ``live_depth`` (the same live runs at two stages over one, each over the stage
+model rather than over the same steps timed alone; since 2026-12-04), the simulator's model charges that as the depth
+ratio instead (:func:`depth_charged`). Both are held at 1 or more: a live engine does not run a step faster than the
+same step timed alone, and a ratio under 1 is the host's drift. Only the simulator's model
+(:func:`load_profiled_cost`) charges the level; a ``ProfiledCost`` built directly (calibration, the checks of steps
+timed alone) is the stages-alone model. ``stage_corun`` (``calibration/corun.py``: a stage's step with a second stage
+process computing on the host over the same step alone, paired) is :attr:`ProfiledCost.corun_factor` at PP > 1: the
+pipelines multiply every compute of a micro-batch that starts while an earlier one is still in the pipeline by it
 (:mod:`ppsim.sim.fast`); ``stage_time`` never includes it, as it depends on the pipeline's state.
 
 Mixture-of-experts layers (``engine/moe.py``) replace the three ``mlp_*`` operators with
@@ -195,6 +197,20 @@ def depth_ratio(live: OpFit, over_charged_level: bool = False) -> float:
     return max(live.at(2.0) / level, 1.0) if level > 0.0 else 1.0
 
 
+def depth_charged(fits: dict[str, OpFit], charge_level: bool) -> float:
+    """The depth ratio a stage compute pays at PP > 1, held at 1 or more. The simulator's model
+    (``charge_level``) charges ``live_depth`` where the profile has it: calibration's live runs at two
+    stages over one, each over the stage model (``calibrate.fit_depth``). A ratio over the same steps
+    timed alone, charged on the model, counts the model's own error on the two-stage live steps' stages
+    a second time (docs/validation.md, part 16). Otherwise, and in calibration's own model of steps
+    timed alone, ``live_stage``'s ratio (:func:`depth_ratio`); 1 without either."""
+    model = fits.get("live_depth") if charge_level else None
+    if model is not None:
+        return max(float(model.coef["c0"]), 1.0)
+    live = fits.get("live_stage")
+    return depth_ratio(live, charge_level) if live is not None else 1.0
+
+
 def live_level(live: OpFit) -> float:
     """``live_stage`` at one stage, held at 1 or more: the live engine's stage loop does not run a step
     faster than the same step timed alone, a level under 1 is the host's drift between a run and its alone
@@ -323,11 +339,12 @@ class ProfiledCost:
         # model, load_profiled_cost; docs/validation.md part 16): what the live stage loop costs a step
         # beyond the same step alone. Its depth ratio is charged at PP > 1: every stage compute times
         # live_stage here over live_stage at one stage (over the level as charged, where it is: depth_ratio),
-        # what co-running stages cost each other
+        # or the profile's live_depth in the simulator's model (depth_charged), what co-running stages
+        # cost each other
         live = self.p.fits.get("live_stage")
         self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
         self.level_factor = live_level(live) if live is not None and charge_level else 1.0
-        self.depth_factor = depth_ratio(live, charge_level) if live is not None and pp > 1 else 1.0
+        self.depth_factor = depth_charged(self.p.fits, charge_level) if pp > 1 else 1.0
         # the live engine's step-to-step spread of stage computes (mean one, calibrate.fit_spread): at PP > 1
         # the pipelines multiply each compute by one ratio drawn by (seed, stage, step id), as in-flight
         # micro-batches pay for a slow step that a mean cannot show; at one stage it would move no mean
