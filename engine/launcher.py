@@ -16,7 +16,7 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
-from engine.transport import Flush, StepMsg, Stop
+from engine.transport import DirectQueue, Flush, StepMsg, Stop
 from engine.worker import StageConfig, stage_main
 from ppsim.errors import PPSimError
 
@@ -70,8 +70,8 @@ class StageGroup:
     def __init__(self, cfgs: list[StageConfig]) -> None:
         self.cfgs = cfgs
         self.ctx = mp.get_context("spawn")
-        self.results: Any = self.ctx.Queue()
-        self.ctrls: list[Any] = [self.ctx.Queue() for _ in cfgs]
+        self.results = DirectQueue(self.ctx)
+        self.ctrls = [DirectQueue(self.ctx) for _ in cfgs]
         self.procs: list[Any] = []
         self.stopping = False
 
@@ -206,5 +206,4 @@ class StageGroup:
                 p.kill()
                 p.join(timeout=JOIN_TIMEOUT_S)
         for q in [*self.ctrls, self.results]:
-            q.cancel_join_thread()
             q.close()

@@ -21,13 +21,17 @@
   :mod:`engine.datapath`), ``("ops", rank, [StageTimes])``,
   ``("error", rank, text)`` and ``("bye", rank)``.
 
-The control and result queues are ``multiprocessing`` queues: a ``put`` hands the message to the
-queue's feeder thread, which needs the GIL to pickle and write it. At the interpreter's default
-5 ms switch interval that thread could wait for a busy main thread: with two micro-batches in flight
-(tiny-moe, PP=2, one request per micro-batch) a step message reached a stage already waiting for it
-0.27-0.28 ms after the launch at the median but 2.1-2.8 ms at p90. vLLM writes its step broadcast
-in the calling thread (``shm_broadcast.MessageQueue``), so the engine core and the stages run at a
-0.2 ms switch interval (:data:`SWITCH_INTERVAL_S`): p90 0.59-0.74 ms, same median (two runs each).
+The control and result queues are :class:`DirectQueue` pipes whose ``put`` pickles and writes the
+message in the calling thread, as vLLM writes its step broadcast (``shm_broadcast.MessageQueue``). A
+``multiprocessing.Queue`` hands it to a feeder thread instead, which must then get the GIL and a core:
+at the interpreter's default 5 ms switch interval it waited for a busy main thread (a step message
+reached a waiting stage 0.27-0.28 ms after launch at the median, 2.1-2.8 ms at p90; at the 0.2 ms
+interval, :data:`SWITCH_INTERVAL_S`, which the processes still use for the other threads: p90
+0.59-0.74 ms), and with both cores busy computing, the scheduler left it waiting 1-4 ms for one
+(tiny-moe, PP=2, one request per micro-batch: 40-55 of 191 stage gaps over 2 ms per run; direct
+writes with the stages on cores of their own, :func:`engine.worker.stage_cores`: 16-20,
+docs/engine.md). The pipes are enlarged to :data:`PIPE_BYTES` where the OS allows, so that a
+``put`` does not block on a reader busy writing its own.
 
 With ``--device cuda --backend gloo`` the tensors are staged through host memory (several stages
 may share one GPU that way; NCCL refuses two ranks on one device). That mode is for functional
@@ -36,16 +40,19 @@ checks and calibration, not for timing.
 
 from __future__ import annotations
 
+import queue
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 SWITCH_INTERVAL_S = 0.0002  # the engine's processes switch threads this often (module docstring)
+PIPE_BYTES = 1 << 20  # control / result pipe capacity asked of the OS (Linux's default maximum)
 
 
 @contextmanager
@@ -57,6 +64,43 @@ def switch_interval(seconds: float = SWITCH_INTERVAL_S) -> Iterator[None]:
         yield
     finally:
         sys.setswitchinterval(before)
+
+
+class DirectQueue:
+    """A process queue without a feeder thread: ``put`` pickles and writes in the calling thread.
+
+    ``multiprocessing.SimpleQueue`` (a pipe, one lock per end) with the ``queue.Queue`` calls the
+    engine uses: ``get(timeout=...)`` and ``get_nowait`` raise ``queue.Empty``. Many writers may share
+    it; one process reads it. Made in the parent and handed to spawned processes as arguments."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._q = ctx.SimpleQueue()
+        _enlarge_pipe(self._q._writer.fileno())
+
+    def put(self, msg: Any) -> None:
+        self._q.put(msg)
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The next message; ``queue.Empty`` if none arrives within ``timeout`` seconds (None: wait)."""
+        if timeout is not None and not self._q._reader.poll(max(0.0, timeout)):
+            raise queue.Empty
+        return self._q.get()
+
+    def get_nowait(self) -> Any:
+        return self.get(0.0)
+
+    def close(self) -> None:
+        self._q.close()
+
+
+def _enlarge_pipe(fd: int) -> None:
+    """Ask for a :data:`PIPE_BYTES` pipe; keep the default where the OS has no such call or says no."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass
 
 
 @dataclass(frozen=True, slots=True)

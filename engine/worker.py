@@ -339,12 +339,34 @@ def _startup_fault(cfg: StageConfig) -> None:
         time.sleep(1.0)
 
 
+def stage_cores(rank: int, world: int, threads: int, device: str, available: set[int]) -> set[int] | None:
+    """The cores a stage runs on: ``threads`` of its own where every stage's threads fit ``available``
+    (the cores this host lets the engine use); None where they do not, or off CPU (the OS places it).
+
+    As each worker of a GPU deployment has its device and host cores to itself: on shared cores a
+    helper thread that delivers a message (gloo's receive loop) waited 1-4 ms for the scheduler while
+    both cores computed (docs/engine.md). The engine core and the host sampler are not pinned."""
+    if device != "cpu" or threads < 1 or world * threads > len(available):
+        return None
+    cores = sorted(available)
+    return set(cores[rank * threads : (rank + 1) * threads])
+
+
+def _pin(cfg: StageConfig) -> None:
+    if not hasattr(os, "sched_setaffinity"):  # not Linux: the OS places it
+        return
+    cores = stage_cores(cfg.rank, cfg.world, cfg.threads, cfg.device, os.sched_getaffinity(0))
+    if cores is not None:
+        os.sched_setaffinity(0, cores)  # before torch and gloo start their threads, which inherit it
+
+
 def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
     """Entry point of a stage process (``torch.multiprocessing`` spawn target)."""
     die_with_parent()  # off Linux the parent-pid check in the control loop still ends the stage
-    sys.setswitchinterval(SWITCH_INTERVAL_S)  # the result queue's feeder thread (engine/transport.py)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # its helper threads (engine/transport.py)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(cfg.threads)
+    _pin(cfg)
     try:
         _startup_fault(cfg)
         results.put(("phase", cfg.rank, "started"))
@@ -368,7 +390,5 @@ def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
         if cfg.world > 1:
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - report anything, then exit non-zero
-        results.put(("error", cfg.rank, traceback.format_exc(limit=8)))
-        results.close()
-        results.join_thread()
+        results.put(("error", cfg.rank, traceback.format_exc(limit=8)))  # written before put returns
         os._exit(1)
