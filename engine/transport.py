@@ -28,8 +28,8 @@ at the interpreter's default 5 ms switch interval it waited for a busy main thre
 reached a waiting stage 0.27-0.28 ms after launch at the median, 2.1-2.8 ms at p90; at the 0.2 ms
 interval, :data:`SWITCH_INTERVAL_S`, which the processes still use for the other threads: p90
 0.59-0.74 ms), and with both cores busy computing, the scheduler left it waiting 1-4 ms for one
-(tiny-moe, PP=2, one request per micro-batch: 40-55 of 191 stage gaps over 2 ms per run; direct
-writes with the stages on cores of their own, :func:`engine.worker.stage_cores`: 16-20,
+(tiny-moe, PP=2, one request per micro-batch: 29-56 of 191 stage gaps over 2 ms per run; direct
+writes with the stages on cores of their own, :func:`engine.worker.stage_cores`: 11-32,
 docs/engine.md). The pipes are enlarged to :data:`PIPE_BYTES` where the OS allows, so that a
 ``put`` does not block on a reader busy writing its own.
 
