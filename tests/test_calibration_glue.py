@@ -517,3 +517,37 @@ def test_the_simulator_charges_the_depth_ratio_over_the_model_where_the_profile_
     assert "its depth ratio x1.087 at PP > 1 (over the model, live_depth)" in format_report({}, fj)
     del fj["live_depth"]
     assert "its depth ratio x1.207 at PP > 1 (live_stage)" in format_report({}, fj)
+
+
+def test_level_over_model_charges_live_runs_under_the_model_unheld(tmp_path):
+    """``replay_adjusted.py --level-over-model``: live runs that came in under their steps alone (0.85x at one
+    stage, 0.84x at two; the engine's stages on cores of their own), the steps alone 1.1x the model, are
+    charged as measured over the model: the level 0.935, not held at 1 as the simulator charges it, the
+    depth ratio 0.924 / 0.935, not held at 1; refused in one line for a profile without samples.csv."""
+    from calibration.artifact import samples_csv
+    from calibration.calibrate import fit_depth, fit_live, plan_of
+    from experiments.validation.replay_adjusted import LevelAs, WithoutDepth, level_over_model
+    from ppsim.errors import PPSimError
+
+    cost = ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1)
+    rows = _live_rows(cost, 0.85, 1, 0.0) + _live_rows(cost, 0.84, 2, 0.0)
+    (tmp_path / "samples.csv").write_text(samples_csv(rows))
+    fits = {**base_fits(), "live_stage": fit_live(cost, rows), "live_depth": fit_depth(cost, rows)}
+    v = {"scenario": {"cost": {"profile_dir": str(tmp_path)}}}
+    plan, full, first = plan_of(PLANS[2]), StageSpec(0, 0, 3, True, True), StageSpec(0, 0, 3, True, False)
+    for pp, spec, want in ((1, full, 0.935), (2, first, 0.924)):
+        model = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=pp, charge_level=True)
+        assert model.stage_time(spec, plan) == pytest.approx(cost.stage_time(spec, plan))  # held at 1, twice
+        level, depth = level_over_model(v, model, pp)
+        assert (level, depth) == pytest.approx((0.935, 0.924 / 0.935 if pp > 1 else 1.0))
+        unheld = WithoutDepth(LevelAs(model, level), 1.0, depth)
+        assert unheld.stage_time(spec, plan) == pytest.approx(want * cost.stage_time(spec, plan))
+    one_depth = tmp_path / "one"
+    one_depth.mkdir()
+    (one_depth / "samples.csv").write_text(samples_csv(_live_rows(cost, 0.85, 1, 0.0)))
+    w = {"scenario": {"cost": {"profile_dir": str(one_depth)}}}
+    assert level_over_model(w, model, 1) == pytest.approx((0.935, 1.0))
+    assert level_over_model(w, model, 2) is None  # no two-stage live runs: nothing to charge at PP=2
+    (tmp_path / "samples.csv").unlink()
+    with pytest.raises(PPSimError, match="--level-over-model: .* has no samples.csv"):
+        level_over_model(v, model, 2)

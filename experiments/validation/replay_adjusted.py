@@ -43,7 +43,10 @@ one-stage level is under 1, docs/validation.md, part 16); ``--depth-over-charged
 over the level as charged, the rule until a profile has ``live_depth``; ``--depth-over-model`` with the depth ratio
 from the same live runs over the stage model instead of over the steps timed alone (``calibrate.fit_depth``,
 ``plan_class.py live``): charged since 2026-12-04 as a profile's ``live_depth``, and for profiles made before it
-computed from their ``samples.csv``.
+computed from their ``samples.csv``. ``--level-over-model`` charges those live runs over the stage model as
+measured, unheld: the one-stage runs over the model as the level (the simulator charges them over the steps
+timed alone, held at 1), ``live_depth`` unheld at PP=2; written when the engine's stages got cores of their own
+and its live runs came in under the model (docs/moe.md, seventeenth round).
 ``--without-corun`` predicts without the profile's ``stage_corun`` (stages computing at once on the host, charged to
 a micro-batch that starts while an earlier one is in the pipeline). Runs recorded with another depth ratio, co-run
 factor or live level (none before they were charged: no ``depth_factor`` / ``corun_factor`` / ``level_factor`` in
@@ -53,7 +56,8 @@ The last column is the pipeline bubble's error in fraction points.
 
 Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--with-path] [--without-idle]
      [--without-spread] [--without-turnaround] [--with-live] [--without-depth] [--without-corun]
-     [--without-level] [--depth-over-measured-level] [--depth-over-charged-level] [--depth-over-model] DIR [...]
+     [--without-level] [--depth-over-measured-level] [--depth-over-charged-level] [--depth-over-model]
+     [--level-over-model] DIR [...]
 """
 
 from __future__ import annotations
@@ -215,27 +219,50 @@ def depth_over_level(cost: object, pp: int, charged: bool = False) -> float:
     return depth_ratio(live, charged) if live is not None and pp > 1 else 1.0
 
 
+def live_inputs(v: dict, cost: object, flag: str) -> tuple[ProfiledCost, list[dict], float] | None:
+    """What calibration fits its live ratios from, for the run's profile: the bare stage model, the rows of
+    its ``samples.csv`` and its co-run charge (:func:`calibration.calibrate.live_ratios`); ``flag`` names
+    the option in the one-line refusal for a profile without them. None off a profiled model."""
+    from calibration.artifact import read_samples
+
+    while not hasattr(cost, "p") and hasattr(cost, "inner"):
+        cost = cost.inner
+    if not hasattr(cost, "p"):
+        return None
+    corun = corun_ratio(cost.p.fits["stage_corun"]) if "stage_corun" in cost.p.fits else 1.0
+    profile = Path(v["scenario"]["cost"]["profile_dir"])
+    if not (profile / "samples.csv").is_file():
+        raise PPSimError(f"{flag}: {profile} has no samples.csv (the live runs); give runs of a full profile")
+    return ProfiledCost(cost.p, cost.shape, None, 1), read_samples(profile), corun
+
+
 def depth_over_model(v: dict, cost: object, pp: int) -> float:
     """The depth ratio from calibration's live runs over the stage model rather than over the same steps timed
     alone (:func:`calibration.calibrate.fit_depth`, from the run's profile's ``samples.csv``; charged since
     2026-12-04 where a profile has it): two stages over one, both over the model, held at 1 or more; 1 at one
     stage or without live runs at both depths."""
-    from calibration.artifact import read_samples
     from calibration.calibrate import fit_depth
 
-    while not hasattr(cost, "p") and hasattr(cost, "inner"):
-        cost = cost.inner
-    if pp < 2 or not hasattr(cost, "p"):
-        return 1.0
-    bare = ProfiledCost(cost.p, cost.shape, None, 1)
-    corun = corun_ratio(cost.p.fits["stage_corun"]) if "stage_corun" in cost.p.fits else 1.0
-    profile = Path(v["scenario"]["cost"]["profile_dir"])
-    if not (profile / "samples.csv").is_file():
-        raise PPSimError(
-            f"--depth-over-model: {profile} has no samples.csv (the live runs); give runs of a full profile"
-        )
-    fit = fit_depth(bare, read_samples(profile), corun)
+    inputs = live_inputs(v, cost, "--depth-over-model") if pp > 1 else None
+    fit = fit_depth(*inputs) if inputs is not None else None
     return max(float(fit.coef["c0"]), 1.0) if fit is not None else 1.0
+
+
+def level_over_model(v: dict, cost: object, pp: int) -> tuple[float, float] | None:
+    """(level, depth ratio) charging calibration's live runs over the stage model as measured, unheld: the
+    level the live runs at one stage over the model (not over the steps alone, held at 1), the depth ratio
+    those at two stages over those at one (``live_depth``, not held at 1); their product at PP=2 is the
+    two-stage live runs over the model. None without live runs at the depths needed."""
+    from calibration.calibrate import fit_depth, live_ratios
+
+    inputs = live_inputs(v, cost, "--level-over-model")
+    ratios = live_ratios(*inputs) if inputs is not None else {}
+    if 1 not in ratios:
+        return None
+    fit = fit_depth(*inputs) if pp > 1 else None
+    if pp > 1 and fit is None:
+        return None
+    return ratios[1][1], (float(fit.coef["c0"]) if fit is not None else 1.0)
 
 
 class CorunAs(ScaledCompute):
@@ -310,6 +337,7 @@ def replay(
     over_measured_level: bool = False,
     over_model: bool = False,
     over_charged_level: bool = False,
+    level_model: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
@@ -365,6 +393,11 @@ def replay(
     if over_model:
         held = WithoutDepth(prep.cost, 1.0, depth_over_model(v, prep.cost, len(prep.topology.stages)))
         out["depth over model"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
+    if level_model:
+        got = level_over_model(v, prep.cost, len(prep.topology.stages))
+        if got is not None:
+            model = WithoutDepth(LevelAs(prep.cost, got[0]), 1.0, got[1])
+            out["level over model"] = pick(replay_with(prep, model, v["engine_summaries"])["rows"])
     for flag, charged, kind in ((over_measured_level, False, "measured"), (over_charged_level, True, "charged")):
         if flag:
             ratio = depth_over_level(prep.cost, len(prep.topology.stages), charged)
@@ -440,6 +473,13 @@ def main(argv: list[str] | None = None) -> int:
         "(live_depth, charged where a profile has it; for profiles made before it, from their samples.csv)",
     )
     ap.add_argument(
+        "--level-over-model",
+        action="store_true",
+        help="also predict with calibration's live runs over the stage model charged as measured, unheld: the "
+        "level the one-stage runs over the model (not over the steps alone held at 1), the depth ratio live_depth "
+        "(not held at 1)",
+    )
+    ap.add_argument(
         "--without-corun",
         action="store_true",
         help="also predict without the profile's stage_corun (stages computing at once on the host)",
@@ -493,6 +533,7 @@ def report(args: argparse.Namespace) -> int:
                 args.depth_over_measured_level,
                 args.depth_over_model,
                 args.depth_over_charged_level,
+                args.level_over_model,
             )
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["adjusted by class"] if args.by_class else []
@@ -506,6 +547,7 @@ def report(args: argparse.Namespace) -> int:
     kinds += ["depth over measured level"] if args.depth_over_measured_level else []
     kinds += ["depth over charged level"] if args.depth_over_charged_level else []
     kinds += ["depth over model"] if args.depth_over_model else []
+    kinds += ["level over model"] if args.level_over_model else []
     kinds += ["without spread", "adjusted without spread"] if args.without_spread else []
     kinds += ["without turnaround", "adjusted without turnaround"] if args.without_turnaround else []
     head = "".join(f"{m[:14]:>16s}" for m in METRICS) + f"{'bubble (pts)':>14s}"
