@@ -523,7 +523,8 @@ def test_level_over_model_charges_live_runs_under_the_model_unheld(tmp_path):
     """``replay_adjusted.py --level-over-model``: live runs that came in under their steps alone (0.85x at one
     stage, 0.84x at two; the engine's stages on cores of their own), the steps alone 1.1x the model, are
     charged as measured over the model: the level 0.935, not held at 1 as the simulator charges it, the
-    depth ratio 0.924 / 0.935, not held at 1; refused in one line for a profile without samples.csv."""
+    depth ratio 0.924 / 0.935, not held at 1 (1 without two-stage runs); refused in one line for a profile
+    without samples.csv."""
     from calibration.artifact import samples_csv
     from calibration.calibrate import fit_depth, fit_live, plan_of
     from experiments.validation.replay_adjusted import LevelAs, WithoutDepth, level_over_model
@@ -547,7 +548,7 @@ def test_level_over_model_charges_live_runs_under_the_model_unheld(tmp_path):
     (one_depth / "samples.csv").write_text(samples_csv(_live_rows(cost, 0.85, 1, 0.0)))
     w = {"scenario": {"cost": {"profile_dir": str(one_depth)}}}
     assert level_over_model(w, model, 1) == pytest.approx((0.935, 1.0))
-    assert level_over_model(w, model, 2) is None  # no two-stage live runs: nothing to charge at PP=2
+    assert level_over_model(w, model, 2) == pytest.approx((0.935, 1.0))  # no two-stage runs: no depth ratio
     (tmp_path / "samples.csv").unlink()
     with pytest.raises(PPSimError, match="--level-over-model: .* has no samples.csv"):
         level_over_model(v, model, 2)

@@ -248,21 +248,18 @@ def depth_over_model(v: dict, cost: object, pp: int) -> float:
     return max(float(fit.coef["c0"]), 1.0) if fit is not None else 1.0
 
 
-def level_over_model(v: dict, cost: object, pp: int) -> tuple[float, float] | None:
+def level_over_model(v: dict, cost: object, pp: int) -> tuple[float, float]:
     """(level, depth ratio) charging calibration's live runs over the stage model as measured, unheld: the
     level the live runs at one stage over the model (not over the steps alone, held at 1), the depth ratio
     those at two stages over those at one (``live_depth``, not held at 1); their product at PP=2 is the
-    two-stage live runs over the model. None without live runs at the depths needed."""
+    two-stage live runs over the model. 1 for what the profile has no live runs for (nothing measured,
+    nothing charged, as the simulator does)."""
     from calibration.calibrate import fit_depth, live_ratios
 
     inputs = live_inputs(v, cost, "--level-over-model")
     ratios = live_ratios(*inputs) if inputs is not None else {}
-    if 1 not in ratios:
-        return None
-    fit = fit_depth(*inputs) if pp > 1 else None
-    if pp > 1 and fit is None:
-        return None
-    return ratios[1][1], (float(fit.coef["c0"]) if fit is not None else 1.0)
+    fit = fit_depth(*inputs) if inputs is not None and pp > 1 else None
+    return ratios[1][1] if 1 in ratios else 1.0, float(fit.coef["c0"]) if fit is not None else 1.0
 
 
 class CorunAs(ScaledCompute):
@@ -394,10 +391,9 @@ def replay(
         held = WithoutDepth(prep.cost, 1.0, depth_over_model(v, prep.cost, len(prep.topology.stages)))
         out["depth over model"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
     if level_model:
-        got = level_over_model(v, prep.cost, len(prep.topology.stages))
-        if got is not None:
-            model = WithoutDepth(LevelAs(prep.cost, got[0]), 1.0, got[1])
-            out["level over model"] = pick(replay_with(prep, model, v["engine_summaries"])["rows"])
+        level, depth = level_over_model(v, prep.cost, len(prep.topology.stages))
+        model = WithoutDepth(LevelAs(prep.cost, level), 1.0, depth)
+        out["level over model"] = pick(replay_with(prep, model, v["engine_summaries"])["rows"])
     for flag, charged, kind in ((over_measured_level, False, "measured"), (over_charged_level, True, "charged")):
         if flag:
             ratio = depth_over_level(prep.cost, len(prep.topology.stages), charged)
