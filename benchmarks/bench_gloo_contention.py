@@ -70,12 +70,10 @@ def _apply_policy(policy: str) -> None:
 def _rank(rank: int, port: int, steps: int, ms: list[float], sleep: bool, policy: str, pin: bool, out: str) -> None:
     torch.set_num_threads(1)
     if pin:
-        from engine.worker import stage_cores
+        from engine.worker import pin as pin_stage
 
-        cores = stage_cores(rank, 2, 1, "cpu", os.sched_getaffinity(0))
-        if cores is None:
-            raise SystemExit("bench_gloo_contention: --pin needs two cores")
-        os.sched_setaffinity(0, cores)
+        if pin_stage(rank, 2, 1, "cpu") is None:
+            raise SystemExit("bench_gloo_contention: --pin needs two cores (Linux)")
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=TIMEOUT_S)
     )

@@ -352,12 +352,15 @@ def stage_cores(rank: int, world: int, threads: int, device: str, available: set
     return set(cores[rank * threads : (rank + 1) * threads])
 
 
-def _pin(cfg: StageConfig) -> None:
-    if not hasattr(os, "sched_setaffinity"):  # not Linux: the OS places it
-        return
-    cores = stage_cores(cfg.rank, cfg.world, cfg.threads, cfg.device, os.sched_getaffinity(0))
+def pin(rank: int, world: int, threads: int, device: str) -> set[int] | None:
+    """Put the calling process on :func:`stage_cores`' cores, before torch and gloo start their threads
+    (which inherit them); the cores, or None where the OS places it (not Linux, or they do not fit)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = stage_cores(rank, world, threads, device, os.sched_getaffinity(0))
     if cores is not None:
-        os.sched_setaffinity(0, cores)  # before torch and gloo start their threads, which inherit it
+        os.sched_setaffinity(0, cores)
+    return cores
 
 
 def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
@@ -366,7 +369,7 @@ def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # its helper threads (engine/transport.py)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(cfg.threads)
-    _pin(cfg)
+    pin(cfg.rank, cfg.world, cfg.threads, cfg.device)
     try:
         _startup_fault(cfg)
         results.put(("phase", cfg.rank, "started"))

@@ -48,15 +48,20 @@ def test_get_waits_its_timeout_then_raises_empty():
     q.close()
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux pipes")
+def _pipe_max_bytes() -> int:
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            return int(f.read())
+    except OSError:  # not Linux
+        return 0
+
+
+@pytest.mark.skipif(_pipe_max_bytes() < PIPE_BYTES, reason="the OS allows no 1 MiB pipe")
 def test_the_pipe_holds_more_than_the_default_64_kib_where_the_os_allows():
     q = DirectQueue(mp.get_context("spawn"))
-    with open("/proc/sys/fs/pipe-max-size") as f:
-        allowed = int(f.read())
     for _ in range(12):  # 12 x ~20 KB: a default pipe (64 KiB) would block the writer here
         q.put("y" * 20_000)
-    if allowed >= PIPE_BYTES:
-        assert [len(q.get(timeout=1.0)) for _ in range(12)] == [20_000] * 12
+    assert [len(q.get(timeout=1.0)) for _ in range(12)] == [20_000] * 12
     q.close()
 
 
@@ -72,3 +77,22 @@ def test_stages_that_do_not_fit_or_run_on_gpus_are_left_to_the_os():
     assert stage_cores(0, 4, 1, "cpu", {0, 1}) is None  # PP=4 on 2 cores
     assert stage_cores(0, 2, 2, "cpu", {0, 1, 2}) is None
     assert stage_cores(0, 2, 1, "cuda", {0, 1, 2, 3}) is None
+
+
+def _pinned(q: DirectQueue, rank: int, world: int) -> None:
+    from engine.worker import pin
+
+    q.put((pin(rank, world, 1, "cpu"), os.sched_getaffinity(0)))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="Linux, 2 cores")
+def test_a_pinned_process_runs_on_its_own_core_only():
+    ctx = mp.get_context("spawn")
+    q = DirectQueue(ctx)
+    p = ctx.Process(target=_pinned, args=(q, 1, 2))
+    p.start()
+    got, now = q.get(timeout=60)
+    p.join(timeout=30)
+    q.close()
+    assert got == now and len(now) == 1  # one core, the second of those this process may use
+    assert now == stage_cores(1, 2, 1, "cpu", os.sched_getaffinity(0))
