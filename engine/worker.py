@@ -26,6 +26,7 @@ import traceback
 from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -363,6 +364,31 @@ def pin(rank: int, world: int, threads: int, device: str) -> set[int] | None:
     return cores
 
 
+HELPER_THREADS = ("gloo_tcp_loop",)  # gloo's TCP event loop (one per device of the process group)
+
+
+def idle_helpers(names: tuple[str, ...] = HELPER_THREADS) -> list[int]:
+    """Put this process's threads named ``names`` at ``SCHED_IDLE``; their thread ids (none off Linux).
+
+    gloo's event loop busy-polls a level-triggered socket while the pair it serves is locked by another
+    thread (``Pair::handleEvents``: ``std::try_to_lock``, skip, ``epoll_wait`` again). Woken by a message
+    while the stage's main thread was inside gloo holding that lock (posting a receive), it preempted the
+    main thread on their shared core and spun until the scheduler took the core back, 3-8 ms, before the
+    main thread could let go (docs/engine.md). At ``SCHED_IDLE`` it never preempts the main thread: it runs
+    when the main thread waits, which is when a message is wanted."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return []
+    done = []
+    for task in Path(f"/proc/{os.getpid()}/task").glob("*"):
+        try:
+            if (task / "comm").read_text().strip() in names:
+                os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
+                done.append(int(task.name))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return done
+
+
 def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
     """Entry point of a stage process (``torch.multiprocessing`` spawn target)."""
     die_with_parent()  # off Linux the parent-pid check in the control loop still ends the stage
@@ -381,6 +407,8 @@ def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
                 world_size=cfg.world,
                 timeout=timedelta(seconds=cfg.dist_timeout_s),
             )
+            if cfg.device == "cpu":
+                idle_helpers()
         results.put(("phase", cfg.rank, "joined"))
         stage = Stage(cfg, ctrl, results)
         results.put(("phase", cfg.rank, "loaded"))

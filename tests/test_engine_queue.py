@@ -96,3 +96,41 @@ def test_a_pinned_process_runs_on_its_own_core_only():
     q.close()
     assert got == now and len(now) == 1  # one core, the second of those this process may use
     assert now == stage_cores(1, 2, 1, "cpu", os.sched_getaffinity(0))
+
+
+def _gloo_idle(q: DirectQueue, rank: int, port: int) -> None:
+    import torch.distributed as dist
+
+    from engine.worker import idle_helpers
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    tids = idle_helpers()
+    pid = os.getpid()
+    main_policy = os.sched_getscheduler(0)
+    loop_policies = [os.sched_getscheduler(t) for t in tids]
+    names = [open(f"/proc/{pid}/task/{t}/comm").read().strip() for t in tids]
+    dist.barrier()
+    dist.destroy_process_group()
+    q.put((rank, names, loop_policies, main_policy))
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
+def test_gloo_event_loop_threads_run_at_sched_idle_and_the_main_thread_does_not():
+    import socket
+
+    with socket.socket() as s:  # a free port for the group's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = DirectQueue(ctx)
+    procs = [ctx.Process(target=_gloo_idle, args=(q, r, port)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got = sorted(q.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    q.close()
+    for rank, names, loop_policies, main_policy in got:
+        assert names and set(names) == {"gloo_tcp_loop"}, rank  # gloo's event loop was found and changed
+        assert loop_policies == [os.SCHED_IDLE] * len(names)
+        assert main_policy == os.SCHED_OTHER  # the stage's own thread keeps the default policy
