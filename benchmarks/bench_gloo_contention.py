@@ -16,7 +16,9 @@ schedule with each compute a sleep: the CPUs free), ``light`` (rank 1 computes 0
 rank 0). ``--policy`` puts the computing thread under another scheduling policy or nice value
 after the process group is up (gloo's own threads keep the default), to test whether the stalls
 are the transport's threads waiting for a CPU. ``--pin`` puts each rank on a core of its own
-before the group is up, as the engine places its CPU stages (``engine.worker.stage_cores``).
+before the group is up, as the engine places its CPU stages (``engine.worker.stage_cores``);
+``--idle-loop`` puts gloo's event-loop thread at SCHED_IDLE after it, as the engine does
+(``engine.worker.idle_helpers``).
 
 On this project's 2-vCPU VM (kernel 6.18, HZ 250; 2026-12-01, 300 steps of 4 ms): ``compute``
 had 23-45 of 300 steps with end->isends posted above 1 ms (mean 0.43-0.81 ms, p99 4-8 ms; the
@@ -27,9 +29,12 @@ writes a send in the caller only once the receiver's "recv ready" notice has bee
 event-loop thread, and both the loop thread and the pair's mutex holder need a CPU; with both
 vCPUs computing they wait up to a scheduler tick (4 ms here) or more. The simulator's hand-over is
 timed by calibration with one step in flight (no contention): docs/moe.md, ninth round.
+With ``--pin --idle-loop`` (2026-12-05): the irecv post's p99 5.0 -> 0.17 ms, end->isends posted
+5.2 -> 1.4 ms: gloo's loop thread, woken while the caller held the pair's lock, had preempted it and
+spun (docs/engine.md, "gloo's event loop at SCHED_IDLE").
 
 Run: python benchmarks/bench_gloo_contention.py [--steps 300] [--compute-ms 4] [--modes compute,sleep,light]
-     [--policy nice:5 | batch | idle] [--pin]
+     [--policy nice:5 | batch | idle] [--pin] [--idle-loop]
 """
 
 from __future__ import annotations
@@ -67,7 +72,9 @@ def _apply_policy(policy: str) -> None:
         os.sched_setscheduler(0, os.SCHED_BATCH if policy == "batch" else os.SCHED_IDLE, os.sched_param(0))
 
 
-def _rank(rank: int, port: int, steps: int, ms: list[float], sleep: bool, policy: str, pin: bool, out: str) -> None:
+def _rank(
+    rank: int, port: int, steps: int, ms: list[float], sleep: bool, policy: str, pin: bool, idle_loop: bool, out: str
+) -> None:
     torch.set_num_threads(1)
     if pin:
         from engine.worker import pin as pin_stage
@@ -78,6 +85,10 @@ def _rank(rank: int, port: int, steps: int, ms: list[float], sleep: bool, policy
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=TIMEOUT_S)
     )
     _apply_policy(policy)
+    if idle_loop:
+        from engine.worker import idle_helpers
+
+        idle_helpers()
     w, x = torch.randn(HIDDEN, HIDDEN) / 16, torch.randn(1, HIDDEN)
     compute = (lambda x, m: (time.sleep(m / 1e3), x)[1]) if sleep else (lambda x, m: _busy(x, w, m))
     events, sends = [], []
@@ -113,14 +124,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_mode(mode: str, steps: int, compute_ms: float, policy: str, pin: bool = False) -> dict[str, np.ndarray]:
+def run_mode(
+    mode: str, steps: int, compute_ms: float, policy: str, pin: bool = False, idle_loop: bool = False
+) -> dict[str, np.ndarray]:
     """One mode's three latency samples, milliseconds (perf_counter is one clock across processes)."""
     ms = [compute_ms, compute_ms * (0.3 if mode == "light" else 1.0)]
     with tempfile.TemporaryDirectory() as out:
         ctx = mp.get_context("spawn")
         port = _free_port()
         procs = [
-            ctx.Process(target=_rank, args=(r, port, steps, ms, mode == "sleep", policy, pin, out)) for r in (0, 1)
+            ctx.Process(target=_rank, args=(r, port, steps, ms, mode == "sleep", policy, pin, idle_loop, out))
+            for r in (0, 1)
         ]
         for p in procs:
             p.start()
@@ -146,10 +160,11 @@ def main() -> None:
     ap.add_argument("--modes", default="compute,sleep,light")
     ap.add_argument("--policy", default="", help="nice:N, batch or idle for the computing thread")
     ap.add_argument("--pin", action="store_true", help="each rank on a core of its own (as the engine's stages)")
+    ap.add_argument("--idle-loop", action="store_true", help="gloo's event loop at SCHED_IDLE (as the engine's stages)")
     args = ap.parse_args()
     print(f"{'mode':8s} {'sample':20s} {'n':>4s} {'median':>7s} {'mean':>7s} {'p99':>7s} {'max':>7s} {'>1ms':>5s}")
     for mode in args.modes.split(","):
-        for name, v in run_mode(mode, args.steps, args.compute_ms, args.policy, args.pin).items():
+        for name, v in run_mode(mode, args.steps, args.compute_ms, args.policy, args.pin, args.idle_loop).items():
             if len(v) == 0:
                 print(f"{mode:8s} {name:20s} {0:4d}")
                 continue
