@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import tempfile
 import threading
 import time
@@ -53,6 +52,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from engine.launcher import free_port
 
 HIDDEN = 256
 TIMEOUT_S = 60
@@ -118,12 +119,6 @@ def _rank(
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_mode(
     mode: str, steps: int, compute_ms: float, policy: str, pin: bool = False, idle_loop: bool = False
 ) -> dict[str, np.ndarray]:
@@ -131,7 +126,7 @@ def run_mode(
     ms = [compute_ms, compute_ms * (0.3 if mode == "light" else 1.0)]
     with tempfile.TemporaryDirectory() as out:
         ctx = mp.get_context("spawn")
-        port = _free_port()
+        port = free_port()
         procs = [
             ctx.Process(target=_rank, args=(r, port, steps, ms, mode == "sleep", policy, pin, idle_loop, out))
             for r in (0, 1)

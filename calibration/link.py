@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -21,12 +20,6 @@ import numpy as np
 from ppsim.errors import PPSimError
 
 WARMUP = 10  # round trips before timing (TCP buffers, first-use allocations)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _worker(rank: int, port: int, sizes: list[int], repeats: int, backend: str, q: Any) -> None:
@@ -75,10 +68,12 @@ def profile_link(
     import torch
     import torch.multiprocessing as mp
 
+    from engine.launcher import free_port
+
     backend = "nccl" if device == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [
         ctx.Process(target=_worker, args=(r, port, list(sizes), repeats, backend, q), daemon=True) for r in range(2)
     ]

@@ -116,11 +116,9 @@ def _gloo_idle(q: DirectQueue, rank: int, port: int) -> None:
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling policies")
 def test_gloo_event_loop_threads_run_at_sched_idle_and_the_main_thread_does_not():
-    import socket
+    from engine.launcher import free_port
 
-    with socket.socket() as s:  # a free port for the group's rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     q = DirectQueue(ctx)
     procs = [ctx.Process(target=_gloo_idle, args=(q, r, port)) for r in range(2)]
