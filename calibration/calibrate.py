@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from calibration import stage_layers
 from calibration.artifact import base_meta, check_output_dir, device_name, write_artifact
 from calibration.fit import fit_select, fit_to_json, predict
 from calibration.host_memory import check_memory
@@ -595,7 +596,7 @@ def calibrate(
     layer = Layer(shape, dtype, device, router_zipf=router_zipf)
     stack = max(1, min(shape.num_layers, STACK_BYTES // max(1, layer.weight_bytes())))
     prof = OpProfiler(layer, timer, stack=stack)
-    tasks = prof.tasks(grid)
+    tasks = prof.tasks(grid) + stage_layers.tasks(prof)
 
     def progress(i: int, n: int, t: Any) -> None:
         if device == "cpu" and i % len(tasks) == 0:  # the host guard's probes (ppsim/validate/host.py)
@@ -657,9 +658,17 @@ def calibrate(
 
 
 def analyse_and_write(
-    rows: list[dict[str, Any]], shape: ModelShape, meta: dict[str, Any], out: str, relative_glue: bool = True
+    rows: list[dict[str, Any]],
+    shape: ModelShape,
+    meta: dict[str, Any],
+    out: str,
+    relative_glue: bool = True,
+    charge_stage_layers: bool = False,
 ) -> dict[str, Any]:
-    """Fit every operator, the stage glue, score the held-out samples, and write the artifact."""
+    """Fit every operator, the stage glue, score the held-out samples, and write the artifact.
+    ``stage_layers`` (:mod:`calibration.stage_layers`) is recorded in ``meta.json``, not charged; with
+    ``charge_stage_layers`` it goes into the fits, which the profiled cost charges and the live ratios are
+    over (``experiments/validation/replay_adjusted.py --with-stage-layers``)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     if any(r["split"] == "stage" for r in rows):
@@ -673,6 +682,9 @@ def analyse_and_write(
         g, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"], stat)
         glue, note = {"layer_glue": g}, "OLS of whole layer minus sum of operators"
     fits.update(glue)
+    layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
+    if layers is not None and charge_stage_layers:
+        fits["stage_layers"] = layers
     idle = fit_idle([r for r in rows if r["split"] in ("idle", "idle_paired")], stat)
     if idle is not None:
         fits["stage_idle"] = idle
@@ -703,6 +715,8 @@ def analyse_and_write(
     if spread is not None:
         fits["stage_spread"] = spread
     whole = ("layer", *KINDS)
+    if layers is not None and not charge_stage_layers:  # recorded (docs/validation.md, part 17)
+        meta = {**meta, "stage_layers": {**layers.coef, "note": stage_layers.NOTE + "; recorded, not charged"}}
     meta = {
         **meta,
         "layer_gap": {"median_abs_rel": _median_abs([{"rel_err": g["gap_rel"]} for g in gaps]), "plans": gaps},
@@ -727,6 +741,8 @@ def analyse_and_write(
         fj["live_depth"].update({"note": "live engine's stage compute at two stages / at one, each over the model"})
     if spread is not None:
         fj["stage_spread"].update({"note": "live engine's step-to-step stage compute spread at two stages, mean one"})
+    if layers is not None and charge_stage_layers:
+        fj["stage_layers"].update({"note": stage_layers.NOTE})
     if corun is not None:
         fj["stage_corun"].update({"note": "a stage's step while another stage computes on the host / alone"})
     for name in glue:
@@ -772,6 +788,11 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
     ):
         if h.get(k) is not None:
             lines.append(f"held-out {name}: median |err| {100 * h[k]:.1f}%")
+    per_layer = fits.get("stage_layers", {}).get("coef") or meta.get("stage_layers")
+    if per_layer:
+        at = ", ".join(f"{x:.0f} layers x{y:.3f}" for x, y in zip(per_layer["xs"], per_layer["ys"], strict=True))
+        how = "charged" if "stage_layers" in fits else "recorded, not charged"
+        lines.append(f"a layer in a stage of n layers over one in the stack (stage_layers, {how}): {at}")
     live = fits.get("live_stage", {}).get("coef")
     if live:
         at = ", ".join(

@@ -19,8 +19,10 @@ torch = pytest.importorskip("torch")
 
 from calibration.artifact import read_samples  # noqa: E402
 from calibration.calibrate import calibrate, plan_of, plan_of_seqs  # noqa: E402
+from calibration.stage_layers import PLANS, layer_counts  # noqa: E402
 from ppsim.cli import main  # noqa: E402
 from ppsim.config import build_scenario  # noqa: E402
+from ppsim.cost.base import StageSpec  # noqa: E402
 from ppsim.cost.profiled import SCHEMA_VERSION, ProfiledCost, load_profiled_cost, read_profile  # noqa: E402
 from ppsim.models.shape import ModelShape, load_model  # noqa: E402
 
@@ -58,6 +60,14 @@ def test_quick_calibrate_cli(quick_profile):
     assert rows[0].startswith("op,split") and any(r.startswith("stage_full,heldout") for r in rows)
     for kind in ("stage_first", "stage_mid", "stage_last"):
         assert any(r.startswith(f"{kind},stage") for r in rows)
+    # a middle stage of each size PP 1-4 gives (up to the stack) on every plan, per step; the ratio per layer
+    counts = layer_counts(meta["model"]["num_layers"], meta["layer_stack"])
+    timed = [r for r in read_samples(out) if r["op"] == "stage_layers"]
+    assert sorted({(r["plan"], r["layers"]) for r in timed}) == sorted((p, n) for p in PLANS for n in counts)
+    per_layer = meta["stage_layers"]  # recorded, not charged (docs/validation.md, part 17)
+    assert "stage_layers" not in fits and per_layer["xs"] == [float(n) for n in counts]
+    assert per_layer["ys"][-1] == 1.0 and all(0.3 < y < 3.0 for y in per_layer["ys"])
+    assert "(stage_layers, recorded, not charged)" in text
     # the live engine's paths at two stages: the transfer (its excess over the link's ping-pong) and
     # the sampled-token ring's launch and return
     assert any(r.startswith("handoff,live") for r in rows) and any(r.startswith("send_recv,") for r in rows)
@@ -97,6 +107,30 @@ def test_quick_calibrate_cli(quick_profile):
     # the live runs' computes marked where they started beside an earlier micro-batch (two in flight)
     marked = [r for r in read_samples(out) if r["split"] == "live2" and r.get("corun") == 1]
     assert marked and all(r["op"] in ("stage_first", "stage_last") for r in marked)
+
+
+def test_stage_layers_charged_on_request_prices_a_stage_s_layers_at_its_ratio(quick_profile, tmp_path):
+    """The counterfactual's profile (replay_adjusted.py --with-stage-layers): the same samples fitted with
+    stage_layers among the fits, which the profiled cost then charges on a stage's layers."""
+    from calibration.calibrate import analyse_and_write
+
+    out, _ = quick_profile
+    meta = json.loads((out / "meta.json").read_text())
+    shape = ModelShape(**meta["model"])
+    analyse_and_write(read_samples(out), shape, meta, str(tmp_path), charge_stage_layers=True)
+    charged = json.loads((tmp_path / "fits.json").read_text())["stage_layers"]
+    assert charged["coef"]["xs"] == meta["stage_layers"]["xs"] and charged["coef"]["ys"] == meta["stage_layers"]["ys"]
+    assert "stage_layers" not in json.loads((tmp_path / "meta.json").read_text())
+    plain, scaled = (ProfiledCost(read_profile(d), shape, None, 1) for d in (out, tmp_path))
+    ratio = dict(zip(charged["coef"]["xs"], charged["coef"]["ys"], strict=True))[4.0]
+    plan = plan_of("40:1;41:1;42:1")
+    half = StageSpec(0, 4, 8, False, False)  # a middle stage of 4 layers: its layers only
+    assert scaled.stage_time(half, plan) - scaled.f["prepare_inputs"].at(3) == pytest.approx(
+        ratio * (scaled.layer_time(plan) * 4), rel=1e-9
+    )
+    assert plain.stage_time(half, plan) - plain.f["prepare_inputs"].at(3) == pytest.approx(
+        plain.layer_time(plan) * 4, rel=1e-9
+    )
 
 
 def test_link_profiler_two_processes():

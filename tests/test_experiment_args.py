@@ -503,8 +503,31 @@ def test_stage_check_refuses_before_timing(monkeypatch, inputs, capsys, argv, fr
 
 
 @pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--model", "tiny-typo"], "--model: unknown preset or missing file 'tiny-typo'"),
+        (["--model", "tiny", "--layers", "1,x"], "--layers: '1,x' is not comma-separated integers"),
+        (["--model", "tiny", "--layers", "0,2"], "--layers: '0,2' must be within 1..8"),
+        (["--model", "tiny", "--layers", "4,9"], "--layers: '4,9' must be within 1..8"),
+        (["--model", "tiny", "--rounds", "0"], "--rounds: 0 is not within 1..20"),
+    ],
+)
+def test_stage_size_refuses_before_timing(monkeypatch, inputs, capsys, argv, fragment):
+    stage_size = _script(monkeypatch, "stage_size", "calibration.stage_step.EngineStages")
+    _refused(stage_size.main, argv, inputs, capsys, fragment, INPUTS)
+
+
+def test_stage_size_default_counts_are_powers_of_two_and_the_whole_model():
+    from experiments.validation.stage_size import layer_counts
+
+    assert layer_counts(None, 8) == [1, 2, 4, 8] and layer_counts(None, 6) == [1, 2, 4, 6]
+    assert layer_counts("4,2,2", 8) == [2, 4]
+
+
+@pytest.mark.parametrize(
     "name, stubbed, argv",
     [
+        ("stage_size", ["calibration.stage_step.EngineStages"], ["--model", "tiny", "--layers", "2,4"]),
         ("glue_fit", ["refit_copy"], ["--profile", PROFILE, "{d}/run", "--work", "{d}/work"]),
         ("gpu_h200", ["run"], ["--device", "cpu", "--mid-model", "tiny", "--out", "{d}/out"]),
         (

@@ -47,6 +47,9 @@ computed from their ``samples.csv``. ``--level-over-model`` charges those live r
 measured, unheld: the one-stage runs over the model as the level (the simulator charges them over the steps
 timed alone, held at 1), ``live_depth`` unheld at PP=2; written when the engine's stages got cores of their own
 and its live runs came in under the model (docs/moe.md, seventeenth round).
+``--with-stage-layers`` predicts from the run's profile fitted again with its ``stage_layers`` charged
+(``calibration/stage_layers.py``, recorded since 2026-12-05: a stage's layers at that ratio of the profiler stack's
+per-layer cost, the live ratios over that model; judged and not adopted, docs/validation.md part 17).
 ``--without-corun`` predicts without the profile's ``stage_corun`` (stages computing at once on the host, charged to
 a micro-batch that starts while an earlier one is in the pipeline). Runs recorded with another depth ratio, co-run
 factor or live level (none before they were charged: no ``depth_factor`` / ``corun_factor`` / ``level_factor`` in
@@ -57,7 +60,7 @@ The last column is the pipeline bubble's error in fraction points.
 Run: python experiments/validation/replay_adjusted.py [--jitter-draws K] [--with-path] [--without-idle]
      [--without-spread] [--without-turnaround] [--with-live] [--without-depth] [--without-corun]
      [--without-level] [--depth-over-measured-level] [--depth-over-charged-level] [--depth-over-model]
-     [--level-over-model] DIR [...]
+     [--level-over-model] [--with-stage-layers] DIR [...]
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ import dataclasses
 import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 from calibration.core_path import step_paths
@@ -307,6 +311,27 @@ def prepared(d: Path, profile: str | None = None) -> tuple[dict, object]:
     return v, dataclasses.replace(prepare(build_scenario(None, sc)), num_blocks=blocks)
 
 
+def with_stage_layers(d: Path, v: dict) -> dict[str, float]:
+    """The prediction from the run's profile fitted again with its ``stage_layers`` charged (a stage's layers
+    at that ratio of the stack's per-layer cost, the live ratios over that model; recorded only, docs/validation.md
+    part 17), into a temporary copy. The plain prediction's errors where the profile has no such samples."""
+    from calibration.artifact import read_samples
+    from calibration.calibrate import analyse_and_write
+    from calibration.stage_layers import OP
+    from ppsim.models.shape import ModelShape
+
+    profile = Path(v["scenario"]["cost"]["profile_dir"])
+    rows = read_samples(profile)
+    if not any(r["op"] == OP for r in rows):
+        return {r["metric"]: r["error"] for r in v["rows"] if r["metric"] in COLUMNS}
+    meta = json.loads((profile / "meta.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        analyse_and_write(rows, ModelShape(**meta["model"]), meta, tmp, charge_stage_layers=True)
+        _, prep = prepared(d, tmp)
+        rows_out = replay_with(prep, prep.cost, v["engine_summaries"])["rows"]
+    return {r["metric"]: r["error"] for r in rows_out if r["metric"] in COLUMNS}
+
+
 def class_adjusted(cost: object, steps: list[dict], factor: float) -> ClassScaledCompute:
     """``cost`` with the runs' speed apart for prefill / mixed and decode computes (measured over predicted,
     summed per class; a class the runs did not have takes ``factor``, the whole runs')."""
@@ -335,6 +360,7 @@ def replay(
     over_model: bool = False,
     over_charged_level: bool = False,
     level_model: bool = False,
+    with_layers: bool = False,
 ) -> dict[str, dict[str, float]]:
     """``{"predicted": {metric: error}, "adjusted": {metric: error}, "jittered k": {...}, "factor": ...}``
     for one dir (``draws`` jittered replays; with ``without_idle`` also ``"without idle"``)."""
@@ -399,6 +425,8 @@ def replay(
             ratio = depth_over_level(prep.cost, len(prep.topology.stages), charged)
             held = WithoutDepth(prep.cost, 1.0, ratio)
             out[f"depth over {kind} level"] = pick(replay_with(prep, held, v["engine_summaries"])["rows"])
+    if with_layers:
+        out["with stage layers"] = with_stage_layers(d, v)
     if without_spread:
         out["without spread"] = pick(replay_with(prep, WithoutSpread(prep.cost), v["engine_summaries"])["rows"])
         bare = WithoutSpread(recorded, adj["factor"])
@@ -481,6 +509,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also predict without the profile's stage_corun (stages computing at once on the host)",
     )
     ap.add_argument(
+        "--with-stage-layers",
+        action="store_true",
+        help="also predict from the run's profile fitted again with its stage_layers charged (a stage's layers at "
+        "that ratio of the profiler stack's per-layer cost; the live ratios over that model)",
+    )
+    ap.add_argument(
         "--by-class",
         action="store_true",
         help="also replay with the runs' speed apart for prefill / mixed and decode computes",
@@ -530,6 +564,7 @@ def report(args: argparse.Namespace) -> int:
                 args.depth_over_model,
                 args.depth_over_charged_level,
                 args.level_over_model,
+                args.with_stage_layers,
             )
     kinds = ["predicted", "adjusted"] + [f"jittered {k}" for k in range(args.jitter_draws)]
     kinds += ["adjusted by class"] if args.by_class else []
@@ -544,6 +579,7 @@ def report(args: argparse.Namespace) -> int:
     kinds += ["depth over charged level"] if args.depth_over_charged_level else []
     kinds += ["depth over model"] if args.depth_over_model else []
     kinds += ["level over model"] if args.level_over_model else []
+    kinds += ["with stage layers"] if args.with_stage_layers else []
     kinds += ["without spread", "adjusted without spread"] if args.without_spread else []
     kinds += ["without turnaround", "adjusted without turnaround"] if args.without_turnaround else []
     head = "".join(f"{m[:14]:>16s}" for m in METRICS) + f"{'bubble (pts)':>14s}"

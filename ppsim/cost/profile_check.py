@@ -32,6 +32,7 @@ OP_FORMS = {
     "stage_idle": ("interp",),
     "stage_spread": ("interp",),
     "live_depth": ("linear",),
+    "stage_layers": ("interp",),
 }
 # Fits of a difference, whose terms may be negative: the glue (least squares of stage steps minus the
 # operators), ``handoff`` (live transfer minus ``send_recv``; charged as max(c0, 0)) and ``stage_idle``

@@ -44,6 +44,13 @@ process computing on the host over the same step alone, paired) is :attr:`Profil
 pipelines multiply every compute of a micro-batch that starts while an earlier one is still in the pipeline by it
 (:mod:`ppsim.sim.fast`); ``stage_time`` never includes it, as it depends on the pipeline's state.
 
+``stage_layers`` (:mod:`calibration.stage_layers`: a middle stage of ``n`` layers timed against one of the
+profiler's stack, per layer), where a profile's fits have it, multiplies a stage's layers by its ratio at the
+stage's layer count (:func:`stage_layers_ratio`): the operators and the glue are timed over the stack's layers
+in turn, and a stage of fewer layers finds more of its weights in the core's caches. ``ppsim calibrate``
+records it in ``meta.json`` only (judged and not adopted, 2026-12-05); the counterfactual profile of
+``experiments/validation/replay_adjusted.py --with-stage-layers`` charges it.
+
 Mixture-of-experts layers (``engine/moe.py``) replace the three ``mlp_*`` operators with
 ``moe_router`` (gate GEMM, softmax, top-k; over tokens), ``moe_experts`` (the grouped routed experts,
 form ``tok_exp`` over the step's ``T x k`` (token, expert) pairs and the distinct experts touched) and
@@ -209,6 +216,17 @@ def depth_charged(fits: dict[str, OpFit], charge_level: bool) -> float:
         return max(float(model.coef["c0"]), 1.0)
     live = fits.get("live_stage")
     return depth_ratio(live, charge_level) if live is not None else 1.0
+
+
+def stage_layers_ratio(fit: OpFit | None, num_layers: int) -> float:
+    """``stage_layers`` at a stage of ``num_layers`` layers: what a layer costs there over one in the
+    profiler's stack (:mod:`calibration.stage_layers`), flat outside the measured sizes (beyond the stack
+    the caches hold no layer's weights either way). 1 without the fit."""
+    if fit is None:
+        return 1.0
+    xs, ys = fit.coef["xs"], fit.coef["ys"]
+    n = min(max(float(num_layers), xs[0]), xs[-1])
+    return _interp(xs, ys, n)
 
 
 def live_level(live: OpFit) -> float:
@@ -484,12 +502,14 @@ class ProfiledCost:
             terms = memo.get(key)
             if terms is None:
                 terms = memo[key] = self._stage_parts(stage, T, R)
-            num_layers, dense, moe, prep, emb, last = terms
+            num_layers, dense, moe, prep, emb, last, per_layer = terms
             t = num_layers * base
             if dense is not None:
                 t += dense
             if moe is not None:
                 t += moe
+            if per_layer != 1.0:
+                t *= per_layer
             if t < 0.0:  # max(t, 0.0)
                 t = 0.0
             if prep is not None:
@@ -504,7 +524,7 @@ class ProfiledCost:
     def _stage_parts(self, stage: StageSpec, T: int, R: int) -> tuple:
         """The terms of ``stage_time`` that depend only on the stage and the token and request counts, in
         the order they are added: layers, dense MLPs, MoE MLPs, prepare_inputs, embedding, the last stage's
-        final norm + lm_head + sampling (None: absent)."""
+        final norm + lm_head + sampling (None: absent), and the layers' ``stage_layers`` ratio."""
         f = self.f
         key = (stage.start_layer, stage.end_layer)
         n_moe = self._n_moe.get(key)
@@ -522,7 +542,7 @@ class ProfiledCost:
             last = sum(f[op].at(T if f[op].x == "tokens" else R) for op in ("final_norm", "lm_head", "sampling"))
             if "last_glue" in f:
                 last += f["last_glue"].tok_req(T, R)
-        return nl, dense, moe, prep, emb, last
+        return nl, dense, moe, prep, emb, last, stage_layers_ratio(f.get("stage_layers"), nl)
 
     def _spread(self, stage: int, step_id: int) -> float:
         """The spread ratio the pipelines multiply stage ``stage``'s compute of step ``step_id`` by."""
