@@ -188,6 +188,31 @@ def test_live_ratios_over_the_steps_alone_and_over_the_model():
     assert live_ratios(cost, []) == {}
 
 
+def test_live_by_batch_bins_decode_steps_alone_over_the_model():
+    """Decode-only live steps timed alone at f(B) x the model: each bin's median is f of its steps; a step with
+    a prefill and one not timed alone are left out, as are empty bins."""
+    from calibration.calibrate import plan_of
+    from ppsim.cost.base import StageSpec
+    from ppsim.cost.profiled import Profile, ProfiledCost
+    from tests.test_calibration_glue import SHAPE, base_fits
+
+    cost = ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1)
+    f = {1: 0.85, 2: 0.9, 3: 0.92, 5: 1.1, 16: 0.95}
+    rows = []
+    for b, ratio in f.items():
+        items = ";".join(f"{40 + i}:1" for i in range(b))
+        alone = ratio * cost.stage_time(StageSpec(0, 0, 3, True, True), plan_of(items))
+        rows.append(
+            {"op": "stage_full", "split": "live1", "items": items, "layers": 3, "start_layer": 0, "alone_s": alone}
+        )
+    rows.append({**rows[0], "items": "0:16;40:1", "alone_s": 1.0})  # a prefill in it
+    rows.append({**rows[1], "alone_s": None})  # not timed alone
+    got = pc.live_by_batch(cost, rows)
+    assert list(got) == [(1, 1), (2, 3), (4, 7), (13, 20)]
+    assert got[(1, 1)] == pytest.approx((0.85, 1)) and got[(2, 3)] == pytest.approx((0.91, 2))
+    assert got[(4, 7)] == pytest.approx((1.1, 1)) and got[(13, 20)] == pytest.approx((0.95, 1))
+
+
 def test_live_refuses_a_profile_without_live_runs(capsys):
     assert pc.main(["live", "profiles/tiny-cpu"]) == 2
     err = capsys.readouterr().err

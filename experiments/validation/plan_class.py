@@ -28,7 +28,8 @@ the prediction net of it and of the run's live factors (``level_factor`` x ``dep
 
 ``live --model MODEL PROFILE``: the same per depth on calibration's live runs (``samples.csv``), over the same
 steps timed alone (``live_stage`` as charged, ``calibrate.fit_live``) and over the stage model: where the two
-differ, the model's own error on the live steps' stages, which the charged ratio leaves out but multiplies.
+differ, the model's own error on the live steps' stages, which the charged ratio leaves out but multiplies; and
+the live decode steps timed alone over the stage model by their number of requests (:func:`live_by_batch`).
 On `dense-1024` the serving runs' PP=2 / PP=1 came out 0.98-1.03 where calibration's charged depth ratio was
 1.10-1.18 and its ratio over the model 1.02-1.05 (docs/validation.md, part 16).
 
@@ -48,6 +49,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -243,6 +245,34 @@ def report_live(model: str, profile: str) -> None:
     if 1 in ratios and 2 in ratios:
         a, m = (ratios[2][k] / ratios[1][k] for k in (0, 1))
         print(f"two over one: over the steps alone {a:.3f}, over the stage model {m:.3f}")
+    by_batch = live_by_batch(cost, read_samples(profile))
+    cells = ", ".join(f"B {a}{f'-{b}' if b > a else ''}: {m:.3f} ({n})" for (a, b), (m, n) in by_batch.items())
+    print(f"decode steps timed alone over the stage model, by requests (steps): {cells or 'none'}")
+
+
+BATCH_BINS = ((1, 1), (2, 3), (4, 7), (8, 12), (13, 20), (21, 64), (65, 1 << 20))
+
+
+def live_by_batch(cost: Any, rows: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[float, int]]:
+    """Calibration's live decode-only steps timed alone over the stage model, median per bin of requests
+    (:data:`BATCH_BINS`; empty bins left out): the stage model's shape in the batch on the engine's own plans,
+    which no glue fit saw; the host's level is common to the bins of one profile. On this VM, `tiny-moe`'s
+    decode of 1 came out 0.81-0.88 and of 13-20 0.91-1.01 (four calibrations); `dense-1024`'s of 4-7 1.02-1.16
+    and of 13-20 0.90-1.03 (twelve) (docs/validation.md, "What is left out")."""
+    from calibration.calibrate import plan_of, stage_spec
+
+    ratios: dict[tuple[int, int], list[float]] = {}
+    for r in rows:
+        if not str(r["split"]).startswith("live") or not r.get("alone_s"):
+            continue
+        items = [part.split(":") for part in str(r["items"]).split(";")]
+        if any(n != "1" or start == "0" for start, n in items):  # a prefill in it
+            continue
+        pred = cost.stage_time(stage_spec(r), plan_of(r["items"]))
+        b = next(k for k in BATCH_BINS if k[0] <= len(items) <= k[1])
+        if pred > 0:
+            ratios.setdefault(b, []).append(float(r["alone_s"]) / pred)
+    return {k: (statistics.median(ratios[k]), len(ratios[k])) for k in BATCH_BINS if k in ratios}
 
 
 def check(model: str, profile: str, rounds: int) -> None:
