@@ -5,8 +5,8 @@ The operators and the stage glue are timed over ``stack`` distinct layers in tur
 pipeline stage holds fewer layers: at PP=2 half of them. On this project's 2-vCPU VM a stage of fewer
 layers runs each of them measurably faster, its weights more often still in the core's caches when
 the next step comes round (the same engine step on a middle stage, thread CPU time, interleaved rounds,
-2026-12-05): ``tiny-moe`` (7.5 MB a layer) 4 layers at 0.89-0.96 of 8 per layer, ``dense-1024``
-(45 MB a layer) 2 layers at 0.83-0.97 of 4 and 1 layer at 0.69-0.87. The stage model prices every
+2026-12-05, two readings): ``tiny-moe`` (7.5 MB a layer) 4 layers at 0.89-0.96 of 8 per layer,
+``dense-1024`` (45 MB a layer) 2 layers at 0.83-1.00 of 4 and 1 layer at 0.69-0.94. The stage model prices every
 stage at the stack's per-layer cost, and calibration's two-stage live runs came in under it
 (``tiny-moe``, MoE rounds 20-21: two stages over one, each over the model, 0.947 and 0.953), which the
 depth ratio, held at 1, does not charge.

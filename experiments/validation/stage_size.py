@@ -5,7 +5,7 @@ layers, for each n of ``--layers``, on decode and prefill plans, in interleaved 
 thread, thread CPU time, the calibration's clock), and prints the time per layer and its ratio to the
 largest n. What ``calibration/stage_layers.py`` measures inside ``ppsim calibrate`` (there net of
 ``prepare_inputs``, on its own plans), here over more plans and rounds: on this project's 2-vCPU VM a
-stage of fewer layers ran each layer 4-11% faster on ``tiny-moe`` (4 layers against 8) and 3-31% on
+stage of fewer layers ran each layer 4-11% faster on ``tiny-moe`` (4 layers against 8) and 0-31% on
 ``dense-1024`` (1-2 against 4), with the same code and weights (2026-12-05, docs/calibration.md).
 
 Run: python experiments/validation/stage_size.py --model MODEL [--layers 1,2,4] [--rounds 4]
