@@ -715,6 +715,7 @@ def analyse_and_write(
     if spread is not None:
         fits["stage_spread"] = spread
     whole = ("layer", *KINDS)
+    meta = {k: v for k, v in meta.items() if k != "stage_layers"}  # a refit's earlier record: this fit's, or none
     if layers is not None and not charge_stage_layers:  # recorded (docs/validation.md, part 17)
         meta = {**meta, "stage_layers": {**layers.coef, "note": stage_layers.NOTE + "; recorded, not charged"}}
     meta = {
