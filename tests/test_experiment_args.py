@@ -518,10 +518,10 @@ def test_stage_size_refuses_before_timing(monkeypatch, inputs, capsys, argv, fra
 
 
 def test_stage_size_default_counts_are_powers_of_two_and_the_whole_model():
-    from experiments.validation.stage_size import layer_counts
+    from experiments.validation.stage_size import sizes
 
-    assert layer_counts(None, 8) == [1, 2, 4, 8] and layer_counts(None, 6) == [1, 2, 4, 6]
-    assert layer_counts("4,2,2", 8) == [2, 4]
+    assert sizes(None, 8) == [1, 2, 4, 8] and sizes(None, 6) == [1, 2, 4, 6]
+    assert sizes("4,2,2", 8) == [2, 4]
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_main(lambda: stage_size(args))
 
 
-def layer_counts(arg: str | None, num_layers: int) -> list[int]:
+def sizes(arg: str | None, num_layers: int) -> list[int]:
     """``--layers`` parsed and checked against the model (each 1..num_layers), ascending, or the powers of
     two up to the model's layers and the model's own count."""
     if arg is None:
@@ -54,7 +54,7 @@ def stage_size(args: argparse.Namespace) -> int:
         raise PPSimError(f"--model: {str(err).removeprefix('model: ')}") from None
     if not 1 <= args.rounds <= 20:
         raise PPSimError(f"--rounds: {args.rounds} is not within 1..20")
-    counts = layer_counts(args.layers, s.num_layers)
+    counts = sizes(args.layers, s.num_layers)
     import torch
 
     from calibration.layer import Seq
