@@ -311,25 +311,42 @@ def prepared(d: Path, profile: str | None = None) -> tuple[dict, object]:
     return v, dataclasses.replace(prepare(build_scenario(None, sc)), num_blocks=blocks)
 
 
-def with_stage_layers(d: Path, v: dict) -> dict[str, float]:
-    """The prediction from the run's profile fitted again with its ``stage_layers`` charged (a stage's layers
-    at that ratio of the stack's per-layer cost, the live ratios over that model; recorded only, docs/validation.md
-    part 17), into a temporary copy. The plain prediction's errors where the profile has no such samples."""
+def pick(rows: list[dict]) -> dict[str, float]:
+    """A report's rows as {metric: error}, the columns this script prints."""
+    return {r["metric"]: r["error"] for r in rows if r["metric"] in COLUMNS}
+
+
+_CHARGED: dict[Path, tempfile.TemporaryDirectory] = {}  # profile -> its copy with stage_layers charged
+
+
+def charged_profile(profile: Path) -> Path | None:
+    """``profile`` fitted again with its ``stage_layers`` charged, into a temporary copy made once per profile
+    (a draw's runs share one; removed at exit); None without ``stage_layers`` samples."""
     from calibration.artifact import read_samples
     from calibration.calibrate import analyse_and_write
     from calibration.stage_layers import OP
     from ppsim.models.shape import ModelShape
 
-    profile = Path(v["scenario"]["cost"]["profile_dir"])
-    rows = read_samples(profile)
-    if not any(r["op"] == OP for r in rows):
-        return {r["metric"]: r["error"] for r in v["rows"] if r["metric"] in COLUMNS}
-    meta = json.loads((profile / "meta.json").read_text())
-    with tempfile.TemporaryDirectory() as tmp:
-        analyse_and_write(rows, ModelShape(**meta["model"]), meta, tmp, charge_stage_layers=True)
-        _, prep = prepared(d, tmp)
-        rows_out = replay_with(prep, prep.cost, v["engine_summaries"])["rows"]
-    return {r["metric"]: r["error"] for r in rows_out if r["metric"] in COLUMNS}
+    if profile not in _CHARGED:
+        rows = read_samples(profile)
+        if not any(r["op"] == OP for r in rows):
+            return None
+        meta = json.loads((profile / "meta.json").read_text())
+        tmp = tempfile.TemporaryDirectory()
+        analyse_and_write(rows, ModelShape(**meta["model"]), meta, tmp.name, charge_stage_layers=True)
+        _CHARGED[profile] = tmp
+    return Path(_CHARGED[profile].name)
+
+
+def with_stage_layers(d: Path, v: dict) -> dict[str, float]:
+    """The prediction from the run's profile fitted again with its ``stage_layers`` charged (a stage's layers
+    at that ratio of the stack's per-layer cost, the live ratios over that model; recorded only, docs/validation.md
+    part 17). The plain prediction's errors where the profile has no such samples."""
+    charged = charged_profile(Path(v["scenario"]["cost"]["profile_dir"]))
+    if charged is None:
+        return pick(v["rows"])
+    _, prep = prepared(d, str(charged))
+    return pick(replay_with(prep, prep.cost, v["engine_summaries"])["rows"])
 
 
 def class_adjusted(cost: object, steps: list[dict], factor: float) -> ClassScaledCompute:
@@ -384,7 +401,6 @@ def replay(
     ]
     rec = dataclasses.replace(prep, cost=recorded)
     adj = speed_adjusted(rec, steps, v["engine_summaries"])
-    pick = lambda rows: {r["metric"]: r["error"] for r in rows if r["metric"] in COLUMNS}  # noqa: E731
     out = {"predicted": pick(v["rows"]), "adjusted": pick(adj["rows"]), "factor": adj["factor"]}
     out["predicted now"] = out["predicted"]  # the current model on the same runs: a model of another depth ratio
     if recorded is not prep.cost:  # (recorded before it was charged, or before it was held at 1 or more) again

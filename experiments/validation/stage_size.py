@@ -19,7 +19,11 @@ import statistics
 from ppsim.cli import Parser, run_main
 from ppsim.errors import PPSimError
 
-PLANS = {"D1x300": ((300, 1),), "D8x20": ((20, 8),), "D8x300": ((300, 8),), "D32x40": ((40, 32),), "P64@0": ()}
+# plan -> requests as (start, new tokens): decodes of B requests at contexts c, c + 1, ...; one 64-token prefill
+PLANS = {
+    **{f"D{b}x{c}": [(c + i, 1) for i in range(b)] for b, c in ((1, 300), (8, 20), (8, 300), (32, 40))},
+    "P64@0": [(0, 64)],
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +69,7 @@ def stage_size(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     st = EngineStages(s, torch_dtype(s.dtype), torch.device("cpu"), 1)
     timer = Timer("cpu", clock="thread", repeats=3, warmup=2, min_repeat_s=0.01)
-    plans = {k: [Seq(c + i, 1) for c, b in v for i in range(b)] or [Seq(0, 64)] for k, v in PLANS.items()}
+    plans = {k: [Seq(start, n) for start, n in v] for k, v in PLANS.items()}
     per: dict[tuple[str, int], list[float]] = {}
     with torch.inference_mode():
         for _ in range(args.rounds):  # interleaved: a drift of the host between rounds hits every size alike
