@@ -3,8 +3,9 @@
 Steps: (1) time every task of the grid (:mod:`calibration.profile_ops`), (2) time ppsim's scheduler
 (:mod:`calibration.cpu_overheads`) and the link (:mod:`calibration.link`), (3) fit each operator
 (:mod:`calibration.fit`) with leave-one-out error, (4) fit the stage glue to the engine's own stage
-steps (:mod:`calibration.stage_step`): ``layer_glue`` per layer from middle stages, ``first_glue`` and
-``last_glue`` from the stage ends (the gaps are reported), (5) predict the held-out samples, which no
+steps (:mod:`calibration.stage_step`): ``layer_glue`` per layer from middle stages and the live engine's
+steps timed alone (:func:`fit_layer_glue_live`), ``first_glue`` and ``last_glue`` from the stage ends (the
+gaps are reported), (5) predict the held-out samples, which no
 fit saw, and report their errors, (6) write the artifact.
 
 Statistic: with the thread CPU clock or CUDA events, each operator's time is the *mean* of its
@@ -76,6 +77,7 @@ KINDS = {
     "stage_full": (True, True),
 }
 GLUE_KIND = {"layer_glue": "stage_mid", "first_glue": "stage_first", "last_glue": "stage_last"}
+LIVE_GLUE_NOTE = "; and the live engine's steps timed alone, the two sets at equal total weight (fit_layer_glue_live)"
 
 
 def _feats(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -123,13 +125,23 @@ def plan_of_seqs(seqs: list[Any]) -> StepPlan:
     return plan_of(";".join(f"{q.start}:{q.n}" for q in seqs))
 
 
-def _ols_tok_req(name: str, T: list[float], R: list[float], y: list[float], scale: list[float] | None = None) -> OpFit:
+def _ols_tok_req(
+    name: str,
+    T: list[float],
+    R: list[float],
+    y: list[float],
+    scale: list[float] | None = None,
+    weight: list[float] | None = None,
+) -> OpFit:
     """Least squares of ``y`` on (1, tokens, requests): the ``tok_req`` form. With ``scale`` (one positive
-    number per sample), the residuals are divided by it first: least squares of relative errors."""
+    number per sample), the residuals are divided by it first: least squares of relative errors. With
+    ``weight``, each squared residual counts that many times."""
     A = np.column_stack([np.ones(len(T)), np.array(T, dtype=float), np.array(R, dtype=float)])
     b = np.array(y, dtype=float)
-    if scale is not None:
-        w = 1.0 / np.array(scale, dtype=float)
+    w = np.ones(len(T)) if scale is None else 1.0 / np.array(scale, dtype=float)
+    if weight is not None:
+        w = w * np.sqrt(np.array(weight, dtype=float))
+    if scale is not None or weight is not None:
         A, b = A * w[:, None], b * w
     c, *_ = np.linalg.lstsq(A, b, rcond=None)
     return OpFit(name, "tok_req", "", {"c0": float(c[0]), "tok": float(c[1]), "req": float(c[2])})
@@ -149,6 +161,7 @@ def fit_stage_glue(
     rows: list[dict[str, Any]],
     stat: str,
     relative: bool = True,
+    live: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, OpFit], list[dict[str, Any]]]:
     """The glue between the operators and the engine's stage steps, in three least-squares fits on
     (1, tokens, requests): ``layer_glue`` per layer from middle stages (measured minus the operators'
@@ -186,7 +199,44 @@ def fit_stage_glue(
                 }
             )
         out[name] = _ols_tok_req(name, T, R, y, scale if relative else None)
+    if live and "layer_glue" in out:
+        out["layer_glue"] = fit_layer_glue_live(fits, meta, shape, rows, live, stat, out)
     return out, gaps
+
+
+def fit_layer_glue_live(
+    fits: dict[str, OpFit],
+    meta: dict[str, Any],
+    shape: ModelShape,
+    rows: list[dict[str, Any]],
+    live: list[dict[str, Any]],
+    stat: str,
+    ends: dict[str, OpFit],
+) -> OpFit:
+    """``layer_glue`` fitted on the grid's middle stages and on calibration's live engine steps timed alone
+    (``alone_s``: whole stages of one and two-stage pipelines, ends included, priced with ``ends``' glues),
+    by relative least squares on (1, tokens, requests), the two sets at equal total weight. The grid's
+    plans are decodes at contexts 64-768 and prefills of up to 512 tokens; the live steps are the plans the
+    engine forms itself (decodes of 1-32 requests at short contexts, prefills joining them), where a glue
+    fitted on the grid alone came out 5-15% over the steps timed alone at one request and within a few
+    percent at 13-20 (docs/validation.md, part 18)."""
+    zero = OpFit("layer_glue", "tok_req", "", {"c0": 0.0, "tok": 0.0, "req": 0.0})
+    cost = ProfiledCost(Profile(meta, {**fits, **ends, "layer_glue": zero}), shape, None, 1)
+    sets = (
+        [(r, value(r, stat)) for r in rows if r["op"] == "stage_mid"],
+        [(r, float(r["alone_s"])) for r in live if int(r.get("layers", 0)) > 0],
+    )
+    T, R, y, scale, weight = [], [], [], [], []
+    for sel in sets:
+        for r, measured in sel:
+            spec, plan = stage_spec(r), plan_of(r["items"])
+            per = spec.num_layers
+            T.append(plan.num_tokens)
+            R.append(plan.num_reqs)
+            y.append((measured - cost.stage_time(spec, plan)) / per)
+            scale.append(measured / per)
+            weight.append(1.0 / len(sel))
+    return _ols_tok_req("layer_glue", T, R, y, scale, weight)
 
 
 def fit_glue(
@@ -664,6 +714,7 @@ def analyse_and_write(
     out: str,
     relative_glue: bool = True,
     charge_stage_layers: bool = False,
+    glue_live: bool = True,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact.
     ``stage_layers`` (:mod:`calibration.stage_layers`) is recorded in ``meta.json``, not charged; with
@@ -673,11 +724,13 @@ def analyse_and_write(
     fits, stats = fit_all(rows, stat)
     if any(r["split"] == "stage" for r in rows):
         stage_rows = [r for r in rows if r["split"] == "stage"]
-        glue, gaps = fit_stage_glue(fits, meta, shape, stage_rows, stat, relative_glue)
+        alone = [r for r in rows if str(r["split"]).startswith("live") and r.get("alone_s")] if glue_live else None
+        glue, gaps = fit_stage_glue(fits, meta, shape, stage_rows, stat, relative_glue, alone)
         note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
         if not relative_glue:
             note = "OLS of the engine's stage steps minus the operators' prediction (calibration/stage_step.py)"
     else:  # an artifact from before stage steps were timed
+        alone = None
         cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
         g, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"], stat)
         glue, note = {"layer_glue": g}, "OLS of whole layer minus sum of operators"
@@ -748,11 +801,14 @@ def analyse_and_write(
         fj["stage_corun"].update({"note": "a stage's step while another stage computes on the host / alone"})
     for name in glue:
         fj[name].update({"n_samples": sum(1 for g in gaps if g["stage"] in ("layer", GLUE_KIND[name])), "note": note})
+    if alone and "layer_glue" in glue:  # fit_layer_glue_live
+        n_live = sum(1 for r in alone if int(r.get("layers", 0)) > 0)
+        fj["layer_glue"].update({"n_live_samples": n_live, "note": note + LIVE_GLUE_NOTE})
     write_artifact(out, meta, fj, rows)
     return meta
 
 
-def refit(profile_dir: str, relative_glue: bool = True) -> dict[str, Any]:
+def refit(profile_dir: str, relative_glue: bool = True, glue_live: bool = True) -> dict[str, Any]:
     """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place
     (``relative_glue=False``: :func:`fit_stage_glue` in seconds)."""
     import json
@@ -762,7 +818,7 @@ def refit(profile_dir: str, relative_glue: bool = True) -> dict[str, Any]:
 
     meta = json.loads((Path(profile_dir) / "meta.json").read_text())
     shape = ModelShape(**meta["model"])
-    return analyse_and_write(read_samples(profile_dir), shape, meta, profile_dir, relative_glue)
+    return analyse_and_write(read_samples(profile_dir), shape, meta, profile_dir, relative_glue, glue_live=glue_live)
 
 
 def pct(v: float | None) -> str:

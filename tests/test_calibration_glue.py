@@ -552,3 +552,81 @@ def test_level_over_model_charges_live_runs_under_the_model_unheld(tmp_path):
     (tmp_path / "samples.csv").unlink()
     with pytest.raises(PPSimError, match="--level-over-model: .* has no samples.csv"):
         level_over_model(v, model, 2)
+
+
+def _alone_rows(layer_c0: float) -> list[dict]:
+    """Live-engine steps timed alone (``alone_s``) as a model with the TRUE glue but ``layer_c0`` per layer
+    prices them: one-stage (3 layers, both ends) and two-stage (a first and a last stage of 3 layers)."""
+    from calibration.calibrate import KINDS, plan_of
+
+    glue = {k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}
+    glue["layer_glue"] = OpFit("layer_glue", "tok_req", "", {**TRUE["layer_glue"], "c0": layer_c0})
+    cost = ProfiledCost(Profile({}, {**base_fits(), **glue}), SHAPE, None, 1)
+    rows = []
+    for split, kinds in (("live1", ("stage_full",)), ("live2", ("stage_first", "stage_last"))):
+        for kind in kinds:
+            first, last = KINDS[kind]
+            for items in PLANS:
+                alone = cost.stage_time(StageSpec(0, 0, 3, first, last), plan_of(items))
+                row = {"op": kind, "split": split, "items": items, "layers": 3, "start_layer": 0, "alone_s": alone}
+                rows.append({**row, "gap_s": 0.0, "median_s": alone, "mean_s": alone, "repeats": 1})
+    return rows
+
+
+def test_live_glue_recovers_the_glue_where_the_grid_and_the_live_steps_agree():
+    """``fit_layer_glue_live``: the grid's middle stages and the live steps timed alone (their ends priced with
+    the fitted end glues) from one model give that model's ``layer_glue`` back."""
+    got, _ = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean", live=_alone_rows(20e-6))
+    for k, v in TRUE["layer_glue"].items():
+        assert got["layer_glue"].coef[k] == pytest.approx(v, abs=1e-9), k
+    assert got["first_glue"].coef == pytest.approx(TRUE["first_glue"]) and got["last_glue"].coef == pytest.approx(
+        TRUE["last_glue"]
+    )
+
+
+def test_live_glue_weighs_the_grid_and_the_live_steps_alike_however_many_of_each():
+    """Live steps cheaper than the grid by 15 us a layer: the fit lands between the two, closer to each set than
+    the other set's own glue is, and the same with the live steps repeated (each set's total weight is one)."""
+    grid_c0, live_c0 = TRUE["layer_glue"]["c0"], 5e-6
+    alone = _alone_rows(live_c0)
+    got = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean", live=alone)[0]["layer_glue"]
+    assert live_c0 < got.coef["c0"] < grid_c0
+    again = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean", live=alone * 5)[0]["layer_glue"]
+    assert again.coef == pytest.approx(got.coef, rel=1e-9, abs=1e-15)
+    grid_only = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean")[0]["layer_glue"]
+    assert grid_only.coef["c0"] == pytest.approx(grid_c0, abs=1e-12)
+
+
+def test_analyse_and_write_fits_the_layer_glue_on_the_live_steps_too_by_default(tmp_path):
+    """``ppsim calibrate`` (and ``refit``) take the live steps timed alone into ``layer_glue`` and say so in its
+    note; ``glue_live=False`` is the grid's fit alone."""
+    meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
+    rows = synthetic_rows() + _alone_rows(5e-6)
+    fits = {k: f for k, f in base_fits().items()}
+    from calibration.calibrate import FORMS
+
+    for name, f in fits.items():
+        if f.form in ("linear", "linear_floor") and FORMS.get(name, ("", ""))[1] in ("tokens", "reqs", "n"):
+            for x in (1, 8, 64, 256):
+                rows.append({"op": name, "split": "fit", FORMS[name][1]: x, "mean_s": f.at(x), "median_s": f.at(x)})
+    pre, dec = fits["attn_prefill"], fits["attn_decode"]
+    rows += [
+        {"op": "attn_prefill", "split": "fit", "chunk": c, "prefix": p, "mean_s": pre.prefill(c, p), "median_s": 0.0}
+        for c in (8, 64, 256)
+        for p in (0, 128, 512)
+    ]
+    rows += [
+        {"op": "attn_decode", "split": "fit", "batch": b, "ctx_tokens": b * c, "mean_s": dec.decode(b, b * c)}
+        for b in (1, 4, 16, 64)
+        for c in (16, 512)
+    ]
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "live"))
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "grid"), glue_live=False)
+    import json
+
+    live = json.loads((tmp_path / "live" / "fits.json").read_text())["layer_glue"]
+    grid = json.loads((tmp_path / "grid" / "fits.json").read_text())["layer_glue"]
+    assert live["n_live_samples"] == 3 * len(PLANS) and "live engine's steps timed alone" in live["note"]
+    assert "n_live_samples" not in grid and "live engine" not in grid["note"]
+    assert 5e-6 < live["coef"]["c0"] < grid["coef"]["c0"]
+    assert grid["coef"]["c0"] == pytest.approx(TRUE["layer_glue"]["c0"], rel=0.05, abs=2e-6)

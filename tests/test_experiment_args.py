@@ -359,6 +359,73 @@ def test_glue_fit_work_may_not_replace_the_profile(monkeypatch, inputs, capsys):
     _refused(glue_fit.main, argv, inputs, capsys, "--work: {d}/seconds is also --profile", [*INPUTS, "seconds"])
 
 
+def _live_profile(d: Path) -> str:
+    """The shipped profile with one live-engine step timed alone among its samples (``glue_live.py`` needs one)."""
+    import shutil
+
+    from calibration.artifact import read_samples, samples_csv
+
+    shutil.copytree(PROFILE, d)
+    row = {"op": "stage_full", "split": "live1", "items": "99:1", "layers": 2, "start_layer": 0, "alone_s": 0.001}
+    (d / "samples.csv").write_text(samples_csv([*read_samples(d), {**row, "median_s": 0.0011, "mean_s": 0.0011}]))
+    return str(d)
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--profile", "{d}/missing", "{d}/run"], "--profile: {d}/missing: no samples.csv or meta.json"),
+        (["--profile", PROFILE, "{d}/empty"], "runs: {d}/empty: no validation.json"),
+        (["--profile", PROFILE, "{d}/run", "--work", "{d}/f"], "--work: {d}/f exists and is not a directory"),
+        (["--profile", PROFILE, "{d}/run", "--work", "{d}/run"], "--work: {d}/run is also runs"),
+        (["--profile", PROFILE, "{d}/run", "--work", "{d}/w", "--csv", "{d}/empty"], "--csv: {d}/empty is a directory"),
+        (["--profile", PROFILE, "{d}/run", "--work", "{d}/w"], "has no live steps timed alone"),
+    ],
+)
+def test_glue_live_inputs_checked_before_the_refit(monkeypatch, inputs, capsys, argv, fragment):
+    """A profile without live runs (the shipped one) would refit both copies alike and compare nothing."""
+    glue_live = _script(monkeypatch, "glue_live", "refit_copy")
+    _refused(glue_live.main, ["refit", *argv], inputs, capsys, fragment, INPUTS)
+
+
+def test_glue_live_good_arguments_reach_the_refit(monkeypatch, tmp_path):
+    _run_dir(tmp_path / "run")
+    glue_live = _script(monkeypatch, "glue_live", "refit_copy")
+    argv = ["refit", "--profile", _live_profile(tmp_path / "p"), str(tmp_path / "run"), "--work", str(tmp_path / "w")]
+    with pytest.raises(AssertionError, match="the work started"):
+        glue_live.main(argv)
+
+
+def _readings(d: Path, rows: list[tuple[str, str, str, float, float]]) -> Path:
+    f = d / "r.csv"
+    f.write_text("profile,run,metric,grid,live\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return f
+
+
+@pytest.mark.parametrize("text", ["", "a,b\n1,2\n", "profile,run,metric,grid,live\np,r,mean_tpot_ms,x,0.1\n"])
+def test_glue_live_judge_refuses_a_file_it_did_not_write(tmp_path, capsys, text):
+    from experiments.validation import glue_live
+
+    (tmp_path / "r.csv").write_text(text)
+    assert _code(glue_live.main, ["judge", str(tmp_path / "r.csv")]) == 2
+    _one_line(capsys.readouterr().err, f"judge: {tmp_path / 'r.csv'}")
+
+
+def test_glue_live_judge_counts_readings_and_vetoes_a_target_that_worsens(tmp_path, capsys):
+    """Two MoE runs closer on TPOT and one dense draw (the median of its two runs) further: adopted, unless another
+    target's median |error| over the readings worsens by more than a point."""
+    from experiments.validation import glue_live
+
+    rows = [("moe1/p", "moe1/b1", "mean_tpot_ms", 0.10, -0.02), ("moe1/p", "moe1/b8", "mean_tpot_ms", 0.05, 0.04)]
+    rows += [("d/p", f"d/h{i}", "mean_tpot_ms", 0.02, 0.05) for i in range(2)]
+    assert glue_live.main(["judge", str(_readings(tmp_path, rows))]) == 0
+    out = capsys.readouterr().out
+    assert "for 2, against 1, level 0" in out and out.rstrip().endswith(": adopted")
+    rows += [(p, r, "p99_ttft_ms", 0.05, 0.07) for p, r, _, _, _ in rows]
+    assert glue_live.main(["judge", str(_readings(tmp_path, rows))]) == 0
+    assert "other targets worse: p99_ttft_ms: not adopted" in capsys.readouterr().out
+
+
 def test_gpu_h200_without_cuda_refuses_before_the_first_step(monkeypatch, inputs, capsys):
     """--device cuda (the default) where torch sees no GPU: every step failed alike, minutes later."""
     gpu = _script(monkeypatch, "gpu_h200", "run")

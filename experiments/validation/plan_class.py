@@ -256,9 +256,11 @@ BATCH_BINS = ((1, 1), (2, 3), (4, 7), (8, 12), (13, 20), (21, 64), (65, 1 << 20)
 def live_by_batch(cost: Any, rows: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[float, int]]:
     """Calibration's live decode-only steps timed alone over the stage model, median per bin of requests
     (:data:`BATCH_BINS`; empty bins left out): the stage model's shape in the batch on the engine's own plans,
-    which no glue fit saw; the host's level is common to the bins of one profile. On this VM, `tiny-moe`'s
-    decode of 1 came out 0.81-0.88 and of 13-20 0.91-1.01 (four calibrations); `dense-1024`'s of 4-7 1.02-1.16
-    and of 13-20 0.90-1.03 (twelve) (docs/validation.md, "What is left out")."""
+    the host's level common to the bins of one profile. With the glue fitted on the grid alone, on this VM
+    `tiny-moe`'s decode of 1 came out 0.81-0.88 and of 13-20 0.91-1.01 (four calibrations); `dense-1024`'s of 4-7
+    1.02-1.16 and of 13-20 0.90-1.03 (twelve) (docs/validation.md, "What is left out"). Since 2026-12-05 the glue
+    is fitted on these steps too (``calibrate.fit_layer_glue_live``), so for a profile fitted since, this is
+    in-sample."""
     from calibration.calibrate import plan_of, stage_spec
 
     ratios: dict[tuple[int, int], list[float]] = {}

@@ -14,7 +14,8 @@ Operator names follow Vidur's ``time_stats.<op>`` columns where they exist. Per 
 over prefix ``p``), ``attn_decode`` (per step, over its decodes), ``attn_o_proj``,
 ``post_attention_layernorm``, ``mlp_gate_up``, ``mlp_act``, ``mlp_down``, ``add`` (twice: two
 residual adds), ``layer_glue`` (the engine's per-layer time minus the sum of the operators, fitted
-from whole engine stage steps: ``nn.Module`` calls, views, KV writes, Python between kernels) and
+from whole engine stage steps: ``nn.Module`` calls, views, KV writes, Python between kernels; the grid's
+middle stages and, since 2026-12-05, calibration's live engine steps timed alone) and
 ``all_reduce`` (twice when tp > 1; a profile without it, e.g. a Vidur import at a TP size its
 network data lacks, times the two all-reduces as the roofline's ring all-reduce over the scenario's
 ``cluster.tp_link``). The first stage adds ``embedding``, the last ``final_norm``, ``lm_head`` and

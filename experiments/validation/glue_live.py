@@ -1,0 +1,177 @@
+"""The stage glue fitted on the grid alone against the grid and calibration's live steps timed alone
+(``calibrate.fit_layer_glue_live``), on finished ``ppsim validate`` runs of one calibration.
+
+The profile is refitted from its own ``samples.csv`` twice with today's code (copies under ``--work``; the
+validation runs take no part in either fit): ``grid`` (the glue as ``ppsim calibrate`` fits it) and ``live``
+(``layer_glue`` also on the live steps). Each run is predicted with both (the plain prediction, not a replay:
+``replay_with`` on the refitted profile, every term of it refitted alike, the depth ratio over the model
+included), and the script prints, per run and metric, |error| grid -> live; ``--csv`` appends one row per run
+and metric for the judgement over many calibrations.
+
+``judge FILE`` reads such a file and applies the rule fixed before the readings (docs/validation.md, part 18):
+a reading is a MoE scenario (its |error|) or a ``dense-1024`` draw (the median |error| over its scenarios); on
+TPOT, "for" where live is closer by more than 0.5 points, "against" where further by more than 0.5, else level;
+adopted if "for" outnumbers "against" and, over all readings, no other target's median |error| worsens by more
+than 1 point (the bubble by more than 0.01). ``experiments/validation/glue_live_readings.csv`` holds the
+readings it was judged on (MoE rounds 19-24, ``dense-1024`` seeds 50-64).
+
+Run: python experiments/validation/glue_live.py refit --profile DIR [--work DIR] [--csv FILE] RUN_DIR [...]
+     python experiments/validation/glue_live.py judge FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from calibration import calibrate as cal  # noqa: E402
+from calibration.artifact import read_samples  # noqa: E402
+from experiments.validation.replay_adjusted import COLUMNS, pick, prepared  # noqa: E402
+from experiments.validation.runfiles import reading_run  # noqa: E402
+from ppsim.cli import Parser, run_main  # noqa: E402
+from ppsim.cost.profiled import read_profile  # noqa: E402
+from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.outputs import check_apart, check_output_dir  # noqa: E402
+from ppsim.validate.run import replay_with  # noqa: E402
+
+WAYS = ("grid", "live")
+FIELDS = ("profile", "run", "metric", "grid", "live")
+PRIMARY = "mean_tpot_ms"
+BUBBLE = "pipeline_bubble_fraction"
+CLOSER = 0.005  # a reading moves "for" or "against" beyond half a point of TPOT
+WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 point, the bubble 0.01)
+
+
+def refit_copy(profile: Path, dst: Path, way: str) -> Path:
+    """``profile`` copied to ``dst`` and refitted with the glue fitted ``way``."""
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(profile, dst)
+    cal.refit(str(dst), glue_live=way == "live")
+    return dst
+
+
+def predicted(run: Path, profile: Path) -> dict[str, float]:
+    """The run's scenario simulated with ``profile``, its errors against the run's engine summaries."""
+    v, prep = prepared(run, str(profile))
+    return pick(replay_with(prep, prep.cost, v["engine_summaries"])["rows"])
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """The profile (readable, with its samples and live steps), the run dirs, ``--work`` and ``--csv``, before
+    any refit."""
+    need = [("--profile", args.profile, ("samples.csv", "meta.json"))]
+    need += [("runs", d, ("validation.json",)) for d in args.runs]
+    for flag, d, files in need:
+        missing = [f for f in files if not (Path(d) / f).is_file()]
+        if missing:
+            what = "a calibration with live runs" if flag == "--profile" else "ppsim validate output dirs"
+            raise PPSimError(f"{flag}: {d}: no {' or '.join(missing)}; give {what}")
+    read_profile(args.profile)
+    inputs = {"--profile": args.profile, **{f"runs {d}": d for d in args.runs}}
+    work = check_output_dir(args.work, "--work", replace=False, inputs=inputs)
+    for w in WAYS:
+        check_apart(work / w, "--work", inputs)  # refit_copy replaces work/WAY whole
+        if (work / w).exists() and not (work / w).is_dir():
+            raise PPSimError(f"--work: {work / w} exists and is not a directory; remove it or pick another --work")
+    if args.csv is not None:
+        check_apart(Path(args.csv), "--csv", inputs)
+        if Path(args.csv).is_dir():
+            raise PPSimError(f"--csv: {args.csv} is a directory; give a file to append to")
+
+
+def glue_live(args: argparse.Namespace) -> None:
+    check_inputs(args)
+    rows = [r for r in read_samples(args.profile) if str(r["split"]).startswith("live") and r.get("alone_s")]
+    if not rows:
+        raise PPSimError(f"--profile: {args.profile} has no live steps timed alone; calibrate with the live engine")
+    profiles = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in WAYS}
+    for w, p in profiles.items():
+        c = {k: v * 1e6 for k, v in read_profile(str(p)).fits["layer_glue"].coef.items()}
+        print(f"layer_glue {w:4s}: c0 {c['c0']:7.1f} us, tok {c['tok']:6.2f} us, req {c['req']:6.2f} us")
+    out = []
+    for run in map(Path, args.runs):
+        with reading_run(run, "runs"):
+            errs = {w: predicted(run, p) for w, p in profiles.items()}
+        cells = "  ".join(
+            f"{m} {abs(errs['grid'][m]):.3f}->{abs(errs['live'][m]):.3f}" for m in COLUMNS if m in errs["grid"]
+        )
+        print(f"{run.name}: {cells}")
+        out += [[args.profile, str(run), m, errs["grid"][m], errs["live"][m]] for m in COLUMNS if m in errs["grid"]]
+    if args.csv is not None:
+        new = not Path(args.csv).exists()
+        with open(args.csv, "a", newline="") as f:
+            w = csv.writer(f)
+            if new:
+                w.writerow(FIELDS)
+            w.writerows(out)
+
+
+def readings(path: str) -> dict[str, dict[str, tuple[float, float]]]:
+    """Reading -> metric -> (|error| grid, |error| live): a MoE run (``profile`` under a ``moe`` round) is one
+    reading, a ``dense-1024`` draw (one profile's runs) the median over its runs."""
+    by: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            key = r["run"] if "moe" in r["profile"].lower() else r["profile"]
+            by[key][r["metric"]].append((abs(float(r["grid"])), abs(float(r["live"]))))
+    return {
+        k: {m: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for m, v in ms.items()}
+        for k, ms in by.items()
+    }
+
+
+def judge(path: str) -> None:
+    try:
+        got = readings(path)
+    except (OSError, KeyError, ValueError) as e:
+        raise PPSimError(f"judge: {path}: not a glue_live.py --csv file ({e}); give the file --csv wrote") from None
+    if not got or any(PRIMARY not in ms for ms in got.values()):
+        raise PPSimError(f"judge: {path}: a reading without {PRIMARY}; give the file --csv wrote")
+    tally = {"for": 0, "against": 0, "level": 0}
+    for k, ms in got.items():
+        g, v = ms[PRIMARY]
+        tag = "for" if g - v > CLOSER else "against" if v - g > CLOSER else "level"
+        tally[tag] += 1
+        print(f"{k}: TPOT |error| {g:.1%} -> {v:.1%} {tag}")
+    worse = []
+    for m in COLUMNS:
+        pairs = [ms[m] for ms in got.values() if m in ms]
+        if not pairs:
+            continue
+        g, v = (statistics.median(p[i] for p in pairs) for i in (0, 1))
+        shown = f"{g:.3f} -> {v:.3f} pts" if m == BUBBLE else f"{g:.1%} -> {v:.1%}"
+        print(f"  median over {len(pairs)} readings, {m}: {shown}")
+        if m != PRIMARY and v - g > WORSE.get(m, 0.01):
+            worse.append(m)
+    adopted = tally["for"] > tally["against"] and not worse
+    print(
+        f"for {tally['for']}, against {tally['against']}, level {tally['level']}; other targets worse: "
+        f"{', '.join(worse) or 'none'}: {'adopted' if adopted else 'not adopted'}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = Parser(prog="experiments/validation/glue_live.py", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    rf = sub.add_parser("refit", help="refit one calibration both ways and predict its runs with each")
+    rf.add_argument("runs", nargs="+", help="ppsim validate output dirs of one calibration")
+    rf.add_argument("--profile", required=True, help="that calibration (with its live runs' steps timed alone)")
+    rf.add_argument("--work", default="/tmp/ppsim-glue-live", help="where the two refitted copies go")
+    rf.add_argument("--csv", default=None, help="append one row per run and metric to this file")
+    jg = sub.add_parser("judge", help="the pre-committed rule over the readings of a --csv file")
+    jg.add_argument("file")
+    args = ap.parse_args(argv)
+    return run_main(lambda: glue_live(args) if args.cmd == "refit" else judge(args.file))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
