@@ -113,22 +113,32 @@ def main(argv: list[str] | None = None) -> int:
 def check_inputs(args: argparse.Namespace) -> None:
     """The profile (readable, with its samples), the run dirs and ``--work`` (the two copies replaced
     there may not be or hold an input), before any refit."""
+    check_refit_inputs(
+        args, WAYS, ("validation.json", "step_costs.csv"), "the calibration the runs were predicted with"
+    )
+
+
+def check_refit_inputs(
+    args: argparse.Namespace, ways: tuple[str, ...], run_files: tuple[str, ...], profile_what: str
+) -> dict[str, str]:
+    """``--profile`` (readable, with its samples), the run dirs (each with ``run_files``) and ``--work``
+    (``work/WAY`` for each of ``ways`` is replaced whole, so it may not be or hold an input), each refused in
+    one line naming its flag (``profile_what`` says what to give); returns the inputs by flag."""
     dirs = [("--profile", args.profile, ("samples.csv", "meta.json"))]
-    dirs += [("runs", d, ("validation.json", "step_costs.csv")) for d in args.runs]
+    dirs += [("runs", d, run_files) for d in args.runs]
     for flag, d, need in dirs:
         missing = [f for f in need if not (Path(d) / f).is_file()]
         if missing:
-            what = (
-                "the calibration the runs were predicted with" if flag == "--profile" else "ppsim validate output dirs"
-            )
+            what = profile_what if flag == "--profile" else "ppsim validate output dirs"
             raise PPSimError(f"{flag}: {d}: no {' or '.join(missing)}; give {what}")
     read_profile(args.profile)
     inputs = {"--profile": args.profile, **{f"runs {d}": d for d in args.runs}}
     work = check_output_dir(args.work, "--work", replace=False, inputs=inputs)
-    for w in WAYS:
+    for w in ways:
         check_apart(work / w, "--work", inputs)  # refit_copy replaces work/WAY whole
         if (work / w).exists() and not (work / w).is_dir():
             raise PPSimError(f"--work: {work / w} exists and is not a directory; remove it or pick another --work")
+    return inputs
 
 
 def glue_fit(args: argparse.Namespace) -> None:

@@ -35,12 +35,13 @@ if str(ROOT) not in sys.path:
 
 from calibration import calibrate as cal  # noqa: E402
 from calibration.artifact import read_samples  # noqa: E402
+from experiments.validation.glue_fit import check_refit_inputs  # noqa: E402
 from experiments.validation.replay_adjusted import COLUMNS, pick, prepared  # noqa: E402
 from experiments.validation.runfiles import reading_run  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.cost.profiled import read_profile  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
-from ppsim.outputs import check_apart, check_output_dir  # noqa: E402
+from ppsim.outputs import check_apart  # noqa: E402
 from ppsim.validate.run import replay_with  # noqa: E402
 
 WAYS = ("grid", "live")
@@ -68,20 +69,7 @@ def predicted(run: Path, profile: Path) -> dict[str, float]:
 def check_inputs(args: argparse.Namespace) -> None:
     """The profile (readable, with its samples and live steps), the run dirs, ``--work`` and ``--csv``, before
     any refit."""
-    need = [("--profile", args.profile, ("samples.csv", "meta.json"))]
-    need += [("runs", d, ("validation.json",)) for d in args.runs]
-    for flag, d, files in need:
-        missing = [f for f in files if not (Path(d) / f).is_file()]
-        if missing:
-            what = "a calibration with live runs" if flag == "--profile" else "ppsim validate output dirs"
-            raise PPSimError(f"{flag}: {d}: no {' or '.join(missing)}; give {what}")
-    read_profile(args.profile)
-    inputs = {"--profile": args.profile, **{f"runs {d}": d for d in args.runs}}
-    work = check_output_dir(args.work, "--work", replace=False, inputs=inputs)
-    for w in WAYS:
-        check_apart(work / w, "--work", inputs)  # refit_copy replaces work/WAY whole
-        if (work / w).exists() and not (work / w).is_dir():
-            raise PPSimError(f"--work: {work / w} exists and is not a directory; remove it or pick another --work")
+    inputs = check_refit_inputs(args, WAYS, ("validation.json",), "a calibration with live runs")
     if args.csv is not None:
         check_apart(Path(args.csv), "--csv", inputs)
         if Path(args.csv).is_dir():
