@@ -200,7 +200,7 @@ def fit_stage_glue(
             )
         out[name] = _ols_tok_req(name, T, R, y, scale if relative else None)
     if live and "layer_glue" in out:
-        out["layer_glue"] = fit_layer_glue_live(fits, meta, shape, rows, live, stat, out)
+        out["layer_glue"] = fit_layer_glue_live(fits, meta, shape, rows, live, stat, out, relative)
     return out, gaps
 
 
@@ -212,10 +212,12 @@ def fit_layer_glue_live(
     live: list[dict[str, Any]],
     stat: str,
     ends: dict[str, OpFit],
+    relative: bool = True,
 ) -> OpFit:
     """``layer_glue`` fitted on the grid's middle stages and on calibration's live engine steps timed alone
     (``alone_s``: whole stages of one and two-stage pipelines, ends included, priced with ``ends``' glues),
-    by relative least squares on (1, tokens, requests), the two sets at equal total weight. The grid's
+    by relative least squares on (1, tokens, requests) (``relative`` False: in seconds), the two sets at equal
+    total weight. The grid's
     plans are decodes at contexts 64-768 and prefills of up to 512 tokens; the live steps are the plans the
     engine forms itself (decodes of 1-32 requests at short contexts, prefills joining them), where a glue
     fitted on the grid alone came out 5-15% over the steps timed alone at one request and within a few
@@ -236,7 +238,7 @@ def fit_layer_glue_live(
             y.append((measured - cost.stage_time(spec, plan)) / per)
             scale.append(measured / per)
             weight.append(1.0 / len(sel))
-    return _ols_tok_req("layer_glue", T, R, y, scale, weight)
+    return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight)
 
 
 def fit_glue(
