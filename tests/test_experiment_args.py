@@ -397,12 +397,14 @@ def test_glue_live_good_arguments_reach_the_refit(monkeypatch, tmp_path):
 
 
 def _readings(d: Path, rows: list[tuple[str, str, str, float, float]]) -> Path:
+    """A ``refit --csv`` file: a MoE round's runs each a reading, a draw's runs (``d/...``) one together."""
     f = d / "r.csv"
-    f.write_text("profile,run,metric,grid,live\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    lines = [f"{run if p.startswith('moe') else p},{p},{run},{m},{g},{v}\n" for p, run, m, g, v in rows]
+    f.write_text("reading,profile,run,metric,grid,live\n" + "".join(lines))
     return f
 
 
-@pytest.mark.parametrize("text", ["", "a,b\n1,2\n", "profile,run,metric,grid,live\np,r,mean_tpot_ms,x,0.1\n"])
+@pytest.mark.parametrize("text", ["", "a,b\n1,2\n", "reading,profile,run,metric,grid,live\nd,p,r,mean_tpot_ms,x,0.1\n"])
 def test_glue_live_judge_refuses_a_file_it_did_not_write(tmp_path, capsys, text):
     from experiments.validation import glue_live
 

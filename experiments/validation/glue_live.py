@@ -9,13 +9,15 @@ included), and the script prints, per run and metric, |error| grid -> live; ``--
 and metric for the judgement over many calibrations.
 
 ``judge FILE`` reads such a file and applies the rule fixed before the readings (docs/validation.md, part 18):
-a reading is a MoE scenario (its |error|) or a ``dense-1024`` draw (the median |error| over its scenarios); on
+a reading is a MoE scenario (``--reading run``: its |error|) or a held-out draw (``--reading draw``, the default:
+the median |error| over its scenarios); on
 TPOT, "for" where live is closer by more than 0.5 points, "against" where further by more than 0.5, else level;
 adopted if "for" outnumbers "against" and, over all readings, no other target's median |error| worsens by more
 than 1 point (the bubble by more than 0.01). ``experiments/validation/glue_live_readings.csv`` holds the
 readings it was judged on (MoE rounds 19-24, ``dense-1024`` seeds 50-64).
 
-Run: python experiments/validation/glue_live.py refit --profile DIR [--work DIR] [--csv FILE] RUN_DIR [...]
+Run: python experiments/validation/glue_live.py refit --profile DIR [--work DIR] [--csv FILE] [--reading run]
+         RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
 
@@ -45,7 +47,7 @@ from ppsim.outputs import check_apart  # noqa: E402
 from ppsim.validate.run import replay_with  # noqa: E402
 
 WAYS = ("grid", "live")
-FIELDS = ("profile", "run", "metric", "grid", "live")
+FIELDS = ("reading", "profile", "run", "metric", "grid", "live")
 PRIMARY = "mean_tpot_ms"
 BUBBLE = "pipeline_bubble_fraction"
 CLOSER = 0.005  # a reading moves "for" or "against" beyond half a point of TPOT
@@ -82,6 +84,7 @@ def glue_live(args: argparse.Namespace) -> None:
     if not rows:
         raise PPSimError(f"--profile: {args.profile} has no live steps timed alone; calibrate with the live engine")
     profiles = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in WAYS}
+    calibrated = f"{args.profile}@{read_profile(args.profile).meta.get('date', '')}"  # a reused path stays apart
     for w, p in profiles.items():
         c = {k: v * 1e6 for k, v in read_profile(str(p)).fits["layer_glue"].coef.items()}
         print(f"layer_glue {w:4s}: c0 {c['c0']:7.1f} us, tok {c['tok']:6.2f} us, req {c['req']:6.2f} us")
@@ -93,7 +96,10 @@ def glue_live(args: argparse.Namespace) -> None:
             f"{m} {abs(errs['grid'][m]):.3f}->{abs(errs['live'][m]):.3f}" for m in COLUMNS if m in errs["grid"]
         )
         print(f"{run.name}: {cells}")
-        out += [[args.profile, str(run), m, errs["grid"][m], errs["live"][m]] for m in COLUMNS if m in errs["grid"]]
+        reading = f"{calibrated}:{run}" if args.reading == "run" else calibrated
+        out += [
+            [reading, args.profile, str(run), m, errs["grid"][m], errs["live"][m]] for m in COLUMNS if m in errs["grid"]
+        ]
     if args.csv is not None:
         new = not Path(args.csv).exists()
         with open(args.csv, "a", newline="") as f:
@@ -104,13 +110,12 @@ def glue_live(args: argparse.Namespace) -> None:
 
 
 def readings(path: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """Reading -> metric -> (|error| grid, |error| live): a MoE run (``profile`` under a ``moe`` round) is one
-    reading, a ``dense-1024`` draw (one profile's runs) the median over its runs."""
+    """Reading -> metric -> (|error| grid, |error| live), the median over the reading's runs: a held-out draw
+    (``refit --reading draw``: one calibration's runs) or one run (``--reading run``: a MoE round's B)."""
     by: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            key = r["run"] if "moe" in r["profile"].lower() else r["profile"]
-            by[key][r["metric"]].append((abs(float(r["grid"])), abs(float(r["live"]))))
+            by[r["reading"]][r["metric"]].append((abs(float(r["grid"])), abs(float(r["live"]))))
     return {
         k: {m: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for m, v in ms.items()}
         for k, ms in by.items()
@@ -155,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     rf.add_argument("--profile", required=True, help="that calibration (with its live runs' steps timed alone)")
     rf.add_argument("--work", default="/tmp/ppsim-glue-live", help="where the two refitted copies go")
     rf.add_argument("--csv", default=None, help="append one row per run and metric to this file")
+    rf.add_argument(
+        "--reading",
+        choices=("draw", "run"),
+        default="draw",
+        help="what judge counts as one reading: the calibration's runs together (a held-out draw) or each run (MoE)",
+    )
     jg = sub.add_parser("judge", help="the pre-committed rule over the readings of a --csv file")
     jg.add_argument("file")
     args = ap.parse_args(argv)
