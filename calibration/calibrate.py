@@ -42,6 +42,7 @@ from ppsim.cost.profiled import (
     depth_charged,
     fit_from_json,
     live_level,
+    stage_layers_ratio,
 )
 from ppsim.errors import PPSimError
 from ppsim.live_engine import MAX_THREADS_PER_STAGE
@@ -232,7 +233,7 @@ def fit_layer_glue_live(
     for sel in sets:
         for r, measured in sel:
             spec, plan = stage_spec(r), plan_of(r["items"])
-            per = spec.num_layers
+            per = spec.num_layers * stage_layers_ratio(fits.get("stage_layers"), spec.num_layers)  # where charged
             T.append(plan.num_tokens)
             R.append(plan.num_reqs)
             y.append((measured - cost.stage_time(spec, plan)) / per)
@@ -724,6 +725,9 @@ def analyse_and_write(
     over (``experiments/validation/replay_adjusted.py --with-stage-layers``)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
+    layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
+    if layers is not None and charge_stage_layers:  # before the glue: the live steps' stages are priced with it
+        fits["stage_layers"] = layers
     if any(r["split"] == "stage" for r in rows):
         stage_rows = [r for r in rows if r["split"] == "stage"]
         alone = [r for r in rows if str(r["split"]).startswith("live") and r.get("alone_s")] if glue_live else None
@@ -737,9 +741,6 @@ def analyse_and_write(
         g, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"], stat)
         glue, note = {"layer_glue": g}, "OLS of whole layer minus sum of operators"
     fits.update(glue)
-    layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
-    if layers is not None and charge_stage_layers:
-        fits["stage_layers"] = layers
     idle = fit_idle([r for r in rows if r["split"] in ("idle", "idle_paired")], stat)
     if idle is not None:
         fits["stage_idle"] = idle

@@ -630,3 +630,26 @@ def test_analyse_and_write_fits_the_layer_glue_on_the_live_steps_too_by_default(
     assert "n_live_samples" not in grid and "live engine" not in grid["note"]
     assert 5e-6 < live["coef"]["c0"] < grid["coef"]["c0"]
     assert grid["coef"]["c0"] == pytest.approx(TRUE["layer_glue"]["c0"], rel=0.05, abs=2e-6)
+
+
+def test_live_glue_prices_a_smaller_stage_with_stage_layers_where_it_is_charged():
+    """Live steps of one-layer stages costing 0.8x a layer of the three-layer stack: with ``stage_layers`` charged
+    (``replay_adjusted.py --with-stage-layers``) the live fit takes the ratio out and gives the stack's glue back;
+    recorded only, the glue absorbs it (lower)."""
+    from calibration.calibrate import KINDS, plan_of
+
+    ratio = OpFit("stage_layers", "interp", "layers", {"xs": [1.0, 3.0], "ys": [0.8, 1.0]})
+    glue = {k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}
+    cost = ProfiledCost(Profile({}, {**base_fits(), **glue, "stage_layers": ratio}), SHAPE, None, 1)
+    alone = []
+    for kind in ("stage_first", "stage_last"):
+        first, last = KINDS[kind]
+        for items in PLANS:
+            t = cost.stage_time(StageSpec(0, 0, 1, first, last), plan_of(items))
+            alone.append({"op": kind, "split": "live2", "items": items, "layers": 1, "start_layer": 0, "alone_s": t})
+    charged = {**base_fits(), "stage_layers": ratio}
+    got = fit_stage_glue(charged, {}, SHAPE, synthetic_rows(), "mean", live=alone)[0]["layer_glue"]
+    for k, v in TRUE["layer_glue"].items():
+        assert got.coef[k] == pytest.approx(v, abs=1e-9), k
+    recorded = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean", live=alone)[0]["layer_glue"]
+    assert recorded.coef["c0"] < got.coef["c0"] - 1e-6
