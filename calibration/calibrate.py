@@ -811,9 +811,11 @@ def analyse_and_write(
     return meta
 
 
-def refit(profile_dir: str, relative_glue: bool = True, glue_live: bool = True) -> dict[str, Any]:
+def refit(
+    profile_dir: str, relative_glue: bool = True, glue_live: bool = True, charge_stage_layers: bool = False
+) -> dict[str, Any]:
     """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place
-    (``relative_glue=False``: :func:`fit_stage_glue` in seconds)."""
+    (``relative_glue=False``: :func:`fit_stage_glue` in seconds; the other two as :func:`analyse_and_write`)."""
     import json
     from pathlib import Path
 
@@ -821,7 +823,8 @@ def refit(profile_dir: str, relative_glue: bool = True, glue_live: bool = True) 
 
     meta = json.loads((Path(profile_dir) / "meta.json").read_text())
     shape = ModelShape(**meta["model"])
-    return analyse_and_write(read_samples(profile_dir), shape, meta, profile_dir, relative_glue, glue_live=glue_live)
+    rows = read_samples(profile_dir)
+    return analyse_and_write(rows, shape, meta, profile_dir, relative_glue, charge_stage_layers, glue_live)
 
 
 def pct(v: float | None) -> str:

@@ -399,12 +399,21 @@ def test_glue_live_good_arguments_reach_the_refit(monkeypatch, tmp_path):
 def _readings(d: Path, rows: list[tuple[str, str, str, float, float]]) -> Path:
     """A ``refit --csv`` file: a MoE round's runs each a reading, a draw's runs (``d/...``) one together."""
     f = d / "r.csv"
-    lines = [f"{run if p.startswith('moe') else p},{p},{run},{m},{g},{v}\n" for p, run, m, g, v in rows]
-    f.write_text("reading,profile,run,metric,grid,live\n" + "".join(lines))
+    lines = [f"grid:live,{run if p.startswith('moe') else p},{p},{run},{m},{g},{v}\n" for p, run, m, g, v in rows]
+    f.write_text("compare,reading,profile,run,metric,base,new\n" + "".join(lines))
     return f
 
 
-@pytest.mark.parametrize("text", ["", "a,b\n1,2\n", "reading,profile,run,metric,grid,live\nd,p,r,mean_tpot_ms,x,0.1\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "a,b\n1,2\n",
+        "compare,reading,profile,run,metric,base,new\ngrid:live,d,p,r,mean_tpot_ms,x,0.1\n",
+        "compare,reading,profile,run,metric,base,new\ngrid:live,d,p,r,mean_tpot_ms,0.1,0.1\n"
+        "live:layers,d,p,r,mean_tpot_ms,0.1,0.1\n",
+    ],
+)
 def test_glue_live_judge_refuses_a_file_it_did_not_write(tmp_path, capsys, text):
     from experiments.validation import glue_live
 
@@ -634,3 +643,13 @@ def test_validation_scripts_name_a_damaged_run_dir(inputs, capsys, name, argv):
     (inputs / "run" / "engine-0" / "stage_ops.csv").write_text("track,kind\nstage0,compute\n")  # no times
     script = importlib.import_module(f"experiments.validation.{name}")
     _refused(script.main, argv, inputs, capsys, "dirs: {d}/run holds a damaged validation.json or CSV", INPUTS)
+
+
+def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_path, capsys):
+    """``--compare live:layers`` on a calibration from before ``stage_layers`` was timed: two equal copies."""
+    _run_dir(tmp_path / "run")
+    glue_live = _script(monkeypatch, "glue_live", "refit_copy")
+    profile = _live_profile(tmp_path / "p")
+    argv = ["refit", "--compare", "live:layers", "--profile", profile, str(tmp_path / "run"), "--work", str(tmp_path)]
+    assert _code(glue_live.main, argv) == 2
+    _one_line(capsys.readouterr().err, f"--profile: {profile} has no stage_layers samples")

@@ -1,23 +1,25 @@
-"""The stage glue fitted on the grid alone against the grid and calibration's live steps timed alone
-(``calibrate.fit_layer_glue_live``), on finished ``ppsim validate`` runs of one calibration.
+"""Two ways of fitting a calibration's stage model, compared on finished ``ppsim validate`` runs of it: by default
+the stage glue fitted on the grid alone against the grid and calibration's live steps timed alone
+(``calibrate.fit_layer_glue_live``, the default since 2026-12-05); ``--compare live:layers`` that default against
+the same with ``stage_layers`` charged (fitted first, pricing the live steps' stages in the glue's fit).
 
-The profile is refitted from its own ``samples.csv`` twice with today's code (copies under ``--work``; the
-validation runs take no part in either fit): ``grid`` (the glue as ``ppsim calibrate`` fits it) and ``live``
-(``layer_glue`` also on the live steps). Each run is predicted with both (the plain prediction, not a replay:
-``replay_with`` on the refitted profile, every term of it refitted alike, the depth ratio over the model
-included), and the script prints, per run and metric, |error| grid -> live; ``--csv`` appends one row per run
-and metric for the judgement over many calibrations.
+The profile is refitted from its own ``samples.csv`` both ways with today's code (copies under ``--work``; the
+validation runs take no part in either fit): ``grid`` (the glue on the grid's stages alone), ``live`` (``layer_glue``
+also on the live steps: what ``ppsim calibrate`` fits) and ``layers`` (``live`` with ``stage_layers`` charged). Each
+run is predicted with both (the plain prediction, not a replay: ``replay_with`` on the refitted profile, every term of
+it refitted alike, the depth ratio over the model included), and the script prints, per run and metric, |error|
+base -> new; ``--csv`` appends one row per run and metric for the judgement over many calibrations.
 
-``judge FILE`` reads such a file and applies the rule fixed before the readings (docs/validation.md, part 18):
-a reading is a MoE scenario (``--reading run``: its |error|) or a held-out draw (``--reading draw``, the default:
-the median |error| over its scenarios); on
-TPOT, "for" where live is closer by more than 0.5 points, "against" where further by more than 0.5, else level;
-adopted if "for" outnumbers "against" and, over all readings, no other target's median |error| worsens by more
-than 1 point (the bubble by more than 0.01). ``experiments/validation/glue_live_readings.csv`` holds the
-readings it was judged on (MoE rounds 19-24, ``dense-1024`` seeds 50-64).
+``judge FILE`` reads such a file and applies the rule fixed before the readings (docs/validation.md, parts 18 and
+19): a reading is a MoE scenario (``--reading run``: its |error|) or a held-out draw (``--reading draw``, the default:
+the median |error| over its scenarios); on TPOT, "for" where the new way is closer by more than 0.5 points,
+"against" where further by more than 0.5, else level; adopted if "for" outnumbers "against" and, over all readings,
+no other target's median |error| worsens by more than 1 point (the bubble by more than 0.01).
+``experiments/validation/glue_live_readings.csv`` holds the readings part 18 was judged on (MoE rounds 19-24,
+``dense-1024`` seeds 50-64), ``experiments/validation/stage_layers_readings.csv`` those of part 19.
 
-Run: python experiments/validation/glue_live.py refit --profile DIR [--work DIR] [--csv FILE] [--reading run]
-         RUN_DIR [...]
+Run: python experiments/validation/glue_live.py refit --profile DIR [--compare grid:live|live:layers] [--work DIR]
+         [--csv FILE] [--reading run] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
 
@@ -46,8 +48,14 @@ from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.outputs import check_apart  # noqa: E402
 from ppsim.validate.run import replay_with  # noqa: E402
 
-WAYS = ("grid", "live")
-FIELDS = ("reading", "profile", "run", "metric", "grid", "live")
+# way -> calibrate.refit's keywords
+WAYS: dict[str, dict[str, bool]] = {
+    "grid": {"glue_live": False},
+    "live": {},
+    "layers": {"charge_stage_layers": True},
+}
+COMPARES = ("grid:live", "live:layers")
+FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 BUBBLE = "pipeline_bubble_fraction"
 CLOSER = 0.005  # a reading moves "for" or "against" beyond half a point of TPOT
@@ -58,7 +66,7 @@ def refit_copy(profile: Path, dst: Path, way: str) -> Path:
     """``profile`` copied to ``dst`` and refitted with the glue fitted ``way``."""
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(profile, dst)
-    cal.refit(str(dst), glue_live=way == "live")
+    cal.refit(str(dst), **WAYS[way])
     return dst
 
 
@@ -71,7 +79,9 @@ def predicted(run: Path, profile: Path) -> dict[str, float]:
 def check_inputs(args: argparse.Namespace) -> None:
     """The profile (readable, with its samples and live steps), the run dirs, ``--work`` and ``--csv``, before
     any refit."""
-    inputs = check_refit_inputs(args, WAYS, ("validation.json",), "a calibration with live runs")
+    inputs = check_refit_inputs(
+        args, tuple(args.compare.split(":")), ("validation.json",), "a calibration with live runs"
+    )
     if args.csv is not None:
         check_apart(Path(args.csv), "--csv", inputs)
         if Path(args.csv).is_dir():
@@ -80,10 +90,13 @@ def check_inputs(args: argparse.Namespace) -> None:
 
 def glue_live(args: argparse.Namespace) -> None:
     check_inputs(args)
-    rows = [r for r in read_samples(args.profile) if str(r["split"]).startswith("live") and r.get("alone_s")]
-    if not rows:
+    samples = read_samples(args.profile)
+    if not any(str(r["split"]).startswith("live") and r.get("alone_s") for r in samples):
         raise PPSimError(f"--profile: {args.profile} has no live steps timed alone; calibrate with the live engine")
-    profiles = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in WAYS}
+    if "layers" in args.compare and not any(r["op"] == "stage_layers" for r in samples):
+        raise PPSimError(f"--profile: {args.profile} has no stage_layers samples; calibrate with today's code")
+    base, new = args.compare.split(":")
+    profiles = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in (base, new)}
     calibrated = f"{args.profile}@{read_profile(args.profile).meta.get('date', '')}"  # a reused path stays apart
     for w, p in profiles.items():
         c = {k: v * 1e6 for k, v in read_profile(str(p)).fits["layer_glue"].coef.items()}
@@ -92,30 +105,34 @@ def glue_live(args: argparse.Namespace) -> None:
     for run in map(Path, args.runs):
         with reading_run(run, "runs"):
             errs = {w: predicted(run, p) for w, p in profiles.items()}
-        cells = "  ".join(
-            f"{m} {abs(errs['grid'][m]):.3f}->{abs(errs['live'][m]):.3f}" for m in COLUMNS if m in errs["grid"]
-        )
+        cells = "  ".join(f"{m} {abs(errs[base][m]):.3f}->{abs(errs[new][m]):.3f}" for m in COLUMNS if m in errs[base])
         print(f"{run.name}: {cells}")
         reading = f"{calibrated}:{run}" if args.reading == "run" else calibrated
         out += [
-            [reading, args.profile, str(run), m, errs["grid"][m], errs["live"][m]] for m in COLUMNS if m in errs["grid"]
+            [args.compare, reading, args.profile, str(run), m, errs[base][m], errs[new][m]]
+            for m in COLUMNS
+            if m in errs[base]
         ]
     if args.csv is not None:
-        new = not Path(args.csv).exists()
+        fresh = not Path(args.csv).exists()
         with open(args.csv, "a", newline="") as f:
             w = csv.writer(f)
-            if new:
+            if fresh:
                 w.writerow(FIELDS)
             w.writerows(out)
 
 
 def readings(path: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """Reading -> metric -> (|error| grid, |error| live), the median over the reading's runs: a held-out draw
+    """Reading -> metric -> (|error| base, |error| new way), the median over the reading's runs: a held-out draw
     (``refit --reading draw``: one calibration's runs) or one run (``--reading run``: a MoE round's B)."""
     by: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    compares = set()
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            by[r["reading"]][r["metric"]].append((abs(float(r["grid"])), abs(float(r["live"]))))
+            compares.add(r["compare"])
+            by[r["reading"]][r["metric"]].append((abs(float(r["base"])), abs(float(r["new"]))))
+    if len(compares) > 1:
+        raise ValueError(f"rows of {len(compares)} comparisons, {', '.join(sorted(compares))}: judge one at a time")
     return {
         k: {m: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for m, v in ms.items()}
         for k, ms in by.items()
@@ -158,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     rf = sub.add_parser("refit", help="refit one calibration both ways and predict its runs with each")
     rf.add_argument("runs", nargs="+", help="ppsim validate output dirs of one calibration")
     rf.add_argument("--profile", required=True, help="that calibration (with its live runs' steps timed alone)")
+    rf.add_argument("--compare", choices=COMPARES, default=COMPARES[0], help="the two ways, base:new")
     rf.add_argument("--work", default="/tmp/ppsim-glue-live", help="where the two refitted copies go")
     rf.add_argument("--csv", default=None, help="append one row per run and metric to this file")
     rf.add_argument(
