@@ -50,9 +50,9 @@ from ppsim.validate.run import replay_with  # noqa: E402
 
 # way -> calibrate.refit's keywords
 WAYS: dict[str, dict[str, bool]] = {
-    "grid": {"glue_live": False},
-    "live": {},
-    "layers": {"charge_stage_layers": True},
+    "grid": {"glue_live": False, "charge_stage_layers": False},
+    "live": {"glue_live": True, "charge_stage_layers": False},
+    "layers": {"glue_live": True, "charge_stage_layers": True},
 }
 COMPARES = ("grid:live", "live:layers")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
