@@ -716,13 +716,14 @@ def analyse_and_write(
     meta: dict[str, Any],
     out: str,
     relative_glue: bool = True,
-    charge_stage_layers: bool = False,
+    charge_stage_layers: bool = True,
     glue_live: bool = True,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact.
-    ``stage_layers`` (:mod:`calibration.stage_layers`) is recorded in ``meta.json``, not charged; with
-    ``charge_stage_layers`` it goes into the fits, which the profiled cost charges and the live ratios are
-    over (``experiments/validation/replay_adjusted.py --with-stage-layers``)."""
+    ``stage_layers`` (:mod:`calibration.stage_layers`) goes into the fits, fitted before the glue, whose live
+    steps' stages it prices; the profiled cost charges it and the live ratios are over that model (since
+    2026-12-05, docs/validation.md part 19). ``charge_stage_layers=False`` records it in ``meta.json`` only, as
+    from part 17 until part 19."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -812,7 +813,7 @@ def analyse_and_write(
 
 
 def refit(
-    profile_dir: str, relative_glue: bool = True, glue_live: bool = True, charge_stage_layers: bool = False
+    profile_dir: str, relative_glue: bool = True, glue_live: bool = True, charge_stage_layers: bool = True
 ) -> dict[str, Any]:
     """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place
     (``relative_glue=False``: :func:`fit_stage_glue` in seconds; the other two as :func:`analyse_and_write`)."""

@@ -48,8 +48,9 @@ measured, unheld: the one-stage runs over the model as the level (the simulator 
 timed alone, held at 1), ``live_depth`` unheld at PP=2; written when the engine's stages got cores of their own
 and its live runs came in under the model (docs/moe.md, seventeenth round).
 ``--with-stage-layers`` predicts from the run's profile fitted again with its ``stage_layers`` charged
-(``calibration/stage_layers.py``, recorded since 2026-12-05: a stage's layers at that ratio of the profiler stack's
-per-layer cost, the live ratios over that model; judged and not adopted, docs/validation.md part 17).
+(``calibration/stage_layers.py``: a stage's layers at that ratio of the profiler stack's per-layer cost, the glue and
+the live ratios over that model; recorded only from part 17, charged by calibration since docs/validation.md part 19,
+so for a profile made since it is the plain prediction refitted with today's code).
 ``--without-corun`` predicts without the profile's ``stage_corun`` (stages computing at once on the host, charged to
 a micro-batch that starts while an earlier one is in the pipeline). Runs recorded with another depth ratio, co-run
 factor or live level (none before they were charged: no ``depth_factor`` / ``corun_factor`` / ``level_factor`` in
@@ -340,8 +341,8 @@ def charged_profile(profile: Path) -> Path | None:
 
 def with_stage_layers(d: Path, v: dict) -> dict[str, float]:
     """The prediction from the run's profile fitted again with its ``stage_layers`` charged (a stage's layers
-    at that ratio of the stack's per-layer cost, the live ratios over that model; recorded only, docs/validation.md
-    part 17). The plain prediction's errors where the profile has no such samples."""
+    at that ratio of the stack's per-layer cost, the glue and the live ratios over that model; charged since
+    docs/validation.md part 19). The plain prediction's errors where the profile has no such samples."""
     charged = charged_profile(Path(v["scenario"]["cost"]["profile_dir"]))
     if charged is None:
         return pick(v["rows"])

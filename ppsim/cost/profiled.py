@@ -49,8 +49,7 @@ pipelines multiply every compute of a micro-batch that starts while an earlier o
 profiler's stack, per layer), where a profile's fits have it, multiplies a stage's layers by its ratio at the
 stage's layer count (:func:`stage_layers_ratio`): the operators and the glue are timed over the stack's layers
 in turn, and a stage of fewer layers finds more of its weights in the core's caches. ``ppsim calibrate``
-records it in ``meta.json`` only (judged and not adopted, 2026-12-05); the counterfactual profile of
-``experiments/validation/replay_adjusted.py --with-stage-layers`` charges it.
+puts it in the fits since 2026-12-05 (docs/validation.md part 19; recorded only before).
 
 Mixture-of-experts layers (``engine/moe.py``) replace the three ``mlp_*`` operators with
 ``moe_router`` (gate GEMM, softmax, top-k; over tokens), ``moe_experts`` (the grouped routed experts,
