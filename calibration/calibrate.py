@@ -218,9 +218,9 @@ def fit_layer_glue_live(
     """``layer_glue`` fitted on the grid's middle stages and on calibration's live engine steps timed alone
     (``alone_s``: whole stages of one and two-stage pipelines, ends included, priced with ``ends``' glues),
     by relative least squares on (1, tokens, requests) (``relative`` False: in seconds), the two sets at equal
-    total weight. The grid's
-    plans are decodes at contexts 64-768 and prefills of up to 512 tokens; the live steps are the plans the
-    engine forms itself (decodes of 1-32 requests at short contexts, prefills joining them), where a glue
+    total weight. The grid's plans are decodes at contexts 64-768 and prefills of up to 512 tokens; the live
+    steps are the plans the engine forms itself (decodes of 1-32 requests at short contexts, prefills joining
+    them), where a glue
     fitted on the grid alone came out 5-15% over the steps timed alone at one request and within a few
     percent at 13-20 (docs/validation.md, part 18)."""
     zero = OpFit("layer_glue", "tok_req", "", {"c0": 0.0, "tok": 0.0, "req": 0.0})
@@ -478,6 +478,11 @@ def fit_spread(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.
     return OpFit("stage_spread", "interp", "quantile", {"xs": levels.tolist(), "ys": ys.tolist()})
 
 
+def timed_alone(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Calibration's live-engine stage steps that were timed again alone (``alone_s``)."""
+    return [r for r in rows if str(r["split"]).startswith("live") and r.get("alone_s")]
+
+
 def _live_runs(rows: list[dict[str, Any]], stages: int) -> list[list[dict[str, Any]]]:
     """The ``live<stages>`` rows timed alone too (``alone_s``), one list per live run."""
     by_run: dict[int, list[dict[str, Any]]] = {}
@@ -731,7 +736,7 @@ def analyse_and_write(
         fits["stage_layers"] = layers
     if any(r["split"] == "stage" for r in rows):
         stage_rows = [r for r in rows if r["split"] == "stage"]
-        alone = [r for r in rows if str(r["split"]).startswith("live") and r.get("alone_s")] if glue_live else None
+        alone = timed_alone(rows) if glue_live else None
         glue, gaps = fit_stage_glue(fits, meta, shape, stage_rows, stat, relative_glue, alone)
         note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
         if not relative_glue:

@@ -91,7 +91,7 @@ def check_inputs(args: argparse.Namespace) -> None:
 def glue_live(args: argparse.Namespace) -> None:
     check_inputs(args)
     samples = read_samples(args.profile)
-    if not any(str(r["split"]).startswith("live") and r.get("alone_s") for r in samples):
+    if not cal.timed_alone(samples):
         raise PPSimError(f"--profile: {args.profile} has no live steps timed alone; calibrate with the live engine")
     if "layers" in args.compare and not any(r["op"] == "stage_layers" for r in samples):
         raise PPSimError(f"--profile: {args.profile} has no stage_layers samples; calibrate with today's code")
