@@ -306,12 +306,27 @@ def fit_handoff(fits: dict[str, OpFit], rows: list[dict[str, Any]]) -> OpFit | N
     return OpFit("handoff", "linear", "bytes", {"c0": float(np.median(excess)), "c1": 0.0})
 
 
-def fit_turnaround(rows: list[dict[str, Any]]) -> OpFit | None:
-    """``turnaround``: seconds between a stage's two computes where its next input was already there
-    (``calibration/core_path.py``): the median over the turnarounds (each row's median, weighted by its
-    count), a constant per compute. None without rows."""
-    xs = [float(r["median_s"]) for r in rows for _ in range(int(r["repeats"]))]
-    return OpFit("turnaround", "linear", "stage", {"c0": float(np.median(xs)), "c1": 0.0}) if xs else None
+def fit_turnaround(rows: list[dict[str, Any]], by_reqs: bool = False) -> OpFit | None:
+    """``turnaround``: seconds between a stage's two computes where its next input was already sent
+    (``calibration/core_path.py``). By default, and for an artifact from before 2026-12-05 (rows by
+    ``stage``): the median over the restarts whose input came 1 ms or more before (``turnaround_waited``,
+    the rows by stage), a constant. ``by_reqs`` (docs/validation.md part 21, judged before it is the
+    default): the ``turnaround`` rows by the step's requests (``reqs``), a line in the requests through
+    their medians, each weighted by its count (least squares; a constant, the weighted median, where one
+    request count was seen or the slope came out negative). None without rows."""
+    by = [r for r in rows if r["op"] == "turnaround" and "reqs" in r]
+    if not by_reqs or not by:
+        old = [r for r in rows if r["op"] == ("turnaround_waited" if by else "turnaround")]
+        xs = [float(r["median_s"]) for r in old for _ in range(int(r["repeats"]))]
+        return OpFit("turnaround", "linear", "stage", {"c0": float(np.median(xs)), "c1": 0.0}) if xs else None
+    n = np.array([float(r["reqs"]) for r in by])
+    y = np.array([float(r["median_s"]) for r in by])
+    w = np.array([float(r["repeats"]) for r in by])
+    if len(set(n.tolist())) > 1:
+        c1, c0 = np.polyfit(n, y, 1, w=np.sqrt(w))
+        if c1 >= 0.0:
+            return OpFit("turnaround", "linear", "reqs", {"c0": float(c0), "c1": float(c1)})
+    return OpFit("turnaround", "linear", "reqs", {"c0": float(np.median(np.repeat(y, w.astype(int)))), "c1": 0.0})
 
 
 def _uncharged(r: dict[str, Any], corun: float) -> float:
@@ -723,12 +738,14 @@ def analyse_and_write(
     relative_glue: bool = True,
     charge_stage_layers: bool = True,
     glue_live: bool = True,
+    turnaround_by_reqs: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact.
     ``stage_layers`` (:mod:`calibration.stage_layers`) goes into the fits, fitted before the glue, whose live
     steps' stages it prices; the profiled cost charges it and the live ratios are over that model (since
     2026-12-05, docs/validation.md part 19). ``charge_stage_layers=False`` records it in ``meta.json`` only, as
-    from part 17 until part 19."""
+    from part 17 until part 19. ``turnaround_by_reqs``: the turnaround by the step's requests (part 21, on
+    trial; :func:`fit_turnaround`), else the constant as before."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -753,7 +770,7 @@ def analyse_and_write(
     handoff = fit_handoff(fits, [r for r in rows if r["op"] == "handoff"])
     if handoff is not None:
         fits["handoff"] = handoff
-    turnaround = fit_turnaround([r for r in rows if r["op"] == "turnaround"])
+    turnaround = fit_turnaround([r for r in rows if r["op"] in ("turnaround", "turnaround_waited")], turnaround_by_reqs)
     if turnaround is not None:
         fits["turnaround"] = turnaround
     cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
@@ -797,7 +814,8 @@ def analyse_and_write(
     if handoff is not None:
         fj["handoff"].update({"note": "live engine's stage transfer minus send_recv, seconds per transfer"})
     if turnaround is not None:
-        fj["turnaround"].update({"note": "live engine's stage loop between computes, input waiting, seconds"})
+        how = "by the step's requests" if turnaround.x == "reqs" else "a constant, its input 1 ms early or more"
+        fj["turnaround"].update({"note": f"live engine's stage loop between computes, input waiting, seconds; {how}"})
     if live is not None:
         fj["live_stage"].update({"note": "live engine's stage compute / the same steps alone, by pipeline stages"})
     if depth is not None:
@@ -818,10 +836,14 @@ def analyse_and_write(
 
 
 def refit(
-    profile_dir: str, relative_glue: bool = True, glue_live: bool = True, charge_stage_layers: bool = True
+    profile_dir: str,
+    relative_glue: bool = True,
+    glue_live: bool = True,
+    charge_stage_layers: bool = True,
+    turnaround_by_reqs: bool = False,
 ) -> dict[str, Any]:
     """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place
-    (``relative_glue=False``: :func:`fit_stage_glue` in seconds; the other two as :func:`analyse_and_write`)."""
+    (``relative_glue=False``: :func:`fit_stage_glue` in seconds; the others as :func:`analyse_and_write`)."""
     import json
     from pathlib import Path
 
@@ -830,7 +852,9 @@ def refit(
     meta = json.loads((Path(profile_dir) / "meta.json").read_text())
     shape = ModelShape(**meta["model"])
     rows = read_samples(profile_dir)
-    return analyse_and_write(rows, shape, meta, profile_dir, relative_glue, charge_stage_layers, glue_live)
+    return analyse_and_write(
+        rows, shape, meta, profile_dir, relative_glue, charge_stage_layers, glue_live, turnaround_by_reqs
+    )
 
 
 def pct(v: float | None) -> str:

@@ -28,10 +28,15 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
   step on this host (0.32-0.56 ms against 0.08-0.34 ms in validation traces). The profile keeps the
   median excess over ``send_recv`` (``calibrate.fit_handoff``), which every link transfer is charged.
 * ``turnaround``: from a fourth run at two stages with two micro-batches in flight (``vllm-batch-queue``
-  with ``--pp-throttle``), stage 1 restarting where its next input was already there (stage 0 finished
-  the step 1 ms or more before stage 1 freed: :func:`ppsim.validate.path.turnarounds`): the stage
-  loop's work between two computes (the sampled tokens sent, the next step message taken, the
-  receive completed), which the pipelines charge before a stage's next compute at PP > 1.
+  with ``--pp-throttle``), stage 1 restarting where its next input was already sent (stage 0 finished
+  the step before stage 1 freed: :func:`ppsim.validate.path.restarts`), by the step's request count:
+  the stage loop's work between two computes (the sampled tokens sent, the next step message taken,
+  the receive completed), which the pipelines charge before a stage's next compute at PP > 1. It
+  grows with the requests (MoE validation runs: 0.5-0.65 ms at 1, 0.6-1.0 at 8, 1.1-1.5 at 32), and
+  does not depend on how long before stage 1 freed the input came (flat from 0 to 2 ms). Until
+  2026-12-05 only restarts whose input came 1 ms or more before were kept (40-50 a calibration, one
+  constant: 0.24-0.96 ms over MoE rounds 25-28); that sample is kept as ``turnaround_waited``, and is
+  what ``calibrate.fit_turnaround`` fits by default until docs/validation.md part 21 judges the rest.
 * ``ring_launch`` and ``ring_return``: launch and return from a third run at two stages with the
   sampled-token ring (``trtllm-slots``: ``engine/datapath.py``'s ``RingSender`` -> rank 0's
   ``RingForwarder`` thread -> the core's queue): 0.64-0.88 ms per return in validation traces against
@@ -53,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from ppsim.validate.path import handover_steps, turnarounds
+from ppsim.validate.path import handover_steps, restarts, turnarounds
 
 LIVE_RUNS = 3  # live runs per pipeline depth whose stage computes are timed alone too (calibrate.fit_live)
 WORKLOAD = {
@@ -245,8 +250,11 @@ def profile_core_path(
             paths = {"ring_launch": ring.get("launch", []), "ring_return": ring.get("return", [])}
             return rows_of(paths) + live(ring_run)
         queued = serve(2, "vllm-batch-queue", True)
-        turns = [(i + 1, t) for i, ts in turnarounds(list(queued.ops)).items() for t in ts]
-        return [{**r, "split": "live"} for r in rows_of({"turnaround": turns}, x="stage")] + live(queued)
+        ops = list(queued.ops)
+        waited = [(i + 1, t) for i, ts in turnarounds(ops).items() for t in ts]
+        turns = [p for ps in restarts(ops).values() for p in ps]
+        rows = rows_of({"turnaround": turns}, x="reqs") + rows_of({"turnaround_waited": waited}, x="stage")
+        return [{**r, "split": "live"} for r in rows] + live(queued)
 
     # one stage and two stages in turn, so that the host's drift over the minutes this takes falls on
     # both depths alike (their ratio is charged at PP > 1: ProfiledCost.depth_factor)

@@ -426,6 +426,38 @@ def test_turnaround_is_the_median_restart_and_charged_past_the_first_stage_at_pp
     assert WithoutTurnaround(two).turnaround_s == 0.0  # replay_adjusted.py --without-turnaround
 
 
+def test_turnaround_by_requests_is_a_line_through_the_medians_and_charged_per_request():
+    """Rows by the step's requests (calibration since part 21): a weighted line through their medians,
+    recovered exactly from points on one; a negative slope or one request count gives the weighted
+    median; by default (until part 21 is judged) the old constant from the ``turnaround_waited`` rows."""
+    from calibration.calibrate import fit_turnaround
+    from experiments.validation.replay_adjusted import WithoutTurnaround, WithPath
+    from ppsim.cost.ring import RingReturnCost
+
+    line = [
+        {"op": "turnaround", "split": "live", "reqs": n, "median_s": 5e-4 + 2e-5 * n, "repeats": k}
+        for n, k in ((1, 13), (3, 17), (8, 95))
+    ]
+    waited = {"op": "turnaround_waited", "split": "live", "stage": 1, "median_s": 2.4e-4, "repeats": 40}
+    f = fit_turnaround([*line, waited], by_reqs=True)
+    assert f.x == "reqs" and f.coef == pytest.approx({"c0": 5e-4, "c1": 2e-5})
+    assert fit_turnaround([*line, waited]).coef == {"c0": pytest.approx(2.4e-4), "c1": 0.0}  # the default
+    falling = [{**r, "median_s": 1e-3 - 1e-5 * r["reqs"]} for r in line]
+    assert fit_turnaround(falling, by_reqs=True).coef == {"c0": pytest.approx(1e-3 - 8e-5), "c1": 0.0}  # 95 of 125 at 8
+    assert fit_turnaround(line[:1], by_reqs=True).coef == {"c0": pytest.approx(5.2e-4), "c1": 0.0}
+    two = ProfiledCost(Profile({}, {**base_fits(), "turnaround": f}), SHAPE, None, 1, pp=2)
+    assert two.turnaround_s == pytest.approx(5e-4) and two.turnaround_per_req_s == pytest.approx(2e-5)
+    assert RingReturnCost(two, 0.0, 0.0, 2).turnaround_per_req_s == pytest.approx(2e-5)
+    assert WithoutTurnaround(two).turnaround_per_req_s == 0.0
+    assert WithPath(two, 1.0, 1.5).turnaround_per_req_s == pytest.approx(3e-5)
+    one = ProfiledCost(Profile({}, {**base_fits(), "turnaround": f}), SHAPE, None, 1, pp=1)
+    assert one.turnaround_s == 0.0 and one.turnaround_per_req_s == 0.0
+    old = ProfiledCost(
+        Profile({}, {**base_fits(), "turnaround": fit_turnaround([waited], by_reqs=False)}), SHAPE, None, 1, pp=2
+    )
+    assert old.turnaround_per_req_s == 0.0  # a constant fit (by stage) charges no slope
+
+
 def test_the_idle_table_checked_on_the_two_stage_live_runs():
     """idle_live_scale: the share of the paired idle table that makes the two-stage live runs, net of it,
     run at the one-stage runs' level; 1 where they run slower, 0 where they run faster even without it."""

@@ -396,6 +396,43 @@ def test_glue_live_good_arguments_reach_the_refit(monkeypatch, tmp_path):
         glue_live.main(argv)
 
 
+def test_glue_live_compares_the_turnaround_only_on_a_calibration_that_has_it(monkeypatch, inputs, capsys):
+    """--compare waited:reqs needs the restarts by requests that calibration records since part 21."""
+    glue_live = _script(monkeypatch, "glue_live", "refit_copy")
+    argv = ["refit", "--compare", "waited:reqs", "--profile", _live_profile(inputs / "p"), "{d}/run", "--work", "{d}/w"]
+    _refused(glue_live.main, argv, inputs, capsys, "has no turnaround samples by requests", [*INPUTS, "p"])
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["{d}/missing"], "{d}/missing: not a directory"),
+        (["{d}/empty"], "{d}/empty: no engine-*/ or sim/ run inside"),
+        (["{d}/run"], "{d}/run/engine-0/stage_ops.csv: not a stage_ops.csv"),
+    ],
+)
+def test_restarts_refuses_what_is_not_a_validate_run(inputs, capsys, argv, fragment):
+    from experiments.validation import restarts
+
+    _refused(restarts.main, argv, inputs, capsys, fragment, INPUTS)
+
+
+def test_restarts_reports_the_restarts_by_margin_and_requests(tmp_path, capsys):
+    """Stage 1 restarts 0.2 ms after step 9 (step 0's input 2 ms early, 1 request) and 0.3 ms after step 0
+    (step 1's 0.5 ms early, 3 requests); step 2 reached a free stage 1 (a hand-over, not counted)."""
+    from experiments.validation import restarts
+
+    head = "track,kind,step_id,start_s,end_s,num_tokens,num_reqs\n"
+    rows = [(0, 0, 0, 4, 1), (1, 9, 3, 6, 1), (1, 0, 6.2, 9, 1), (0, 1, 4, 8.5, 3), (1, 1, 9.3, 12, 3)]
+    rows += [(0, 2, 8.5, 13, 1), (1, 2, 13.4, 15, 1)]
+    text = head + "".join(f"stage{s},compute,{i},{a / 1e3},{b / 1e3},1,{n}\n" for s, i, a, b, n in rows)
+    (tmp_path / "run" / "engine-0").mkdir(parents=True)
+    (tmp_path / "run" / "engine-0" / "stage_ops.csv").write_text(text)
+    assert restarts.main([str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "by margin (ms): 0.4: 0.30 (1)  2.0: 0.20 (1)" in out and "by requests:    1: 0.20 (1)  3: 0.30 (1)" in out
+
+
 def _readings(d: Path, rows: list[tuple[str, str, str, float, float]]) -> Path:
     """A ``refit --csv`` file: a MoE round's runs each a reading, a draw's runs (``d/...``) one together."""
     f = d / "r.csv"

@@ -318,8 +318,30 @@ def test_turnaround_is_the_same_on_both_paths(policy: str, name: str) -> None:
         assert [o.end_s for o in fast.ops] != [o.end_s for o in plain.ops]
 
 
-def _restarts(res: SimResult) -> list[float]:
-    """Every gap between two computes of a stage past the first."""
+class TurnPerReqCost(TurnCost):
+    """The turnaround by the step's requests (a profile's fit by ``reqs``): 0.1 ms + 0.05 ms a request."""
+
+    turnaround_s = 1e-4
+    turnaround_per_req_s = 5e-5
+
+
+@pytest.mark.parametrize("name", ["mixed-aborts", "pp2-offline"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_turnaround_per_request_is_the_same_on_both_paths(policy: str, name: str) -> None:
+    """A stage past the first restarts no sooner than ``turnaround_s`` plus ``turnaround_per_req_s`` per
+    request of the plan it starts, alike on both paths; each restart at least that of its own plan."""
+    wrap = lambda c: TurnPerReqCost(SpreadCost(IdleCost(c)))  # noqa: E731
+    ref, rs = _run(policy, name, True, wrap=wrap)
+    fast, fs = _run(policy, name, False, wrap=wrap)
+    assert_same(ref, fast, rs, fs)
+    if policy == "no-pp":  # its stages are replicas, each the first stage of its own: no turnaround
+        return
+    for gap, reqs in _restarts_by_reqs(fast):
+        assert gap >= TurnPerReqCost.turnaround_s + TurnPerReqCost.turnaround_per_req_s * reqs - 1e-12
+
+
+def _restarts_by_reqs(res: SimResult) -> list[tuple[float, int]]:
+    """Every gap between two computes of a stage past the first, with the requests of the later one."""
     comps: dict[str, list] = {}
     for o in res.ops:
         if o.kind == "compute" and o.track != "stage0":
@@ -327,8 +349,13 @@ def _restarts(res: SimResult) -> list[float]:
     out = []
     for cs in comps.values():
         cs.sort(key=lambda o: o.start_s)
-        out += [b.start_s - a.end_s for a, b in zip(cs, cs[1:], strict=False)]
+        out += [(b.start_s - a.end_s, b.num_reqs) for a, b in zip(cs, cs[1:], strict=False)]
     return out
+
+
+def _restarts(res: SimResult) -> list[float]:
+    """Every gap between two computes of a stage past the first."""
+    return [gap for gap, _ in _restarts_by_reqs(res)]
 
 
 class CorunCost:

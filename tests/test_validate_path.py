@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 from ppsim.config import build_scenario
 from ppsim.metrics.records import OpRecord
 from ppsim.run import run_scenario
-from ppsim.validate.path import format_path, handovers, stage_split, summarize_path, turnarounds
+from ppsim.validate.path import format_path, handovers, restarts, stage_split, summarize_path, turnarounds
 
 
-def _c(stage, step, a, b):
-    return OpRecord(f"stage{stage}", "compute", step, a, b, 1, 1)
+def _c(stage, step, a, b, reqs=1):
+    return OpRecord(f"stage{stage}", "compute", step, a, b, 1, reqs)
 
 
 def test_split_and_handover_by_hand():
@@ -99,3 +99,14 @@ def test_turnaround_is_the_restart_of_a_receiver_whose_input_waited():
     p = summarize_path([ops], ops)
     assert p["turnaround"]["0->1"]["engine"] == pytest.approx({"n": 1.0, "median_ms": 0.2, "mean_ms": 0.2})
     assert "turnaround of stage 1 with its input waiting: engine median 0.200 ms" in format_path(p)
+
+
+def test_restarts_are_every_restart_whose_input_left_before_the_receiver_freed_with_its_requests():
+    """Calibration's turnaround sample: step 0 (left stage 0 2 ms early) and step 1 (0.5 ms early) both
+    count, each with its request count; step 2, sent after stage 1 freed, is a hand-over."""
+    ms = 1e-3
+    ops = [_c(0, 0, 0, 4 * ms), _c(1, 9, 3 * ms, 6 * ms), _c(1, 0, 6.2 * ms, 9 * ms), _c(0, 1, 4 * ms, 8.5 * ms)]
+    ops[3] = _c(0, 1, 4 * ms, 8.5 * ms, reqs=3)
+    ops += [_c(1, 1, 9.3 * ms, 12 * ms, reqs=3), _c(0, 2, 8.5 * ms, 13 * ms), _c(1, 2, 13.4 * ms, 15 * ms)]
+    assert restarts(ops) == {0: [(1, pytest.approx(0.2 * ms)), (3, pytest.approx(0.3 * ms))]}
+    assert turnarounds(ops) == {0: pytest.approx([0.2 * ms])}  # the report's: 1 ms early or more

@@ -1,7 +1,9 @@
 """Two ways of fitting a calibration's stage model, compared on finished ``ppsim validate`` runs of it: by default
 the stage glue fitted on the grid alone against the grid and calibration's live steps timed alone
 (``calibrate.fit_layer_glue_live``, the default since 2026-12-05); ``--compare live:layers`` that default against
-the same with ``stage_layers`` charged (fitted first, pricing the live steps' stages in the glue's fit).
+the same with ``stage_layers`` charged (fitted first, pricing the live steps' stages in the glue's fit);
+``--compare waited:reqs`` today's defaults with the stage turnaround as before docs/validation.md part 21 (a
+constant, from the restarts whose input came 1 ms or more early) against the same by the step's requests.
 
 The profile is refitted from its own ``samples.csv`` both ways with today's code (copies under ``--work``; the
 validation runs take no part in either fit): ``grid`` (the glue on the grid's stages alone), ``live`` (``layer_glue``
@@ -18,8 +20,8 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 ``experiments/validation/glue_live_readings.csv`` holds the readings part 18 was judged on (MoE rounds 19-24,
 ``dense-1024`` seeds 50-64), ``experiments/validation/stage_layers_readings.csv`` those of part 19.
 
-Run: python experiments/validation/glue_live.py refit --profile DIR [--compare grid:live|live:layers] [--work DIR]
-         [--csv FILE] [--reading run] RUN_DIR [...]
+Run: python experiments/validation/glue_live.py refit --profile DIR [--compare grid:live|live:layers|waited:reqs]
+         [--work DIR] [--csv FILE] [--reading run] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
 
@@ -53,8 +55,10 @@ WAYS: dict[str, dict[str, bool]] = {
     "grid": {"glue_live": False, "charge_stage_layers": False},
     "live": {"glue_live": True, "charge_stage_layers": False},
     "layers": {"glue_live": True, "charge_stage_layers": True},
+    "waited": {"turnaround_by_reqs": False},  # today's glue, the turnaround a constant (before part 21)
+    "reqs": {"turnaround_by_reqs": True},
 }
-COMPARES = ("grid:live", "live:layers")
+COMPARES = ("grid:live", "live:layers", "waited:reqs")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 BUBBLE = "pipeline_bubble_fraction"
@@ -95,12 +99,19 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(f"--profile: {args.profile} has no live steps timed alone; calibrate with the live engine")
     if "layers" in args.compare and not any(r["op"] == "stage_layers" for r in samples):
         raise PPSimError(f"--profile: {args.profile} has no stage_layers samples; calibrate with today's code")
+    if "reqs" in args.compare and not any(r["op"] == "turnaround" and "reqs" in r for r in samples):
+        raise PPSimError(
+            f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
+        )
     base, new = args.compare.split(":")
     profiles = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in (base, new)}
     calibrated = f"{args.profile}@{read_profile(args.profile).meta.get('date', '')}"  # a reused path stays apart
     for w, p in profiles.items():
-        c = {k: v * 1e6 for k, v in read_profile(str(p)).fits["layer_glue"].coef.items()}
-        print(f"layer_glue {w:4s}: c0 {c['c0']:7.1f} us, tok {c['tok']:6.2f} us, req {c['req']:6.2f} us")
+        fits = read_profile(str(p)).fits
+        c = {k: v * 1e6 for k, v in fits["layer_glue"].coef.items()}
+        t = fits.get("turnaround")
+        turn = f"; turnaround {t.coef['c0'] * 1e6:.0f} us + {t.coef['c1'] * 1e6:.1f} us/req" if t is not None else ""
+        print(f"layer_glue {w:6s}: c0 {c['c0']:7.1f} us, tok {c['tok']:6.2f} us, req {c['req']:6.2f} us{turn}")
     out = []
     for run in map(Path, args.runs):
         with reading_run(run, "runs"):

@@ -126,6 +126,7 @@ class WithoutTurnaround(ScaledCompute):
     """The profile's cost model (times ``factor``) with no turnaround: a stage restarts at once."""
 
     turnaround_s = 0.0
+    turnaround_per_req_s = 0.0
 
     def __init__(self, inner: object, factor: float = 1.0) -> None:
         super().__init__(inner, factor)
@@ -153,6 +154,10 @@ class WithPath(ScaledCompute):
     @property
     def turnaround_s(self) -> float:
         return self.path * float(getattr(self.inner, "turnaround_s", 0.0) or 0.0)
+
+    @property
+    def turnaround_per_req_s(self) -> float:
+        return self.path * float(getattr(self.inner, "turnaround_per_req_s", 0.0) or 0.0)
 
     def launch_time(self, n: int) -> float:
         return self.path * self.inner.launch_time(n)

@@ -350,8 +350,11 @@ class ProfiledCost:
         self.handoff_s = max(self.p.fits["handoff"].coef["c0"], 0.0) if "handoff" in self.p.fits else 0.0
         # a stage's loop between two computes where its input waited (calibration/core_path.py), at PP > 1:
         # the pipelines start a stage past the first no sooner than this after its previous compute
+        # plus ``turnaround_per_req_s`` per request of the step (a fit by requests; since 2026-12-05)
         turn = self.p.fits.get("turnaround") if pp > 1 else None
         self.turnaround_s = max(turn.coef["c0"], 0.0) if turn is not None else 0.0
+        by_reqs = turn is not None and turn.x == "reqs"
+        self.turnaround_per_req_s = max(float(turn.coef.get("c1", 0.0)), 0.0) if by_reqs else 0.0
         # the live engine's stage compute over the same steps alone, at this depth (calibrate.fit_live).
         # Its level, held at 1 or more, is charged at every depth where ``charge_level`` (the simulator's
         # model, load_profiled_cost; docs/validation.md part 16): what the live stage loop costs a step

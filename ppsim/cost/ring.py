@@ -64,6 +64,10 @@ class RingReturnCost:
         return float(getattr(self.inner, "turnaround_s", 0.0))
 
     @property
+    def turnaround_per_req_s(self) -> float:
+        return float(getattr(self.inner, "turnaround_per_req_s", 0.0))
+
+    @property
     def corun_factor(self) -> float:
         """The inner model's charge for stages computing at once (a profile's ``stage_corun``), if any."""
         return float(getattr(self.inner, "corun_factor", 1.0))

@@ -13,7 +13,8 @@ TensorRT-LLM: they wait on the previous send only before the next send) the send
 compute. A link carries one send at a time, each taking ``cost.link_time(seam bytes)``. Where the cost
 model has a ``spread`` (a profile's ``stage_spread`` at PP > 1), each compute is ``stage_time`` times
 ``spread(stage, step id)``: the live engine's step-to-step variation, drawn by the step alone. A stage
-past the first starts a compute no sooner than the cost model's ``turnaround_s`` after its previous one
+past the first starts a compute no sooner than the cost model's ``turnaround_s`` (plus ``turnaround_per_req_s``
+per request of the plan) after its previous one
 ended (the live engine's stage loop between two computes, where the input was already there). Where
 it has a ``corun_factor`` (a profile's ``stage_corun``, PP > 1), every compute of a micro-batch that
 starts on the first stage while an earlier one has not finished its last stage times it: stages
@@ -77,6 +78,7 @@ class PipelineSim:
         self.idle = cost.idle_time if getattr(cost, "has_idle", False) else None
         self.spread = getattr(cost, "spread", None)  # a profile's stage_spread: one ratio per (stage, step)
         self.turn = float(getattr(cost, "turnaround_s", 0.0) or 0.0)  # a profile's turnaround
+        self.turn_req = float(getattr(cost, "turnaround_per_req_s", 0.0) or 0.0)  # and per request of the step
         # a profile's stage_corun (PP > 1): the computes of a micro-batch that starts on the first stage while
         # an earlier one is still in the pipeline (not started on the last stage, or ending after now)
         self.corun = float(getattr(cost, "corun_factor", 1.0) or 1.0) if len(stages) > 1 else 1.0
@@ -179,8 +181,9 @@ class PipelineSim:
                         yield ev
             if env.now < free[i] and not self.overlap_sends:
                 yield env.timeout(free[i] - env.now)
-            back = self.stage_end[i] + self.turn  # a stage past the first restarts no sooner than this
-            if i and self.turn and self.stage_end[i] > 0.0 and env.now < back:
+            turn = self.turn + self.turn_req * plan.num_reqs
+            back = self.stage_end[i] + turn  # a stage past the first restarts no sooner than this
+            if i and turn and self.stage_end[i] > 0.0 and env.now < back:
                 yield env.timeout(back - env.now)
             start = env.now
             if st.is_first and self.corun != 1.0:

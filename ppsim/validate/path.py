@@ -20,7 +20,9 @@ The **turnaround** is its other side: where stage k + 1 was still busy with an e
 stage k finished this one (by ``TURN_MARGIN_S`` or more: the input was there), stage k + 1's
 previous compute ending to this one starting, which the simulator makes zero (the next compute
 starts as the stage frees); the live engine's stage loop spends it sending the sampled tokens,
-taking the next step message and completing the receive.
+taking the next step message and completing the receive. :func:`restarts` is every such restart
+where stage k finished first by any margin, with the step's request count: calibration's sample
+(its gap does not depend on the margin: MoE rounds 26-27, B = 1 / 8 / 32, flat from 0 to 2 ms).
 
 Pure functions of :class:`OpRecord` lists; the engine's figures are the mean over its repeats.
 """
@@ -45,6 +47,11 @@ def _computes(ops: Sequence[OpRecord]) -> dict[int, list[tuple[float, float, int
         if op.kind == "compute" and op.track.startswith("stage"):
             out.setdefault(int(op.track[len("stage") :]), []).append((op.start_s, op.end_s, op.step_id))
     return {s: sorted(v) for s, v in out.items()}
+
+
+def _requests(ops: Sequence[OpRecord]) -> dict[int, int]:
+    """Step id -> its request count (from its computes)."""
+    return {op.step_id: op.num_reqs for op in ops if op.kind == "compute" and op.track.startswith("stage")}
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -113,9 +120,12 @@ def _handover_steps(comps: dict[int, list[tuple[float, float, int]]]) -> list[tu
 TURN_MARGIN_S = 1e-3  # a turnaround counts where the sender finished this long before the receiver was free
 
 
-def _turnaround_steps(comps: dict[int, list[tuple[float, float, int]]]) -> list[tuple[int, float]]:
-    """(link k, seconds) of every restart of stage k + 1 whose input waited: the previous compute's end
-    to this step's start, where stage k had finished the step ``TURN_MARGIN_S`` or more before that end."""
+def _turnaround_steps(
+    comps: dict[int, list[tuple[float, float, int]]], margin_s: float = TURN_MARGIN_S
+) -> list[tuple[int, int, float]]:
+    """(link k, step id, seconds) of every restart of stage k + 1 whose input waited: the previous
+    compute's end to this step's start, where stage k had finished the step ``margin_s`` or more before
+    that end."""
     out = []
     for k in sorted(comps):
         nxt = comps.get(k + 1)
@@ -124,8 +134,8 @@ def _turnaround_steps(comps: dict[int, list[tuple[float, float, int]]]) -> list[
         at = {sid: i for i, (_, _, sid) in enumerate(nxt)}
         for _, end, sid in comps[k]:
             i = at.get(sid)
-            if i and nxt[i - 1][1] >= end + TURN_MARGIN_S and nxt[i][0] >= nxt[i - 1][1]:
-                out.append((k, nxt[i][0] - nxt[i - 1][1]))
+            if i and nxt[i - 1][1] >= end + margin_s and nxt[i][0] >= nxt[i - 1][1]:
+                out.append((k, sid, nxt[i][0] - nxt[i - 1][1]))
     return out
 
 
@@ -133,8 +143,31 @@ def turnarounds(ops: Sequence[OpRecord]) -> dict[int, list[float]]:
     """Link k (stage k -> k + 1) -> stage k + 1's turnaround seconds wherever its input waited."""
     stages = _computes(ops)
     out: dict[int, list[float]] = {k: [] for k in stages if k + 1 in stages}
-    for k, t in _turnaround_steps(stages):
+    for k, _, t in _turnaround_steps(stages):
         out[k].append(t)
+    return out
+
+
+def restarts(ops: Sequence[OpRecord]) -> dict[int, list[tuple[int, float]]]:
+    """Link k -> (requests of the step, seconds) of every restart of stage k + 1 where stage k had
+    finished the step before stage k + 1 freed, by any margin (calibration's ``turnaround`` sample)."""
+    stages = _computes(ops)
+    out: dict[int, list[tuple[int, float]]] = {k: [] for k in stages if k + 1 in stages}
+    for k, reqs, _, t in restart_margins(ops):
+        out[k].append((reqs, t))
+    return out
+
+
+def restart_margins(ops: Sequence[OpRecord]) -> list[tuple[int, int, float, float]]:
+    """(link k, requests of the step, margin, seconds) of every restart :func:`restarts` counts; the margin
+    is how long before stage k + 1 freed stage k finished the step."""
+    stages, reqs = _computes(ops), _requests(ops)
+    ends = {(k, sid): end for k, v in stages.items() for _, end, sid in v}
+    at = {(k, sid): i for k, v in stages.items() for i, (_, _, sid) in enumerate(v)}
+    out = []
+    for k, sid, t in _turnaround_steps(stages, 0.0):
+        freed = stages[k + 1][at[(k + 1, sid)] - 1][1]
+        out.append((k, reqs[sid], freed - ends[(k, sid)], t))
     return out
 
 
