@@ -736,15 +736,15 @@ def analyse_and_write(
     meta: dict[str, Any],
     out: str,
     relative_glue: bool = True,
-    charge_stage_layers: bool = True,
+    charge_stage_layers: bool = False,
     glue_live: bool = True,
     turnaround_by_reqs: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact.
-    ``stage_layers`` (:mod:`calibration.stage_layers`) goes into the fits, fitted before the glue, whose live
-    steps' stages it prices; the profiled cost charges it and the live ratios are over that model (since
-    2026-12-05, docs/validation.md part 19). ``charge_stage_layers=False`` records it in ``meta.json`` only, as
-    from part 17 until part 19. ``turnaround_by_reqs``: the turnaround by the step's requests (part 21, on
+    ``stage_layers`` (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17
+    and 20: charged from part 19 until part 20's fresh readings reverted it). ``charge_stage_layers=True`` puts
+    it in the fits, fitted before the glue, whose live steps' stages it prices; the profiled cost charges it and
+    the live ratios are over that model. ``turnaround_by_reqs``: the turnaround by the step's requests (part 21, on
     trial; :func:`fit_turnaround`), else the constant as before."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
@@ -839,7 +839,7 @@ def refit(
     profile_dir: str,
     relative_glue: bool = True,
     glue_live: bool = True,
-    charge_stage_layers: bool = True,
+    charge_stage_layers: bool = False,
     turnaround_by_reqs: bool = False,
 ) -> dict[str, Any]:
     """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place

@@ -15,12 +15,12 @@ Calibration times a middle stage (no ends) of the stack's first ``n`` layers for
 pipeline of 1-4 stages would give the model (up to ``stack``), on :data:`PLANS`, in the same
 interleaved rounds as every other task; the fit is, per ``n``, the median over the plans of the
 per-layer time net of ``prepare_inputs`` over the stack's, ``interp`` over ``n`` with 1 at
-``stack``. Charged since 2026-12-05 (docs/validation.md, part 19: judged by a rule fixed before its readings, once
-the glue was fitted on the live runs' stages of every size too; part 17 had judged it against when the glue saw
-only the stack): fitted before the glue, it prices the live steps' stages in the glue's fit, and
-:class:`ppsim.cost.profiled.ProfiledCost` multiplies a stage's layers by it
+``stack``. Recorded in ``meta.json``, not charged (docs/validation.md: part 17 judged it against when the glue saw
+only the stack; part 19 adopted it once the glue was fitted on the live runs' stages of every size too; part 20,
+on the readings run after that verdict, reverted it, 2026-12-05). ``calibrate.analyse_and_write(...,
+charge_stage_layers=True)`` charges it: fitted before the glue, it prices the live steps' stages in the glue's
+fit, and :class:`ppsim.cost.profiled.ProfiledCost` multiplies a stage's layers by it
 (:func:`ppsim.cost.profiled.stage_layers_ratio`: flat outside the measured sizes).
-``calibrate.analyse_and_write(..., charge_stage_layers=False)`` records it in ``meta.json`` only.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def test_quick_calibrate_cli(quick_profile):
     glue = ("layer_glue", "first_glue", "last_glue")
     # fitted from engine stages, not by leave-one-out
     derived = (*glue, "stage_idle", "live_stage", "live_depth", "stage_spread", "turnaround", "stage_corun", "handoff")
-    derived += ("stage_layers",)  # a ratio of stage steps, charged since docs/validation.md part 19
+    derived += ("stage_layers",)  # a ratio of stage steps, in the fits only where charged (part 20: recorded)
     assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in derived)
     assert fits["stage_idle"]["form"] == "interp" and fits["stage_idle"]["coef"]["xs"][0] == 0.0
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
@@ -65,10 +65,10 @@ def test_quick_calibrate_cli(quick_profile):
     counts = layer_counts(meta["model"]["num_layers"], meta["layer_stack"])
     timed = [r for r in read_samples(out) if r["op"] == "stage_layers"]
     assert sorted({(r["plan"], r["layers"]) for r in timed}) == sorted((p, n) for p in PLANS for n in counts)
-    per_layer = fits["stage_layers"]["coef"]  # charged since docs/validation.md part 19
-    assert "stage_layers" not in meta and per_layer["xs"] == [float(n) for n in counts]
+    per_layer = meta["stage_layers"]  # recorded, not charged (docs/validation.md part 20)
+    assert "stage_layers" not in fits and per_layer["xs"] == [float(n) for n in counts]
     assert per_layer["ys"][-1] == 1.0 and all(0.3 < y < 3.0 for y in per_layer["ys"])
-    assert "(stage_layers, charged)" in text
+    assert "(stage_layers, recorded, not charged)" in text
     # the live engine's paths at two stages: the transfer (its excess over the link's ping-pong) and
     # the sampled-token ring's launch and return
     assert any(r.startswith("handoff,live") for r in rows) and any(r.startswith("send_recv,") for r in rows)
@@ -115,21 +115,22 @@ def test_quick_calibrate_cli(quick_profile):
     assert marked and all(r["op"] in ("stage_first", "stage_last") for r in marked)
 
 
-def test_stage_layers_charged_prices_a_stage_s_layers_at_its_ratio_and_recorded_on_request(quick_profile, tmp_path):
-    """Calibration charges stage_layers (docs/validation.md part 19): the profiled cost prices a stage's layers at its
-    ratio. The same samples fitted with ``charge_stage_layers=False`` (as from part 17 until part 19) record it in
-    meta.json only and price every stage at the stack's per-layer cost."""
+def test_stage_layers_recorded_and_charged_on_request_prices_a_stage_s_layers_at_its_ratio(quick_profile, tmp_path):
+    """Calibration records stage_layers in meta.json (docs/validation.md part 20) and prices every stage at the
+    stack's per-layer cost. The same samples fitted with ``charge_stage_layers=True`` (the default from part 19
+    until part 20) put it in the fits: the profiled cost prices a stage's layers at its ratio."""
     from calibration.calibrate import analyse_and_write
 
     out, _ = quick_profile
     meta = json.loads((out / "meta.json").read_text())
     shape = ModelShape(**meta["model"])
-    analyse_and_write(read_samples(out), shape, meta, str(tmp_path), charge_stage_layers=False)
-    charged = json.loads((out / "fits.json").read_text())["stage_layers"]
-    recorded = json.loads((tmp_path / "meta.json").read_text())["stage_layers"]
+    analyse_and_write(read_samples(out), shape, meta, str(tmp_path), charge_stage_layers=True)
+    charged = json.loads((tmp_path / "fits.json").read_text())["stage_layers"]
+    recorded = meta["stage_layers"]
     assert charged["coef"]["xs"] == recorded["xs"] and charged["coef"]["ys"] == recorded["ys"]
-    assert "stage_layers" not in json.loads((tmp_path / "fits.json").read_text())
-    scaled, plain = (ProfiledCost(read_profile(d), shape, None, 1) for d in (out, tmp_path))
+    assert "stage_layers" not in json.loads((out / "fits.json").read_text())
+    assert "stage_layers" not in json.loads((tmp_path / "meta.json").read_text())  # in the fits, not both
+    scaled, plain = (ProfiledCost(read_profile(d), shape, None, 1) for d in (tmp_path, out))
     ratio = dict(zip(charged["coef"]["xs"], charged["coef"]["ys"], strict=True))[4.0]
     plan = plan_of("40:1;41:1;42:1")
     half = StageSpec(0, 4, 8, False, False)  # a middle stage of 4 layers: its layers only
