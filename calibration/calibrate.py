@@ -310,8 +310,8 @@ def fit_turnaround(rows: list[dict[str, Any]], by_reqs: bool = False) -> OpFit |
     """``turnaround``: seconds between a stage's two computes where its next input was already sent
     (``calibration/core_path.py``). By default, and for an artifact from before 2026-12-05 (rows by
     ``stage``): the median over the restarts whose input came 1 ms or more before (``turnaround_waited``,
-    the rows by stage), a constant. ``by_reqs`` (docs/validation.md part 21, judged before it is the
-    default): the ``turnaround`` rows by the step's requests (``reqs``), a line in the requests through
+    the rows by stage), a constant. ``by_reqs`` (docs/validation.md part 21: tried, not adopted): the
+    ``turnaround`` rows by the step's requests (``reqs``), a line in the requests through
     their medians, each weighted by its count (least squares; a constant, the weighted median, where one
     request count was seen or the slope came out negative). None without rows."""
     by = [r for r in rows if r["op"] == "turnaround" and "reqs" in r]
@@ -744,8 +744,8 @@ def analyse_and_write(
     ``stage_layers`` (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17
     and 20: charged from part 19 until part 20's fresh readings reverted it). ``charge_stage_layers=True`` puts
     it in the fits, fitted before the glue, whose live steps' stages it prices; the profiled cost charges it and
-    the live ratios are over that model. ``turnaround_by_reqs``: the turnaround by the step's requests (part 21, on
-    trial; :func:`fit_turnaround`), else the constant as before."""
+    the live ratios are over that model. ``turnaround_by_reqs``: the turnaround by the step's requests (part 21: tried,
+    not adopted; :func:`fit_turnaround`), else the constant."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)

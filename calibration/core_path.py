@@ -35,8 +35,9 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
   grows with the requests (MoE validation runs: 0.5-0.65 ms at 1, 0.6-1.0 at 8, 1.1-1.5 at 32), and
   does not depend on how long before stage 1 freed the input came (flat from 0 to 2 ms). Until
   2026-12-05 only restarts whose input came 1 ms or more before were kept (40-50 a calibration, one
-  constant: 0.24-0.96 ms over MoE rounds 25-28); that sample is kept as ``turnaround_waited``, and is
-  what ``calibrate.fit_turnaround`` fits by default until docs/validation.md part 21 judges the rest.
+  constant: 0.24-0.96 ms over MoE rounds 25-28); that sample is kept as ``turnaround_waited`` and is
+  what ``calibrate.fit_turnaround`` fits by default (a line by requests was tried in docs/validation.md
+  part 21 and not adopted: this run's restarts are bimodal, and its few at small counts set the slope).
 * ``ring_launch`` and ``ring_return``: launch and return from a third run at two stages with the
   sampled-token ring (``trtllm-slots``: ``engine/datapath.py``'s ``RingSender`` -> rank 0's
   ``RingForwarder`` thread -> the core's queue): 0.64-0.88 ms per return in validation traces against

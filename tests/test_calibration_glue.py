@@ -429,7 +429,7 @@ def test_turnaround_is_the_median_restart_and_charged_past_the_first_stage_at_pp
 def test_turnaround_by_requests_is_a_line_through_the_medians_and_charged_per_request():
     """Rows by the step's requests (calibration since part 21): a weighted line through their medians,
     recovered exactly from points on one; a negative slope or one request count gives the weighted
-    median; by default (until part 21 is judged) the old constant from the ``turnaround_waited`` rows."""
+    median; by default (part 21 did not adopt the line) the constant from the ``turnaround_waited`` rows."""
     from calibration.calibrate import fit_turnaround
     from experiments.validation.replay_adjusted import WithoutTurnaround, WithPath
     from ppsim.cost.ring import RingReturnCost

@@ -76,7 +76,7 @@ def test_quick_calibrate_cli(quick_profile):
     assert all(fits[op]["form"] == "linear" for op in ("launch_multi", "ring_launch", "ring_return"))
     # and, with two micro-batches in flight, stage 1 restarting on an input that waited for it
     assert any(r.startswith("turnaround,live") for r in rows) and fits["turnaround"]["coef"]["c0"] >= 0.0
-    # every such restart by its step's requests (part 21, on trial), the 1 ms-early ones as fitted by default
+    # every such restart by its step's requests (part 21: tried, not adopted), the 1 ms-early ones fitted
     turns = [r for r in read_samples(out) if r["op"] in ("turnaround", "turnaround_waited")]
     by_reqs = [r for r in turns if r["op"] == "turnaround"]
     assert by_reqs and all(r["reqs"] >= 1 for r in by_reqs) and fits["turnaround"]["x"] == "stage"
