@@ -217,3 +217,32 @@ def test_live_refuses_a_profile_without_live_runs(capsys):
     assert pc.main(["live", "profiles/tiny-cpu"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: profile: profiles/tiny-cpu has no live runs") and err.count("\n") == 1
+
+
+def test_items_times_a_first_stage_on_prefills_of_many_items(capsys):
+    """``items``: each plan's measured and profile time on the first of two stages, and its shape (profile over
+    measured over the one-item prefill's: 1 for that one)."""
+    assert pc.main(["items", "--model", "tiny", "--rounds", "1", "profiles/tiny-cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines] == list(pc.ITEM_PLANS)
+    assert lines[0].endswith("shape 1.000") and all(" ms  profile " in ln for ln in lines)
+
+
+def test_items_refuses_a_bad_round_count(capsys):
+    with pytest.raises(SystemExit) as e:
+        pc.main(["items", "--rounds", "0", "profiles/tiny-cpu"])
+    assert e.value.code == 2 and "--rounds: 0 must be in [1, 1000]" in capsys.readouterr().err
+
+
+def test_attn_in_layer_times_each_operator_in_context(capsys):
+    """experiments/validation/attn_in_layer.py: one line per plan, every operator of the layer and the attention
+    alone; a plan it cannot read is refused in one line."""
+    from experiments.validation import attn_in_layer as ail
+
+    assert ail.main(["--model", "tiny", "--rounds", "1", "2x8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("2x8: per layer in context (us) norm1 ")
+    assert all(f" {o} " in out[0] for o in ail.OPS) and "in context / alone" in out[0]
+    assert ail.main(["--rounds", "1", "32by16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: plan '32by16': give items x chunk tokens") and err.count("\n") == 1

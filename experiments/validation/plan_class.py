@@ -14,6 +14,12 @@ requests, timed in interleaved rounds in one process, against ``PROFILE``'s ``st
 plans: whether the host's current speed state scales the two classes alike (it does not on this VM:
 decodes, bound by per-kernel overhead, gain more in a fast state than the GEMM-bound prefills).
 
+``items --model MODEL PROFILE``: the engine's first stage of a two-stage pipeline (its half of the layers,
+with the embedding) on prefills of 1, 2, 4, 8, 16 and 32 items of 16 tokens (and 1 and 4 of 128, and 32
+decodes), the same way, against ``PROFILE``'s ``stage_time``: whether the profile prices a step's many prefill
+items as the engine runs them. The grid's stage plans hold one prefill item at most; MoE's B = 32 prefill
+steps hold 32 (docs/validation.md, "What is left out").
+
 ``gaps DIR [DIR ...]``: the step-level error (wall clock, as the simulator charges) by the idle gap before
 each compute (``ppsim.validate.steps.idle_gaps`` on the engine's ``stage_ops.csv``, as the simulator reads it),
 per pipeline depth and class, with and without the run's own ``stage_idle`` charge: how much of the idle
@@ -38,6 +44,7 @@ Run: python experiments/validation/plan_class.py runs RUN_DIR [RUN_DIR ...]
      python experiments/validation/plan_class.py depth RUN_DIR [RUN_DIR ...]
      python experiments/validation/plan_class.py live --model MODEL PROFILE
      python experiments/validation/plan_class.py check --model tiny PROFILE
+     python experiments/validation/plan_class.py items --model tiny-moe PROFILE
 """
 
 from __future__ import annotations
@@ -69,6 +76,8 @@ from ppsim.validate.steps import (  # noqa: E402
 
 PREFILL_PLANS = {f"P{n}@0": [(0, n)] for n in (16, 32, 64, 96, 128, 200)} | {"P56@64": [(64, 56)]}
 DECODE_PLANS = {"D1@64": [(64, 1)], "D1@250": [(250, 1)]} | {f"D{b}@150": [(150, 1)] * b for b in (2, 4, 8)}
+ITEM_PLANS = {f"{k}xP16@0": [(0, 16)] * k for k in (1, 2, 4, 8, 16, 32)}
+ITEM_PLANS |= {"1xP128@0": [(0, 128)], "4xP128@0": [(0, 128)] * 4, "32xD1@40": [(40, 1)] * 32}
 
 
 def plan_class(row: dict[str, str]) -> str:
@@ -277,7 +286,11 @@ def live_by_batch(cost: Any, rows: list[dict[str, Any]]) -> dict[tuple[int, int]
     return {k: (statistics.median(ratios[k]), len(ratios[k])) for k in BATCH_BINS if k in ratios}
 
 
-def check(model: str, profile: str, rounds: int) -> None:
+def timed_plans(
+    model: str, profile: str, rounds: int, plans: dict[str, list[tuple[int, int]]], first_stage_of: int = 1
+) -> dict[str, tuple[float, float]]:
+    """Plan -> (measured, profile) seconds: the engine's own stage step (``forward_step``, one torch thread,
+    thread CPU time, interleaved rounds) of the first stage of a ``first_stage_of``-stage pipeline."""
     import torch
 
     from calibration.calibrate import plan_of_seqs
@@ -290,10 +303,12 @@ def check(model: str, profile: str, rounds: int) -> None:
 
     torch.set_num_threads(1)
     s = load_model(model)
-    cost = ProfiledCost(read_profile(profile), s, None, 1)
+    cost = ProfiledCost(read_profile(profile), s, None, 1, pp=first_stage_of)
     stages = EngineStages(s, torch_dtype(s.dtype), torch.device("cpu"), s.num_layers)
-    plans = {k: [Seq(a, n) for a, n in v] for k, v in (PREFILL_PLANS | DECODE_PLANS).items()}
-    fns = {k: stages.layout_step_fn(0, s.num_layers, True, True, v) for k, v in plans.items()}
+    end = s.num_layers // first_stage_of
+    last = first_stage_of == 1
+    seqs = {k: [Seq(a, n) for a, n in v] for k, v in plans.items()}
+    fns = {k: stages.layout_step_fn(0, end, True, last, v) for k, v in seqs.items()}
     meas: dict[str, list[float]] = {k: [] for k in plans}
     with torch.inference_mode():
         for _ in range(rounds):  # interleaved: a drift of the host between rounds hits every plan alike
@@ -302,15 +317,27 @@ def check(model: str, profile: str, rounds: int) -> None:
                 t0 = time.thread_time()
                 fn(), fn(), fn()
                 meas[k].append((time.thread_time() - t0) / 3)
-    stage = StageSpec(0, 0, s.num_layers, True, True)
+    stage = StageSpec(0, 0, end, True, last)
+    return {k: (statistics.median(meas[k]), cost.stage_time(stage, plan_of_seqs(seqs[k]))) for k in plans}
+
+
+def check(model: str, profile: str, rounds: int) -> None:
     errs: dict[str, list[float]] = {"prefill": [], "decode": []}
-    for k in plans:
-        m = statistics.median(meas[k])
-        p = cost.stage_time(stage, plan_of_seqs(plans[k]))
+    for k, (m, p) in timed_plans(model, profile, rounds, PREFILL_PLANS | DECODE_PLANS).items():
         errs["prefill" if k in PREFILL_PLANS else "decode"].append((p - m) / m)
         print(f"{k:8s} measured {m * 1e3:8.2f} ms  profile {p * 1e3:8.2f} ms  error {(p - m) / m:+.3f}")
     pre, dec = statistics.median(errs["prefill"]), statistics.median(errs["decode"])
     print(f"median error: prefill {pre:+.3f}, decode {dec:+.3f}, prefill - decode {pre - dec:+.3f}")
+
+
+def items(model: str, profile: str, rounds: int) -> None:
+    times = timed_plans(model, profile, rounds, ITEM_PLANS, first_stage_of=2)
+    base = times["1xP16@0"][1] / times["1xP16@0"][0]
+    for k, (m, p) in times.items():
+        shape = p / m / base  # profile over measured, over the one-item prefill's: the host's level cancels
+        print(
+            f"{k:9s} measured {m * 1e3:8.2f} ms  profile {p * 1e3:8.2f} ms  error {(p - m) / m:+.3f}  shape {shape:.3f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,11 +353,13 @@ def main(argv: list[str] | None = None) -> int:
     lv.add_argument("--model", default="tiny")
     lv.add_argument("profile")
     c = sub.add_parser("check", help="the engine's stage in-process on both classes against a profile")
-    c.add_argument("--model", default="tiny")
-    c.add_argument("--rounds", type=int, default=8)
-    c.add_argument("profile")
+    it = sub.add_parser("items", help="a first stage in-process on prefills of 1-32 items against a profile")
+    for q in (c, it):
+        q.add_argument("--model", default="tiny")
+        q.add_argument("--rounds", type=int, default=8)
+        q.add_argument("profile")
     args = ap.parse_args(argv)
-    if args.cmd == "check" and not 1 <= args.rounds <= 1000:
+    if args.cmd in ("check", "items") and not 1 <= args.rounds <= 1000:
         ap.error(f"--rounds: {args.rounds} must be in [1, 1000]")
     if args.cmd == "runs":
         return run_main(lambda: report_runs(args.dirs))
@@ -340,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_main(lambda: report_depth(args.dirs))
     if args.cmd == "live":
         return run_main(lambda: report_live(args.model, args.profile))
+    if args.cmd == "items":
+        return run_main(lambda: items(args.model, args.profile, args.rounds))
     return run_main(lambda: check(args.model, args.profile, args.rounds))
 
 
