@@ -225,7 +225,8 @@ def test_items_times_a_first_stage_on_prefills_of_many_items(capsys):
     assert pc.main(["items", "--model", "tiny", "--rounds", "1", "profiles/tiny-cpu"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[0] for ln in lines] == list(pc.ITEM_PLANS)
-    assert lines[0].endswith("shape 1.000") and all(" ms  profile " in ln for ln in lines)
+    assert "shape 1.000  glue charged " in lines[0] and all(" ms  profile " in ln for ln in lines)
+    assert all("ms a layer, measured beyond the operators " in ln for ln in lines)
 
 
 def test_items_refuses_a_bad_round_count(capsys):

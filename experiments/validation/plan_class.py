@@ -77,7 +77,8 @@ from ppsim.validate.steps import (  # noqa: E402
 PREFILL_PLANS = {f"P{n}@0": [(0, n)] for n in (16, 32, 64, 96, 128, 200)} | {"P56@64": [(64, 56)]}
 DECODE_PLANS = {"D1@64": [(64, 1)], "D1@250": [(250, 1)]} | {f"D{b}@150": [(150, 1)] * b for b in (2, 4, 8)}
 ITEM_PLANS = {f"{k}xP16@0": [(0, 16)] * k for k in (1, 2, 4, 8, 16, 32)}
-ITEM_PLANS |= {"1xP128@0": [(0, 128)], "4xP128@0": [(0, 128)] * 4, "32xD1@40": [(40, 1)] * 32}
+ITEM_PLANS |= {"1xP128@0": [(0, 128)], "4xP128@0": [(0, 128)] * 4, "1xP512@0": [(0, 512)], "2xP256@0": [(0, 256)] * 2}
+ITEM_PLANS |= {"32xD1@40": [(40, 1)] * 32}
 
 
 def plan_class(row: dict[str, str]) -> str:
@@ -330,13 +331,35 @@ def check(model: str, profile: str, rounds: int) -> None:
     print(f"median error: prefill {pre:+.3f}, decode {dec:+.3f}, prefill - decode {pre - dec:+.3f}")
 
 
+def without_glue(profile: str, model: str, pp: int) -> Any:
+    """``profile``'s cost model with ``layer_glue`` zero: a stage's operators alone."""
+    import dataclasses
+
+    from ppsim.cost.profiled import OpFit, ProfiledCost, read_profile
+    from ppsim.models.shape import load_model
+
+    p = read_profile(profile)
+    g = p.fits["layer_glue"]
+    zero = OpFit("layer_glue", g.form, g.x, {k: 0.0 for k in g.coef})
+    return ProfiledCost(dataclasses.replace(p, fits={**p.fits, "layer_glue": zero}), load_model(model), None, 1, pp=pp)
+
+
 def items(model: str, profile: str, rounds: int) -> None:
+    from calibration.calibrate import plan_of_seqs
+    from calibration.layer import Seq
+    from ppsim.cost.base import StageSpec
+    from ppsim.models.shape import load_model
+
     times = timed_plans(model, profile, rounds, ITEM_PLANS, first_stage_of=2)
     base = times["1xP16@0"][1] / times["1xP16@0"][0]
+    bare, half = without_glue(profile, model, 2), load_model(model).num_layers // 2
     for k, (m, p) in times.items():
         shape = p / m / base  # profile over measured, over the one-item prefill's: the host's level cancels
+        ops = bare.stage_time(StageSpec(0, 0, half, True, False), plan_of_seqs([Seq(a, n) for a, n in ITEM_PLANS[k]]))
         print(
             f"{k:9s} measured {m * 1e3:8.2f} ms  profile {p * 1e3:8.2f} ms  error {(p - m) / m:+.3f}  shape {shape:.3f}"
+            f"  glue charged {(p - ops) / half * 1e3:.2f} ms a layer,"
+            f" measured beyond the operators {(m - ops) / half * 1e3:.2f}"
         )
 
 
