@@ -15,10 +15,11 @@ plans: whether the host's current speed state scales the two classes alike (it d
 decodes, bound by per-kernel overhead, gain more in a fast state than the GEMM-bound prefills).
 
 ``items --model MODEL PROFILE``: the engine's first stage of a two-stage pipeline (its half of the layers,
-with the embedding) on prefills of 1, 2, 4, 8, 16 and 32 items of 16 tokens (and 1 and 4 of 128, and 32
-decodes), the same way, against ``PROFILE``'s ``stage_time``: whether the profile prices a step's many prefill
-items as the engine runs them. The grid's stage plans hold one prefill item at most; MoE's B = 32 prefill
-steps hold 32 (docs/validation.md, "What is left out").
+with the embedding) on prefills of 1, 2, 4, 8, 16 and 32 items of 16 tokens (and 1 and 4 of 128, 2 of 256,
+1 of 512, and 32 decodes), the same way, against ``PROFILE``'s ``stage_time`` and its operators alone (no
+``layer_glue``): whether the profile prices a step's many prefill items as the engine runs them. The grid's
+stage plans hold one prefill item at most; MoE's B = 32 prefill steps hold 32 (docs/validation.md, "What is left
+out").
 
 ``gaps DIR [DIR ...]``: the step-level error (wall clock, as the simulator charges) by the idle gap before
 each compute (``ppsim.validate.steps.idle_gaps`` on the engine's ``stage_ops.csv``, as the simulator reads it),

@@ -69,7 +69,7 @@ def report(run: Path) -> list[str]:
             ops = read_ops(f)
         except (KeyError, ValueError) as e:
             raise PPSimError(f"{f}: not a stage_ops.csv ({type(e).__name__}: {e}); rerun ppsim validate") from None
-        rows = [r for r in restart_margins(ops) if r[2] >= 0.0]
+        rows = restart_margins(ops)
         lines.append(f"  {p.name:9s} by margin (ms): {cells(by_margin(rows))}")
         lines.append(f"  {'':9s} by requests:    {cells(by_requests(rows))}")
     return lines

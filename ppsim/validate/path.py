@@ -122,10 +122,10 @@ TURN_MARGIN_S = 1e-3  # a turnaround counts where the sender finished this long 
 
 def _turnaround_steps(
     comps: dict[int, list[tuple[float, float, int]]], margin_s: float = TURN_MARGIN_S
-) -> list[tuple[int, int, float]]:
-    """(link k, step id, seconds) of every restart of stage k + 1 whose input waited: the previous
-    compute's end to this step's start, where stage k had finished the step ``margin_s`` or more before
-    that end."""
+) -> list[tuple[int, int, float, float]]:
+    """(link k, step id, margin, seconds) of every restart of stage k + 1 whose input waited: the previous
+    compute's end to this step's start, where stage k had finished the step ``margin_s`` or more (the
+    margin) before that end."""
     out = []
     for k in sorted(comps):
         nxt = comps.get(k + 1)
@@ -135,7 +135,7 @@ def _turnaround_steps(
         for _, end, sid in comps[k]:
             i = at.get(sid)
             if i and nxt[i - 1][1] >= end + margin_s and nxt[i][0] >= nxt[i - 1][1]:
-                out.append((k, sid, nxt[i][0] - nxt[i - 1][1]))
+                out.append((k, sid, nxt[i - 1][1] - end, nxt[i][0] - nxt[i - 1][1]))
     return out
 
 
@@ -143,7 +143,7 @@ def turnarounds(ops: Sequence[OpRecord]) -> dict[int, list[float]]:
     """Link k (stage k -> k + 1) -> stage k + 1's turnaround seconds wherever its input waited."""
     stages = _computes(ops)
     out: dict[int, list[float]] = {k: [] for k in stages if k + 1 in stages}
-    for k, _, t in _turnaround_steps(stages):
+    for k, _, _, t in _turnaround_steps(stages):
         out[k].append(t)
     return out
 
@@ -161,14 +161,8 @@ def restarts(ops: Sequence[OpRecord]) -> dict[int, list[tuple[int, float]]]:
 def restart_margins(ops: Sequence[OpRecord]) -> list[tuple[int, int, float, float]]:
     """(link k, requests of the step, margin, seconds) of every restart :func:`restarts` counts; the margin
     is how long before stage k + 1 freed stage k finished the step."""
-    stages, reqs = _computes(ops), _requests(ops)
-    ends = {(k, sid): end for k, v in stages.items() for _, end, sid in v}
-    at = {(k, sid): i for k, v in stages.items() for i, (_, _, sid) in enumerate(v)}
-    out = []
-    for k, sid, t in _turnaround_steps(stages, 0.0):
-        freed = stages[k + 1][at[(k + 1, sid)] - 1][1]
-        out.append((k, reqs[sid], freed - ends[(k, sid)], t))
-    return out
+    reqs = _requests(ops)
+    return [(k, reqs[sid], margin, t) for k, sid, margin, t in _turnaround_steps(_computes(ops), 0.0)]
 
 
 def handovers(ops: Sequence[OpRecord]) -> dict[int, list[float]]:
