@@ -133,11 +133,17 @@ def _ols_tok_req(
     y: list[float],
     scale: list[float] | None = None,
     weight: list[float] | None = None,
+    sq: list[float] | None = None,
 ) -> OpFit:
     """Least squares of ``y`` on (1, tokens, requests): the ``tok_req`` form. With ``scale`` (one positive
     number per sample), the residuals are divided by it first: least squares of relative errors. With
-    ``weight``, each squared residual counts that many times."""
-    A = np.column_stack([np.ones(len(T)), np.array(T, dtype=float), np.array(R, dtype=float)])
+    ``weight``, each squared residual counts that many times. With ``sq`` (each sample's sum over its prefill
+    items of their tokens squared), a fourth term ``sq`` x that, held at zero or more: where the fit gives it
+    a negative coefficient it is refitted without it (``sq`` 0)."""
+    cols = [np.ones(len(T)), np.array(T, dtype=float), np.array(R, dtype=float)]
+    if sq is not None:
+        cols.append(np.array(sq, dtype=float))
+    A = np.column_stack(cols)
     b = np.array(y, dtype=float)
     w = np.ones(len(T)) if scale is None else 1.0 / np.array(scale, dtype=float)
     if weight is not None:
@@ -145,7 +151,23 @@ def _ols_tok_req(
     if scale is not None or weight is not None:
         A, b = A * w[:, None], b * w
     c, *_ = np.linalg.lstsq(A, b, rcond=None)
-    return OpFit(name, "tok_req", "", {"c0": float(c[0]), "tok": float(c[1]), "req": float(c[2])})
+    if sq is not None and c[3] < 0:
+        c = [*np.linalg.lstsq(A[:, :3], b, rcond=None)[0], 0.0]
+    coef = {"c0": float(c[0]), "tok": float(c[1]), "req": float(c[2])}
+    if sq is not None:
+        coef["sq"] = float(c[3])
+    return OpFit(name, "tok_req", "", coef)
+
+
+def prefill_sq(plan: StepPlan) -> float:
+    """The sum over ``plan``'s prefill items of their tokens squared: what ``layer_glue``'s ``sq`` term multiplies.
+    One item of 512 tokens costs more beyond its operators than 32 of 16 (docs/validation.md, part 22)."""
+    return float(sum(it.num_tokens * it.num_tokens for it in plan.items if it.is_prefill))
+
+
+def multi_item(r: dict[str, Any]) -> bool:
+    """Whether a sample's plan holds more than one prefill item (the grid's ``P<c>@<p>x<n>`` plans)."""
+    return sum(1 for it in plan_of(r["items"]).items if it.is_prefill) > 1
 
 
 def stage_spec(r: dict[str, Any]) -> StageSpec:
@@ -163,6 +185,7 @@ def fit_stage_glue(
     stat: str,
     relative: bool = True,
     live: list[dict[str, Any]] | None = None,
+    sq: bool = False,
 ) -> tuple[dict[str, OpFit], list[dict[str, Any]]]:
     """The glue between the operators and the engine's stage steps, in three least-squares fits on
     (1, tokens, requests): ``layer_glue`` per layer from middle stages (measured minus the operators'
@@ -173,7 +196,8 @@ def fit_stage_glue(
     seconds, which the large prefill steps dominate. Once the operators were timed cold (2026-12-01)
     the fit in seconds put the small decode steps 13-17% short in-sample (``tiny``) and a held-out
     draw's decodes 19% short; docs/calibration.md "The glue's fit",
-    ``experiments/validation/glue_fit.py`` compares the two on finished runs."""
+    ``experiments/validation/glue_fit.py`` compares the two on finished runs. ``sq``: ``layer_glue`` also on
+    the plan's prefill items' tokens squared (:func:`_ols_tok_req`; docs/validation.md, part 22)."""
     out: dict[str, OpFit] = {}
     gaps: list[dict[str, Any]] = []
     for name, kind in (("layer_glue", "stage_mid"), ("first_glue", "stage_first"), ("last_glue", "stage_last")):
@@ -181,13 +205,14 @@ def fit_stage_glue(
         if not sel:
             continue
         cost = ProfiledCost(Profile(meta, {**fits, **out}), shape, None, 1)
-        T, R, y, scale = [], [], [], []
+        T, R, y, scale, S = [], [], [], [], []
         for r in sel:
             spec, plan, measured = stage_spec(r), plan_of(r["items"]), value(r, stat)
             pred = cost.stage_time(spec, plan)
             per = spec.num_layers if name == "layer_glue" else 1
             T.append(r["tokens"])
             R.append(r["reqs"])
+            S.append(prefill_sq(plan))
             y.append((measured - pred) / per)
             scale.append(measured / per)  # residual / scale = the stage step's relative error
             gaps.append(
@@ -199,9 +224,10 @@ def fit_stage_glue(
                     "gap_rel": (measured - pred) / measured,
                 }
             )
-        out[name] = _ols_tok_req(name, T, R, y, scale if relative else None)
+        with_sq = S if sq and name == "layer_glue" else None
+        out[name] = _ols_tok_req(name, T, R, y, scale if relative else None, sq=with_sq)
     if live and "layer_glue" in out:
-        out["layer_glue"] = fit_layer_glue_live(fits, meta, shape, rows, live, stat, out, relative)
+        out["layer_glue"] = fit_layer_glue_live(fits, meta, shape, rows, live, stat, out, relative, sq)
     return out, gaps
 
 
@@ -214,6 +240,7 @@ def fit_layer_glue_live(
     stat: str,
     ends: dict[str, OpFit],
     relative: bool = True,
+    sq: bool = False,
 ) -> OpFit:
     """``layer_glue`` fitted on the grid's middle stages and on calibration's live engine steps timed alone
     (``alone_s``: whole stages of one and two-stage pipelines, ends included, priced with ``ends``' glues),
@@ -229,17 +256,18 @@ def fit_layer_glue_live(
         [(r, value(r, stat)) for r in rows if r["op"] == "stage_mid"],
         [(r, float(r["alone_s"])) for r in live if int(r.get("layers", 0)) > 0],
     )
-    T, R, y, scale, weight = [], [], [], [], []
+    T, R, y, scale, weight, S = [], [], [], [], [], []
     for sel in sets:
         for r, measured in sel:
             spec, plan = stage_spec(r), plan_of(r["items"])
             per = spec.num_layers * stage_layers_ratio(fits.get("stage_layers"), spec.num_layers)  # where charged
             T.append(plan.num_tokens)
             R.append(plan.num_reqs)
+            S.append(prefill_sq(plan))
             y.append((measured - cost.stage_time(spec, plan)) / per)
             scale.append(measured / per)
             weight.append(1.0 / len(sel))
-    return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight)
+    return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight, S if sq else None)
 
 
 def fit_glue(
@@ -739,22 +767,27 @@ def analyse_and_write(
     charge_stage_layers: bool = False,
     glue_live: bool = True,
     turnaround_by_reqs: bool = False,
+    glue_sq: bool = False,
+    multi_items: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact.
     ``stage_layers`` (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17
     and 20: charged from part 19 until part 20's fresh readings reverted it). ``charge_stage_layers=True`` puts
     it in the fits, fitted before the glue, whose live steps' stages it prices; the profiled cost charges it and
     the live ratios are over that model. ``turnaround_by_reqs``: the turnaround by the step's requests (part 21: tried,
-    not adopted; :func:`fit_turnaround`), else the constant."""
+    not adopted; :func:`fit_turnaround`), else the constant. ``glue_sq``: ``layer_glue`` with a term on the
+    plan's prefill items' tokens squared (part 22), else (1, tokens, requests). ``multi_items``: the glue also on
+    the grid's stage plans of many prefill items (part 22: timed since, judged before they are fitted by default),
+    else without them, as calibrations before had none."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
     if layers is not None and charge_stage_layers:  # before the glue: the live steps' stages are priced with it
         fits["stage_layers"] = layers
     if any(r["split"] == "stage" for r in rows):
-        stage_rows = [r for r in rows if r["split"] == "stage"]
+        stage_rows = [r for r in rows if r["split"] == "stage" and (multi_items or not multi_item(r))]
         alone = timed_alone(rows) if glue_live else None
-        glue, gaps = fit_stage_glue(fits, meta, shape, stage_rows, stat, relative_glue, alone)
+        glue, gaps = fit_stage_glue(fits, meta, shape, stage_rows, stat, relative_glue, alone, glue_sq)
         note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
         if not relative_glue:
             note = "OLS of the engine's stage steps minus the operators' prediction (calibration/stage_step.py)"
@@ -841,6 +874,8 @@ def refit(
     glue_live: bool = True,
     charge_stage_layers: bool = False,
     turnaround_by_reqs: bool = False,
+    glue_sq: bool = False,
+    multi_items: bool = False,
 ) -> dict[str, Any]:
     """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place
     (``relative_glue=False``: :func:`fit_stage_glue` in seconds; the others as :func:`analyse_and_write`)."""
@@ -853,7 +888,16 @@ def refit(
     shape = ModelShape(**meta["model"])
     rows = read_samples(profile_dir)
     return analyse_and_write(
-        rows, shape, meta, profile_dir, relative_glue, charge_stage_layers, glue_live, turnaround_by_reqs
+        rows,
+        shape,
+        meta,
+        profile_dir,
+        relative_glue,
+        charge_stage_layers,
+        glue_live,
+        turnaround_by_reqs,
+        glue_sq,
+        multi_items,
     )
 
 

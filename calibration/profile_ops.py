@@ -64,8 +64,11 @@ def _prod(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, int], ...]
     return tuple((x, y) for x in a for y in b)
 
 
-# Plan spec: "+"-joined items; "P<chunk>@<prefix>" a prefill chunk, "D<batch>x<ctx>" that many decodes with
-# contexts spread ragged over [ctx/2, 3ctx/2]. Held-out points sit between grid points.
+# Plan spec: "+"-joined items; "P<chunk>@<prefix>" a prefill chunk ("P<chunk>@<prefix>x<n>": n such chunks, each
+# its own request), "D<batch>x<ctx>" that many decodes with contexts spread ragged over [ctx/2, 3ctx/2]. Held-out
+# points sit between grid points. The stage plans of many prefill items (``P16@0x32``, ``P128@0x4``) are MoE B = 32's
+# prefill micro-batches: one item of 512 tokens costs more beyond its operators than 32 of 16 (docs/validation.md,
+# part 22), which plans of one item each could not tell apart from a cost per token.
 # Every token count up to 16 (decode steps of few requests): a CPU GEMM handles rows in blocks of 4
 # and the rest on a slower path, so 3 rows cost more than 4 (1024 x 2816 on the project's VM, cycling
 # weights: 1.64 ms at 3 rows, 1.20 ms at 4), which no interpolation between powers of two shows.
@@ -86,11 +89,13 @@ FULL = Grid(
         "P256@0+D16x256",
         "P32@128+D32x512",
         "P512@0",
+        "P16@0x32",
+        "P128@0x4",
     ),
     heldout_tokens=(23, 48, 384, 768),
     heldout_prefill=((96, 384), (384, 64), (24, 1024)),
     heldout_decode=((8, 384), (48, 96), (24, 1024)),
-    heldout_plans=("D8x384", "D48x128", "P96@0", "P384@256", "P128@0+D24x384", "P64@64+D8x1024"),
+    heldout_plans=("D8x384", "D48x128", "P96@0", "P384@256", "P128@0+D24x384", "P64@64+D8x1024", "P32@0x8"),
 )
 QUICK = Grid(
     tokens=(1, 2, 3, 4, 8, 32, 128, 512),
@@ -118,7 +123,8 @@ def parse_plan(spec: str, rng: np.random.Generator) -> list[Seq]:
     for part in spec.split("+"):
         if part[0] == "P":
             c, p = part[1:].split("@")
-            seqs.append(Seq(int(p), int(c)))
+            p, _, n = p.partition("x")
+            seqs += [Seq(int(p), int(c)) for _ in range(int(n or 1))]
         elif part[0] == "D":
             b, ctx = (int(v) for v in part[1:].split("x"))
             for L in rng.integers(max(2, ctx // 2), ctx + ctx // 2 + 1, size=b):

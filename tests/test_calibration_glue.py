@@ -55,6 +55,29 @@ def synthetic_rows(stat_key: str = "mean_s") -> list[dict]:
     return rows
 
 
+def operator_rows() -> list[dict]:
+    """Operator samples of the synthetic operators: every 1-D one at 1-256, both attentions on a small grid."""
+    from calibration.calibrate import FORMS
+
+    rows = []
+    for name, f in base_fits().items():
+        if f.form in ("linear", "linear_floor") and FORMS.get(name, ("", ""))[1] in ("tokens", "reqs", "n"):
+            for x in (1, 8, 64, 256):
+                rows.append({"op": name, "split": "fit", FORMS[name][1]: x, "mean_s": f.at(x), "median_s": f.at(x)})
+    pre, dec = base_fits()["attn_prefill"], base_fits()["attn_decode"]
+    for c in (8, 64, 256):
+        for p in (0, 128, 512):
+            t = pre.prefill(c, p)
+            rows.append({"op": "attn_prefill", "split": "fit", "chunk": c, "prefix": p, "mean_s": t, "median_s": t})
+    for b in (1, 4, 16, 64):
+        for ctx in (16, 512):
+            t = dec.decode(b, b * ctx)
+            rows.append(
+                {"op": "attn_decode", "split": "fit", "batch": b, "ctx_tokens": b * ctx, "mean_s": t, "median_s": t}
+            )
+    return rows
+
+
 def test_fit_stage_glue_recovers_the_glue_of_each_stage_end():
     base = base_fits()
     got, gaps = fit_stage_glue(base, {}, SHAPE, synthetic_rows(), "mean")
@@ -113,24 +136,7 @@ def test_statistic_is_the_mean_where_the_clock_excludes_other_processes():
 
 def test_analyse_and_write_fits_the_glue_from_stage_rows(tmp_path):
     meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
-    rows = synthetic_rows()
-    from calibration.calibrate import FORMS
-
-    for name, f in base_fits().items():  # operator samples of every 1-D operator
-        if f.form in ("linear", "linear_floor") and FORMS.get(name, ("", ""))[1] in ("tokens", "reqs", "n"):
-            for x in (1, 8, 64, 256):
-                rows.append({"op": name, "split": "fit", FORMS[name][1]: x, "mean_s": f.at(x), "median_s": f.at(x)})
-    pre, dec = base_fits()["attn_prefill"], base_fits()["attn_decode"]
-    for c in (8, 64, 256):
-        for p in (0, 128, 512):
-            t = pre.prefill(c, p)
-            rows.append({"op": "attn_prefill", "split": "fit", "chunk": c, "prefix": p, "mean_s": t, "median_s": t})
-    for b in (1, 4, 16, 64):
-        for ctx in (16, 512):
-            t = dec.decode(b, b * ctx)
-            rows.append(
-                {"op": "attn_decode", "split": "fit", "batch": b, "ctx_tokens": b * ctx, "mean_s": t, "median_s": t}
-            )
+    rows = synthetic_rows() + operator_rows()
     out = tmp_path / "out"
     analyse_and_write(rows, SHAPE, meta, str(out))
     prof = read_profile(out)
@@ -633,25 +639,7 @@ def test_analyse_and_write_fits_the_layer_glue_on_the_live_steps_too_by_default(
     """``ppsim calibrate`` (and ``refit``) take the live steps timed alone into ``layer_glue`` and say so in its
     note; ``glue_live=False`` is the grid's fit alone."""
     meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
-    rows = synthetic_rows() + _alone_rows(5e-6)
-    fits = {k: f for k, f in base_fits().items()}
-    from calibration.calibrate import FORMS
-
-    for name, f in fits.items():
-        if f.form in ("linear", "linear_floor") and FORMS.get(name, ("", ""))[1] in ("tokens", "reqs", "n"):
-            for x in (1, 8, 64, 256):
-                rows.append({"op": name, "split": "fit", FORMS[name][1]: x, "mean_s": f.at(x), "median_s": f.at(x)})
-    pre, dec = fits["attn_prefill"], fits["attn_decode"]
-    rows += [
-        {"op": "attn_prefill", "split": "fit", "chunk": c, "prefix": p, "mean_s": pre.prefill(c, p), "median_s": 0.0}
-        for c in (8, 64, 256)
-        for p in (0, 128, 512)
-    ]
-    rows += [
-        {"op": "attn_decode", "split": "fit", "batch": b, "ctx_tokens": b * c, "mean_s": dec.decode(b, b * c)}
-        for b in (1, 4, 16, 64)
-        for c in (16, 512)
-    ]
+    rows = synthetic_rows() + _alone_rows(5e-6) + operator_rows()
     analyse_and_write(rows, SHAPE, meta, str(tmp_path / "live"))
     analyse_and_write(rows, SHAPE, meta, str(tmp_path / "grid"), glue_live=False)
     import json

@@ -433,10 +433,10 @@ def test_restarts_reports_the_restarts_by_margin_and_requests(tmp_path, capsys):
     assert "by margin (ms): 0.4: 0.30 (1)  2.0: 0.20 (1)" in out and "by requests:    1: 0.20 (1)  3: 0.30 (1)" in out
 
 
-def _readings(d: Path, rows: list[tuple[str, str, str, float, float]]) -> Path:
+def _readings(d: Path, rows: list[tuple[str, str, str, float, float]], compare: str = "grid:live") -> Path:
     """A ``refit --csv`` file: a MoE round's runs each a reading, a draw's runs (``d/...``) one together."""
     f = d / "r.csv"
-    lines = [f"grid:live,{run if p.startswith('moe') else p},{p},{run},{m},{g},{v}\n" for p, run, m, g, v in rows]
+    lines = [f"{compare},{run if p.startswith('moe') else p},{p},{run},{m},{g},{v}\n" for p, run, m, g, v in rows]
     f.write_text("compare,reading,profile,run,metric,base,new\n" + "".join(lines))
     return f
 
@@ -472,6 +472,22 @@ def test_glue_live_judge_counts_readings_and_vetoes_a_target_that_worsens(tmp_pa
     rows += [(p, r, "p99_ttft_ms", 0.05, 0.07) for p, r, _, _, _ in rows]
     assert glue_live.main(["judge", str(_readings(tmp_path, rows))]) == 0
     assert "other targets worse: p99_ttft_ms: not adopted" in capsys.readouterr().out
+
+
+def test_glue_live_judges_the_many_item_comparisons_on_median_ttft(tmp_path, capsys):
+    """``live:items`` and ``items:sq`` (part 22) are judged on median TTFT, fixed before their readings: TPOT
+    further on both readings does not count against them, but vetoes where its median worsens by over a point."""
+    from experiments.validation import glue_live
+
+    rows = [(p, f"{p[:4]}/b1", "median_ttft_ms", 0.20, 0.05) for p in ("moe1/p", "moe2/p")]
+    rows += [(p, f"{p[:4]}/b1", "mean_tpot_ms", 0.020, 0.024) for p in ("moe1/p", "moe2/p")]
+    for compare in ("live:items", "items:sq"):
+        assert glue_live.main(["judge", str(_readings(tmp_path, rows, compare))]) == 0
+        out = capsys.readouterr().out
+        assert "median_ttft_ms |error| 20.0% -> 5.0% for" in out and out.rstrip().endswith(": adopted")
+    rows[2:] = [(p, f"{p[:4]}/b1", "mean_tpot_ms", 0.02, 0.04) for p in ("moe1/p", "moe2/p")]
+    assert glue_live.main(["judge", str(_readings(tmp_path, rows, "items:sq"))]) == 0
+    assert "other targets worse: mean_tpot_ms: not adopted" in capsys.readouterr().out
 
 
 def test_gpu_h200_without_cuda_refuses_before_the_first_step(monkeypatch, inputs, capsys):

@@ -3,7 +3,10 @@ the stage glue fitted on the grid alone against the grid and calibration's live 
 (``calibrate.fit_layer_glue_live``, the default since 2026-12-05); ``--compare live:layers`` that default against
 the same with ``stage_layers`` charged (fitted first, pricing the live steps' stages in the glue's fit);
 ``--compare waited:reqs`` today's defaults with the stage turnaround as before docs/validation.md part 21 (a
-constant, from the restarts whose input came 1 ms or more early) against the same by the step's requests.
+constant, from the restarts whose input came 1 ms or more early) against the same by the step's requests;
+``--compare live:items`` today's glue (fitted without the grid's stage plans of many prefill items, timed since
+part 22) against it with them; ``--compare items:sq`` the glue with them against the same with a term on the plan's
+prefill items' tokens squared (part 22).
 
 The profile is refitted from its own ``samples.csv`` both ways with today's code (copies under ``--work``; the
 validation runs take no part in either fit): ``grid`` (the glue on the grid's stages alone), ``live`` (``layer_glue``
@@ -14,13 +17,15 @@ base -> new; ``--csv`` appends one row per run and metric for the judgement over
 
 ``judge FILE`` reads such a file and applies the rule fixed before the readings (docs/validation.md, parts 18 and
 19): a reading is a MoE scenario (``--reading run``: its |error|) or a held-out draw (``--reading draw``, the default:
-the median |error| over its scenarios); on TPOT, "for" where the new way is closer by more than 0.5 points,
+the median |error| over its scenarios); on TPOT (``live:items`` and ``items:sq``: median TTFT, the metric prefill
+steps make, fixed before their readings), "for" where the new way is closer by more than 0.5 points,
 "against" where further by more than 0.5, else level; adopted if "for" outnumbers "against" and, over all readings,
 no other target's median |error| worsens by more than 1 point (the bubble by more than 0.01).
 ``experiments/validation/glue_live_readings.csv`` holds the readings part 18 was judged on (MoE rounds 19-24,
 ``dense-1024`` seeds 50-64), ``experiments/validation/stage_layers_readings.csv`` those of part 19.
 
-Run: python experiments/validation/glue_live.py refit --profile DIR [--compare grid:live|live:layers|waited:reqs]
+Run: python experiments/validation/glue_live.py refit --profile DIR
+         [--compare grid:live|live:layers|waited:reqs|live:items|items:sq]
          [--work DIR] [--csv FILE] [--reading run] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -57,10 +62,13 @@ WAYS: dict[str, dict[str, bool]] = {
     "layers": {"glue_live": True, "charge_stage_layers": True},
     "waited": {"turnaround_by_reqs": False},  # today's glue, the turnaround a constant (before part 21)
     "reqs": {"turnaround_by_reqs": True},
+    "items": {"multi_items": True},  # the glue also on the grid's plans of many prefill items (part 22)
+    "sq": {"multi_items": True, "glue_sq": True},  # and a term on the prefill items' tokens squared (part 22)
 }
-COMPARES = ("grid:live", "live:layers", "waited:reqs")
+COMPARES = ("grid:live", "live:layers", "waited:reqs", "live:items", "items:sq")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
+PRIMARY_OF = {"live:items": "median_ttft_ms", "items:sq": "median_ttft_ms"}  # judged on another metric than TPOT
 BUBBLE = "pipeline_bubble_fraction"
 CLOSER = 0.005  # a reading moves "for" or "against" beyond half a point of TPOT
 WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 point, the bubble 0.01)
@@ -103,6 +111,10 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
         )
+    if "items" in args.compare and not any(r["split"] == "stage" and cal.multi_item(r) for r in samples):
+        raise PPSimError(
+            f"--profile: {args.profile} has no stage plans of many prefill items; calibrate with today's code"
+        )
     base, new = args.compare.split(":")
     profiles = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in (base, new)}
     calibrated = f"{args.profile}@{read_profile(args.profile).meta.get('date', '')}"  # a reused path stays apart
@@ -111,7 +123,8 @@ def glue_live(args: argparse.Namespace) -> None:
         c = {k: v * 1e6 for k, v in fits["layer_glue"].coef.items()}
         t = fits.get("turnaround")
         turn = f"; turnaround {t.coef['c0'] * 1e6:.0f} us + {t.coef['c1'] * 1e6:.1f} us/req" if t is not None else ""
-        print(f"layer_glue {w:6s}: c0 {c['c0']:7.1f} us, tok {c['tok']:6.2f} us, req {c['req']:6.2f} us{turn}")
+        share = f", sq {c['sq'] * 1e3:.3f} us per 1000 squared tokens" if "sq" in c else ""
+        print(f"layer_glue {w:6s}: c0 {c['c0']:7.1f} us, tok {c['tok']:6.2f} us, req {c['req']:6.2f} us{share}{turn}")
     out = []
     for run in map(Path, args.runs):
         with reading_run(run, "runs"):
@@ -133,9 +146,10 @@ def glue_live(args: argparse.Namespace) -> None:
             w.writerows(out)
 
 
-def readings(path: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """Reading -> metric -> (|error| base, |error| new way), the median over the reading's runs: a held-out draw
-    (``refit --reading draw``: one calibration's runs) or one run (``--reading run``: a MoE round's B)."""
+def readings(path: str) -> tuple[str, dict[str, dict[str, tuple[float, float]]]]:
+    """The comparison, and reading -> metric -> (|error| base, |error| new way), the median over the reading's
+    runs: a held-out draw (``refit --reading draw``: one calibration's runs) or one run (``--reading run``: a MoE
+    round's B)."""
     by: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     compares = set()
     with open(path, newline="") as f:
@@ -144,7 +158,7 @@ def readings(path: str) -> dict[str, dict[str, tuple[float, float]]]:
             by[r["reading"]][r["metric"]].append((abs(float(r["base"])), abs(float(r["new"]))))
     if len(compares) > 1:
         raise ValueError(f"rows of {len(compares)} comparisons, {', '.join(sorted(compares))}: judge one at a time")
-    return {
+    return next(iter(compares), ""), {
         k: {m: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for m, v in ms.items()}
         for k, ms in by.items()
     }
@@ -152,17 +166,18 @@ def readings(path: str) -> dict[str, dict[str, tuple[float, float]]]:
 
 def judge(path: str) -> None:
     try:
-        got = readings(path)
+        compare, got = readings(path)
     except (OSError, KeyError, ValueError) as e:
         raise PPSimError(f"judge: {path}: not a glue_live.py --csv file ({e}); give the file --csv wrote") from None
-    if not got or any(PRIMARY not in ms for ms in got.values()):
-        raise PPSimError(f"judge: {path}: a reading without {PRIMARY}; give the file --csv wrote")
+    primary = PRIMARY_OF.get(compare, PRIMARY)
+    if not got or any(primary not in ms for ms in got.values()):
+        raise PPSimError(f"judge: {path}: a reading without {primary}; give the file --csv wrote")
     tally = {"for": 0, "against": 0, "level": 0}
     for k, ms in got.items():
-        g, v = ms[PRIMARY]
+        g, v = ms[primary]
         tag = "for" if g - v > CLOSER else "against" if v - g > CLOSER else "level"
         tally[tag] += 1
-        print(f"{k}: TPOT |error| {g:.1%} -> {v:.1%} {tag}")
+        print(f"{k}: {primary} |error| {g:.1%} -> {v:.1%} {tag}")
     worse = []
     for m in COLUMNS:
         pairs = [ms[m] for ms in got.values() if m in ms]
@@ -171,7 +186,7 @@ def judge(path: str) -> None:
         g, v = (statistics.median(p[i] for p in pairs) for i in (0, 1))
         shown = f"{g:.3f} -> {v:.3f} pts" if m == BUBBLE else f"{g:.1%} -> {v:.1%}"
         print(f"  median over {len(pairs)} readings, {m}: {shown}")
-        if m != PRIMARY and v - g > WORSE.get(m, 0.01):
+        if m != primary and v - g > WORSE.get(m, 0.01):
             worse.append(m)
     adopted = tally["for"] > tally["against"] and not worse
     print(

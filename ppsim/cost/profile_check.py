@@ -21,6 +21,9 @@ COEF_KEYS = {
     "tok_req": ("c0", "tok", "req"),
     "tok_exp": ("c0", "pair", "exp"),
 }
+# Coefficients a form reads where present: ``layer_glue``'s cost per squared prefill-item token (docs/validation.md,
+# part 22).
+OPTIONAL_KEYS = {"tok_req": ("sq",)}
 # Operators the cost model times through a form of their own; every other one is one-dimensional.
 OP_FORMS = {
     "attn_prefill": ("prefill_attn",),
@@ -64,7 +67,7 @@ def fit_problem(name: str, d: Any) -> str | None:
     signed = name in SIGNED_OPS
     if form == "interp":
         return _table_problem(coef["xs"], coef["ys"], signed)
-    for k in COEF_KEYS[form]:
+    for k in (*COEF_KEYS[form], *(k for k in OPTIONAL_KEYS.get(form, ()) if k in coef)):
         bad = _number_problem(coef[k], signed) or _size_problem(coef[k])
         if bad:
             return f"coef {k} = {coef[k]!r} {bad}"

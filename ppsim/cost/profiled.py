@@ -63,7 +63,8 @@ Fitted forms (seconds): ``linear`` c0 + c1 x; ``linear_floor`` max(floor, c0 + c
 launch/weight-read floor, then linear in tokens); ``prefill_attn`` per item
 call + tok c + cp c p + cc c^2; ``decode_attn`` call + req B + ctx sum(context);
 ``interp`` piecewise-linear through measured points (Vidur tables: exact at profiled points);
-``tok_req`` c0 + tok T + req R (``layer_glue``: per-step and per-request work between kernels);
+``tok_req`` c0 + tok T + req R (``layer_glue``: per-step and per-request work between kernels; with
+``sq``, plus sq x the sum of each prefill item's tokens squared, docs/validation.md part 22);
 ``tok_exp`` c0 + pair P + exp N (``moe_experts``: P (token, expert) pairs over N distinct experts).
 """
 
@@ -384,6 +385,8 @@ class ProfiledCost:
         self.f = profile.fits
         self._tok = [self.f[op] for op in TOKEN_OPS if op not in MLP_OPS] + [self.f["add"]]  # second residual add
         self._mlp = [self.f[op] for op in MLP_OPS]
+        glue = self.f.get("layer_glue")  # seconds per squared token of each prefill item (0: none; part 22)
+        self._glue_sq = glue.coef.get("sq", 0.0) if glue is not None and glue.form == "tok_req" else 0.0
         self.moe_skew = moe_skew
         self.expert_load: list[float] = []
         self._touched: dict[int, float] = {}
@@ -457,11 +460,15 @@ class ProfiledCost:
         if plan.num_prefill_tokens:
             pre = self.f["attn_prefill"]
             n_dec = 0
+            sq = 0
             for it in plan.items:
                 if it.is_prefill:
                     t += pre.prefill(it.num_tokens, it.start)
+                    sq += it.num_tokens * it.num_tokens
                 else:
                     n_dec += 1
+            if self._glue_sq:
+                t += self._glue_sq * sq
         else:  # no prefill item (a prefill item has at least one token)
             n_dec = R
         if n_dec:
