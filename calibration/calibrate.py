@@ -134,12 +134,15 @@ def _ols_tok_req(
     scale: list[float] | None = None,
     weight: list[float] | None = None,
     sq: list[float] | None = None,
+    per_decode: bool = False,
 ) -> OpFit:
     """Least squares of ``y`` on (1, tokens, requests): the ``tok_req`` form. With ``scale`` (one positive
     number per sample), the residuals are divided by it first: least squares of relative errors. With
     ``weight``, each squared residual counts that many times. With ``sq`` (each sample's sum over its prefill
     items of their tokens squared), a fourth term ``sq`` x that, held at zero or more: where the fit gives it
-    a negative coefficient it is refitted without it (``sq`` 0)."""
+    a negative coefficient it is refitted without it (``sq`` 0). ``per_decode``: ``R`` counts each sample's decode
+    requests only, and its coefficient is ``dreq`` (``req`` 0): a prefill item costs no work of its own beyond its
+    operators and tokens (docs/validation.md, part 22)."""
     cols = [np.ones(len(T)), np.array(T, dtype=float), np.array(R, dtype=float)]
     if sq is not None:
         cols.append(np.array(sq, dtype=float))
@@ -154,6 +157,8 @@ def _ols_tok_req(
     if sq is not None and c[3] < 0:
         c = [*np.linalg.lstsq(A[:, :3], b, rcond=None)[0], 0.0]
     coef = {"c0": float(c[0]), "tok": float(c[1]), "req": float(c[2])}
+    if per_decode:
+        coef.update(req=0.0, dreq=float(c[2]))
     if sq is not None:
         coef["sq"] = float(c[3])
     return OpFit(name, "tok_req", "", coef)
@@ -163,6 +168,11 @@ def prefill_sq(plan: StepPlan) -> float:
     """The sum over ``plan``'s prefill items of their tokens squared: what ``layer_glue``'s ``sq`` term multiplies.
     One item of 512 tokens costs more beyond its operators than 32 of 16 (docs/validation.md, part 22)."""
     return float(sum(it.num_tokens * it.num_tokens for it in plan.items if it.is_prefill))
+
+
+def decode_reqs(plan: StepPlan) -> int:
+    """The plan's decode requests: what ``layer_glue``'s ``dreq`` term counts."""
+    return sum(1 for it in plan.items if not it.is_prefill)
 
 
 def multi_item(r: dict[str, Any]) -> bool:
@@ -186,6 +196,7 @@ def fit_stage_glue(
     relative: bool = True,
     live: list[dict[str, Any]] | None = None,
     sq: bool = False,
+    per_decode: bool = False,
 ) -> tuple[dict[str, OpFit], list[dict[str, Any]]]:
     """The glue between the operators and the engine's stage steps, in three least-squares fits on
     (1, tokens, requests): ``layer_glue`` per layer from middle stages (measured minus the operators'
@@ -197,7 +208,8 @@ def fit_stage_glue(
     the fit in seconds put the small decode steps 13-17% short in-sample (``tiny``) and a held-out
     draw's decodes 19% short; docs/calibration.md "The glue's fit",
     ``experiments/validation/glue_fit.py`` compares the two on finished runs. ``sq``: ``layer_glue`` also on
-    the plan's prefill items' tokens squared (:func:`_ols_tok_req`; docs/validation.md, part 22)."""
+    the plan's prefill items' tokens squared; ``per_decode``: its request term over decode requests only
+    (:func:`_ols_tok_req`; docs/validation.md, part 22)."""
     out: dict[str, OpFit] = {}
     gaps: list[dict[str, Any]] = []
     for name, kind in (("layer_glue", "stage_mid"), ("first_glue", "stage_first"), ("last_glue", "stage_last")):
@@ -210,8 +222,9 @@ def fit_stage_glue(
             spec, plan, measured = stage_spec(r), plan_of(r["items"]), value(r, stat)
             pred = cost.stage_time(spec, plan)
             per = spec.num_layers if name == "layer_glue" else 1
+            glue_fit = name == "layer_glue"
             T.append(r["tokens"])
-            R.append(r["reqs"])
+            R.append(decode_reqs(plan) if per_decode and glue_fit else r["reqs"])
             S.append(prefill_sq(plan))
             y.append((measured - pred) / per)
             scale.append(measured / per)  # residual / scale = the stage step's relative error
@@ -224,10 +237,13 @@ def fit_stage_glue(
                     "gap_rel": (measured - pred) / measured,
                 }
             )
-        with_sq = S if sq and name == "layer_glue" else None
-        out[name] = _ols_tok_req(name, T, R, y, scale if relative else None, sq=with_sq)
+        glue_fit = name == "layer_glue"
+        with_sq = S if sq and glue_fit else None
+        out[name] = _ols_tok_req(
+            name, T, R, y, scale if relative else None, sq=with_sq, per_decode=per_decode and glue_fit
+        )
     if live and "layer_glue" in out:
-        out["layer_glue"] = fit_layer_glue_live(fits, meta, shape, rows, live, stat, out, relative, sq)
+        out["layer_glue"] = fit_layer_glue_live(fits, meta, shape, rows, live, stat, out, relative, sq, per_decode)
     return out, gaps
 
 
@@ -241,6 +257,7 @@ def fit_layer_glue_live(
     ends: dict[str, OpFit],
     relative: bool = True,
     sq: bool = False,
+    per_decode: bool = False,
 ) -> OpFit:
     """``layer_glue`` fitted on the grid's middle stages and on calibration's live engine steps timed alone
     (``alone_s``: whole stages of one and two-stage pipelines, ends included, priced with ``ends``' glues),
@@ -262,12 +279,12 @@ def fit_layer_glue_live(
             spec, plan = stage_spec(r), plan_of(r["items"])
             per = spec.num_layers * stage_layers_ratio(fits.get("stage_layers"), spec.num_layers)  # where charged
             T.append(plan.num_tokens)
-            R.append(plan.num_reqs)
+            R.append(decode_reqs(plan) if per_decode else plan.num_reqs)
             S.append(prefill_sq(plan))
             y.append((measured - cost.stage_time(spec, plan)) / per)
             scale.append(measured / per)
             weight.append(1.0 / len(sel))
-    return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight, S if sq else None)
+    return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight, S if sq else None, per_decode)
 
 
 def fit_glue(
@@ -769,6 +786,7 @@ def analyse_and_write(
     turnaround_by_reqs: bool = False,
     glue_sq: bool = False,
     multi_items: bool = False,
+    glue_per_decode: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact.
     ``stage_layers`` (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17
@@ -778,7 +796,8 @@ def analyse_and_write(
     not adopted; :func:`fit_turnaround`), else the constant. ``glue_sq``: ``layer_glue`` with a term on the
     plan's prefill items' tokens squared (part 22), else (1, tokens, requests). ``multi_items``: the glue also on
     the grid's stage plans of many prefill items (part 22: timed since, judged before they are fitted by default),
-    else without them, as calibrations before had none."""
+    else without them, as calibrations before had none. ``glue_per_decode``: the glue's request term over decode
+    requests only (part 22)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -787,7 +806,9 @@ def analyse_and_write(
     if any(r["split"] == "stage" for r in rows):
         stage_rows = [r for r in rows if r["split"] == "stage" and (multi_items or not multi_item(r))]
         alone = timed_alone(rows) if glue_live else None
-        glue, gaps = fit_stage_glue(fits, meta, shape, stage_rows, stat, relative_glue, alone, glue_sq)
+        glue, gaps = fit_stage_glue(
+            fits, meta, shape, stage_rows, stat, relative_glue, alone, glue_sq, glue_per_decode
+        )
         note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
         if not relative_glue:
             note = "OLS of the engine's stage steps minus the operators' prediction (calibration/stage_step.py)"
@@ -876,6 +897,7 @@ def refit(
     turnaround_by_reqs: bool = False,
     glue_sq: bool = False,
     multi_items: bool = False,
+    glue_per_decode: bool = False,
 ) -> dict[str, Any]:
     """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place
     (``relative_glue=False``: :func:`fit_stage_glue` in seconds; the others as :func:`analyse_and_write`)."""
@@ -898,6 +920,7 @@ def refit(
         turnaround_by_reqs,
         glue_sq,
         multi_items,
+        glue_per_decode,
     )
 
 

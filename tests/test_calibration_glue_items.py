@@ -107,8 +107,44 @@ def test_fits_without_the_many_item_plans_leave_them_out_of_the_glue(tmp_path):
     assert coef["all"]["sq"] > 0 and "sq" not in coef["single"]
 
 
+@pytest.mark.parametrize("key", ["sq", "dreq"])
 @pytest.mark.parametrize("bad", [float("nan"), 1e300, "x"])
-def test_a_profile_whose_sq_term_is_not_a_number_is_refused(bad):
-    d = {"form": "tok_req", "coef": {"c0": 1e-5, "tok": 1e-7, "req": 1e-6, "sq": bad}}
-    assert "coef sq" in fit_problem("layer_glue", d)
-    assert fit_problem("layer_glue", {**d, "coef": {**d["coef"], "sq": 1e-9}}) is None
+def test_a_profile_whose_optional_glue_term_is_not_a_number_is_refused(key, bad):
+    d = {"form": "tok_req", "coef": {"c0": 1e-5, "tok": 1e-7, "req": 1e-6, key: bad}}
+    assert f"coef {key}" in fit_problem("layer_glue", d)
+    assert fit_problem("layer_glue", {**d, "coef": {**d["coef"], key: 1e-9}}) is None
+
+
+def _dec_rows() -> list[dict]:
+    """Stage samples of a model whose ``layer_glue`` charges 15 us a decode request and nothing a prefill item."""
+    glue = _glue(0.0)
+    glue["layer_glue"].coef.update(req=0.0, dreq=15e-6)
+    cost = ProfiledCost(Profile({}, {**base_fits(), **glue}), SHAPE, None, 1)
+    rows = []
+    for kind in ("stage_first", "stage_mid", "stage_last"):
+        first, last = KINDS[kind]
+        for items in PLANS + MANY:
+            plan = plan_of(items)
+            t = cost.stage_time(StageSpec(0, 0, 3, first, last), plan)
+            row = {"op": kind, "split": "stage", "plan": items, "items": items, "layers": 3, "start_layer": 0}
+            rows.append({**row, "tokens": plan.num_tokens, "reqs": plan.num_reqs, "mean_s": t, "median_s": t})
+    return rows
+
+
+def test_the_glue_fit_per_decode_request_recovers_a_request_term_prefill_items_do_not_pay():
+    """32 prefill items of 16 tokens cost no more beyond their operators than one of 512: the request term over
+    decode requests only gives the model back, the one over every request charges the 32 items for it."""
+    got = fit_stage_glue(base_fits(), {}, SHAPE, _dec_rows(), "mean", per_decode=True)[0]["layer_glue"]
+    assert got.coef["dreq"] == pytest.approx(15e-6, abs=1e-10) and got.coef["req"] == 0.0
+    assert got.coef["c0"] == pytest.approx(TRUE["layer_glue"]["c0"], abs=1e-9)
+    cost = ProfiledCost(Profile({}, {**base_fits(), "layer_glue": got}), SHAPE, None, 1)
+    zero = ProfiledCost(Profile({}, {**base_fits(), **_glue(0.0)}), SHAPE, None, 1)
+    mid = StageSpec(1, 2, 6, False, False)
+    decodes, prefills = plan_of("127:1;200:1;50:1;80:1"), plan_of(MANY[0])
+    c = TRUE["layer_glue"]
+    assert cost.stage_time(mid, decodes) - zero.stage_time(mid, decodes) == pytest.approx(
+        4 * (4 * 15e-6 - 4 * c["req"]), rel=1e-6
+    )
+    assert cost.stage_time(mid, prefills) - zero.stage_time(mid, prefills) == pytest.approx(
+        -4 * 32 * c["req"], rel=1e-6
+    )

@@ -6,7 +6,8 @@ the same with ``stage_layers`` charged (fitted first, pricing the live steps' st
 constant, from the restarts whose input came 1 ms or more early) against the same by the step's requests;
 ``--compare live:items`` today's glue (fitted without the grid's stage plans of many prefill items, timed since
 part 22) against it with them; ``--compare items:sq`` the glue with them against the same with a term on the plan's
-prefill items' tokens squared (part 22).
+prefill items' tokens squared (part 22); ``--compare live:dec`` today's glue against the glue with the many-item
+plans and its request term over decode requests only (part 22).
 
 The profile is refitted from its own ``samples.csv`` both ways with today's code (copies under ``--work``; the
 validation runs take no part in either fit): ``grid`` (the glue on the grid's stages alone), ``live`` (``layer_glue``
@@ -17,7 +18,7 @@ base -> new; ``--csv`` appends one row per run and metric for the judgement over
 
 ``judge FILE`` reads such a file and applies the rule fixed before the readings (docs/validation.md, parts 18 and
 19): a reading is a MoE scenario (``--reading run``: its |error|) or a held-out draw (``--reading draw``, the default:
-the median |error| over its scenarios); on TPOT (``live:items`` and ``items:sq``: median TTFT, the metric prefill
+the median |error| over its scenarios); on TPOT (``live:items``, ``items:sq`` and ``live:dec``: median TTFT, the metric prefill
 steps make, fixed before their readings), "for" where the new way is closer by more than 0.5 points,
 "against" where further by more than 0.5, else level; adopted if "for" outnumbers "against" and, over all readings,
 no other target's median |error| worsens by more than 1 point (the bubble by more than 0.01).
@@ -25,7 +26,7 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 ``dense-1024`` seeds 50-64), ``experiments/validation/stage_layers_readings.csv`` those of part 19.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
-         [--compare grid:live|live:layers|waited:reqs|live:items|items:sq]
+         [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec]
          [--work DIR] [--csv FILE] [--reading run] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -64,11 +65,12 @@ WAYS: dict[str, dict[str, bool]] = {
     "reqs": {"turnaround_by_reqs": True},
     "items": {"multi_items": True},  # the glue also on the grid's plans of many prefill items (part 22)
     "sq": {"multi_items": True, "glue_sq": True},  # and a term on the prefill items' tokens squared (part 22)
+    "dec": {"multi_items": True, "glue_per_decode": True},  # with them, the request term over decodes only
 }
-COMPARES = ("grid:live", "live:layers", "waited:reqs", "live:items", "items:sq")
+COMPARES = ("grid:live", "live:layers", "waited:reqs", "live:items", "items:sq", "live:dec")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
-PRIMARY_OF = {"live:items": "median_ttft_ms", "items:sq": "median_ttft_ms"}  # judged on another metric than TPOT
+PRIMARY_OF = {"live:items": "median_ttft_ms", "items:sq": "median_ttft_ms", "live:dec": "median_ttft_ms"}  # judged on another metric than TPOT
 BUBBLE = "pipeline_bubble_fraction"
 CLOSER = 0.005  # a reading moves "for" or "against" beyond half a point of TPOT
 WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 point, the bubble 0.01)
@@ -111,7 +113,7 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
         )
-    if "items" in args.compare and not any(r["split"] == "stage" and cal.multi_item(r) for r in samples):
+    if any(w in args.compare for w in ("items", "dec")) and not any(r["split"] == "stage" and cal.multi_item(r) for r in samples):
         raise PPSimError(
             f"--profile: {args.profile} has no stage plans of many prefill items; calibrate with today's code"
         )
@@ -124,6 +126,7 @@ def glue_live(args: argparse.Namespace) -> None:
         t = fits.get("turnaround")
         turn = f"; turnaround {t.coef['c0'] * 1e6:.0f} us + {t.coef['c1'] * 1e6:.1f} us/req" if t is not None else ""
         share = f", sq {c['sq'] * 1e3:.3f} us per 1000 squared tokens" if "sq" in c else ""
+        share += f", dreq {c['dreq']:6.2f} us a decode request" if "dreq" in c else ""
         print(f"layer_glue {w:6s}: c0 {c['c0']:7.1f} us, tok {c['tok']:6.2f} us, req {c['req']:6.2f} us{share}{turn}")
     out = []
     for run in map(Path, args.runs):

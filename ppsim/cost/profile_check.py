@@ -21,9 +21,9 @@ COEF_KEYS = {
     "tok_req": ("c0", "tok", "req"),
     "tok_exp": ("c0", "pair", "exp"),
 }
-# Coefficients a form reads where present: ``layer_glue``'s cost per squared prefill-item token (docs/validation.md,
-# part 22).
-OPTIONAL_KEYS = {"tok_req": ("sq",)}
+# Coefficients a form reads where present: ``layer_glue``'s cost per squared prefill-item token and per decode
+# request (docs/validation.md, part 22).
+OPTIONAL_KEYS = {"tok_req": ("sq", "dreq")}
 # Operators the cost model times through a form of their own; every other one is one-dimensional.
 OP_FORMS = {
     "attn_prefill": ("prefill_attn",),

@@ -64,7 +64,8 @@ launch/weight-read floor, then linear in tokens); ``prefill_attn`` per item
 call + tok c + cp c p + cc c^2; ``decode_attn`` call + req B + ctx sum(context);
 ``interp`` piecewise-linear through measured points (Vidur tables: exact at profiled points);
 ``tok_req`` c0 + tok T + req R (``layer_glue``: per-step and per-request work between kernels; with
-``sq``, plus sq x the sum of each prefill item's tokens squared, docs/validation.md part 22);
+``sq``, plus sq x the sum of each prefill item's tokens squared; with ``dreq``, plus dreq x the decode requests,
+docs/validation.md part 22);
 ``tok_exp`` c0 + pair P + exp N (``moe_experts``: P (token, expert) pairs over N distinct experts).
 """
 
@@ -386,7 +387,9 @@ class ProfiledCost:
         self._tok = [self.f[op] for op in TOKEN_OPS if op not in MLP_OPS] + [self.f["add"]]  # second residual add
         self._mlp = [self.f[op] for op in MLP_OPS]
         glue = self.f.get("layer_glue")  # seconds per squared token of each prefill item (0: none; part 22)
-        self._glue_sq = glue.coef.get("sq", 0.0) if glue is not None and glue.form == "tok_req" else 0.0
+        tok_req = glue is not None and glue.form == "tok_req"
+        self._glue_sq = glue.coef.get("sq", 0.0) if tok_req else 0.0
+        self._glue_dreq = glue.coef.get("dreq", 0.0) if tok_req else 0.0  # seconds per decode request (part 22)
         self.moe_skew = moe_skew
         self.expert_load: list[float] = []
         self._touched: dict[int, float] = {}
@@ -473,6 +476,8 @@ class ProfiledCost:
             n_dec = R
         if n_dec:
             t += self.f["attn_decode"].decode(n_dec, plan.decode_ctx_tokens)
+            if self._glue_dreq:
+                t += self._glue_dreq * n_dec
         if glue is not None:
             t += glue
         if ar is not None:
