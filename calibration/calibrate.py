@@ -806,9 +806,7 @@ def analyse_and_write(
     if any(r["split"] == "stage" for r in rows):
         stage_rows = [r for r in rows if r["split"] == "stage" and (multi_items or not multi_item(r))]
         alone = timed_alone(rows) if glue_live else None
-        glue, gaps = fit_stage_glue(
-            fits, meta, shape, stage_rows, stat, relative_glue, alone, glue_sq, glue_per_decode
-        )
+        glue, gaps = fit_stage_glue(fits, meta, shape, stage_rows, stat, relative_glue, alone, glue_sq, glue_per_decode)
         note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
         if not relative_glue:
             note = "OLS of the engine's stage steps minus the operators' prediction (calibration/stage_step.py)"

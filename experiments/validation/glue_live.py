@@ -18,8 +18,8 @@ base -> new; ``--csv`` appends one row per run and metric for the judgement over
 
 ``judge FILE`` reads such a file and applies the rule fixed before the readings (docs/validation.md, parts 18 and
 19): a reading is a MoE scenario (``--reading run``: its |error|) or a held-out draw (``--reading draw``, the default:
-the median |error| over its scenarios); on TPOT (``live:items``, ``items:sq`` and ``live:dec``: median TTFT, the metric prefill
-steps make, fixed before their readings), "for" where the new way is closer by more than 0.5 points,
+the median |error| over its scenarios); on TPOT (``live:items``, ``items:sq`` and ``live:dec``: median TTFT, the
+metric prefill steps make, fixed before their readings), "for" where the new way is closer by more than 0.5 points,
 "against" where further by more than 0.5, else level; adopted if "for" outnumbers "against" and, over all readings,
 no other target's median |error| worsens by more than 1 point (the bubble by more than 0.01).
 ``experiments/validation/glue_live_readings.csv`` holds the readings part 18 was judged on (MoE rounds 19-24,
@@ -70,7 +70,7 @@ WAYS: dict[str, dict[str, bool]] = {
 COMPARES = ("grid:live", "live:layers", "waited:reqs", "live:items", "items:sq", "live:dec")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
-PRIMARY_OF = {"live:items": "median_ttft_ms", "items:sq": "median_ttft_ms", "live:dec": "median_ttft_ms"}  # judged on another metric than TPOT
+PRIMARY_OF = dict.fromkeys(("live:items", "items:sq", "live:dec"), "median_ttft_ms")  # judged on TTFT (part 22)
 BUBBLE = "pipeline_bubble_fraction"
 CLOSER = 0.005  # a reading moves "for" or "against" beyond half a point of TPOT
 WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 point, the bubble 0.01)
@@ -113,7 +113,8 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
         )
-    if any(w in args.compare for w in ("items", "dec")) and not any(r["split"] == "stage" and cal.multi_item(r) for r in samples):
+    many = any(r["split"] == "stage" and cal.multi_item(r) for r in samples)
+    if any(w in args.compare for w in ("items", "dec")) and not many:
         raise PPSimError(
             f"--profile: {args.profile} has no stage plans of many prefill items; calibrate with today's code"
         )
