@@ -217,12 +217,12 @@ def fit_stage_glue(
         if not sel:
             continue
         cost = ProfiledCost(Profile(meta, {**fits, **out}), shape, None, 1)
+        glue_fit = name == "layer_glue"
         T, R, y, scale, S = [], [], [], [], []
         for r in sel:
             spec, plan, measured = stage_spec(r), plan_of(r["items"]), value(r, stat)
             pred = cost.stage_time(spec, plan)
-            per = spec.num_layers if name == "layer_glue" else 1
-            glue_fit = name == "layer_glue"
+            per = spec.num_layers if glue_fit else 1
             T.append(r["tokens"])
             R.append(decode_reqs(plan) if per_decode and glue_fit else r["reqs"])
             S.append(prefill_sq(plan))
@@ -237,7 +237,6 @@ def fit_stage_glue(
                     "gap_rel": (measured - pred) / measured,
                 }
             )
-        glue_fit = name == "layer_glue"
         with_sq = S if sq and glue_fit else None
         out[name] = _ols_tok_req(
             name, T, R, y, scale if relative else None, sq=with_sq, per_decode=per_decode and glue_fit
