@@ -44,9 +44,9 @@ def _glue(sq: float) -> dict[str, OpFit]:
     return glue
 
 
-def _rows(sq: float) -> list[dict]:
-    """Stage samples of three layers as a model whose ``layer_glue`` has ``sq`` predicts them."""
-    cost = ProfiledCost(Profile({}, {**base_fits(), **_glue(sq)}), SHAPE, None, 1)
+def _rows(sq: float, glue: dict[str, OpFit] | None = None) -> list[dict]:
+    """Stage samples of three layers as a model whose ``layer_glue`` has ``sq`` predicts them (or ``glue``)."""
+    cost = ProfiledCost(Profile({}, {**base_fits(), **(glue or _glue(sq))}), SHAPE, None, 1)
     rows = []
     for kind in ("stage_first", "stage_mid", "stage_last"):
         first, last = KINDS[kind]
@@ -119,16 +119,7 @@ def _dec_rows() -> list[dict]:
     """Stage samples of a model whose ``layer_glue`` charges 15 us a decode request and nothing a prefill item."""
     glue = _glue(0.0)
     glue["layer_glue"].coef.update(req=0.0, dreq=15e-6)
-    cost = ProfiledCost(Profile({}, {**base_fits(), **glue}), SHAPE, None, 1)
-    rows = []
-    for kind in ("stage_first", "stage_mid", "stage_last"):
-        first, last = KINDS[kind]
-        for items in PLANS + MANY:
-            plan = plan_of(items)
-            t = cost.stage_time(StageSpec(0, 0, 3, first, last), plan)
-            row = {"op": kind, "split": "stage", "plan": items, "items": items, "layers": 3, "start_layer": 0}
-            rows.append({**row, "tokens": plan.num_tokens, "reqs": plan.num_reqs, "mean_s": t, "median_s": t})
-    return rows
+    return _rows(0.0, glue)
 
 
 def test_the_glue_fit_per_decode_request_recovers_a_request_term_prefill_items_do_not_pay():
