@@ -164,6 +164,7 @@ def stage_configs(prep: Prepared, opts: EngineOptions) -> list[StageConfig]:
             opts.threads_per_stage,
             opts.startup_timeout_s + DIST_TIMEOUT_MARGIN_S,
             min(opts.warm_tokens, s.engine.step_token_budget),
+            warm_reqs=s.engine.max_num_seqs or 1,
             router_zipf=s.moe_router_zipf,
             path=data_path(prep) if opts.data_path == "policy" else DataPath(),
         )

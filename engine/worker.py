@@ -76,6 +76,7 @@ class StageConfig:
     threads: int
     dist_timeout_s: float
     warm_tokens: int
+    warm_reqs: int = 1  # requests the warm-up step's tokens are split over (vLLM: max_num_seqs)
     router_zipf: float = 0.0  # MoE router popularity skew (engine/moe.py)
     fault: tuple[str, int] | None = None  # ("kill" | "stall", step id): fault injection for tests
     path: DataPath = DataPath()  # the policy's send and sampled-token paths
@@ -87,6 +88,25 @@ def _device(cfg: StageConfig) -> torch.device:
         torch.cuda.set_device(dev)
         return dev
     return torch.device("cpu")
+
+
+def warm_items(tokens: int, reqs: int, block_size: int, num_blocks: int) -> tuple[StepItem, ...]:
+    """The warm-up step's prefill items: ``tokens`` split over ``min(tokens, reqs)`` requests as vLLM's dummy run
+    splits them, each on blocks of its own; fewer requests where their blocks would not fit ``num_blocks``."""
+    k = max(1, min(tokens, reqs))
+    while True:
+        sizes = [tokens // k] * k
+        sizes[-1] += tokens % k
+        need = sum(-(-c // block_size) for c in sizes)
+        if need <= num_blocks or k == 1:
+            break
+        k -= 1
+    items, first = [], 0
+    for i, c in enumerate(sizes):
+        nb = -(-c // block_size)
+        items.append(StepItem(-1 - i, 0, c, True, tuple(range(first, first + nb))))
+        first += nb
+    return tuple(items)
 
 
 class Stage:
@@ -148,10 +168,13 @@ class Stage:
         return forward_step(m, self.kv, msg.items, msg.token_ids, hidden, residual, bs, self.dev)
 
     def warm_up(self) -> float:
-        """Two forwards of ``warm_tokens`` prompt tokens (slots later overwritten); seconds of the second."""
+        """Two forwards of ``warm_tokens`` prompt tokens over ``warm_reqs`` requests (slots later overwritten);
+        seconds of the second. As vLLM's profile run (``_dummy_run``: ``min(num_tokens, max_num_seqs)`` requests
+        of ``num_tokens // num_reqs`` tokens, the last one the rest), so that a first step of many prefill items
+        does not pay what the warm-up left cold (docs/validation.md, What is left out)."""
         n = max(1, min(self.cfg.warm_tokens, self.cfg.num_blocks * self.cfg.block_size))
-        table = tuple(range(-(-n // self.cfg.block_size)))
-        msg = StepMsg(-1, (StepItem(-1, 0, n, True, table),), tuple([0] * n) if self.is_first else None)
+        items = warm_items(n, self.cfg.warm_reqs, self.cfg.block_size, self.cfg.num_blocks)
+        msg = StepMsg(-1, items, tuple([0] * n) if self.is_first else None)
         h = None if self.is_first else torch.randn(n, self.cfg.shape.hidden_size, device=self.dev)
         h = h.to(torch_dtype(self.cfg.shape.dtype)) if h is not None else None
         elapsed = 0.0

@@ -98,3 +98,18 @@ def test_cuda_attention_stays_off_cudnn_unless_asked(monkeypatch):
         assert set_attention_backends(torch.device("cuda", 0)) is True and torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_the_warm_up_step_splits_its_tokens_over_requests_as_vllms_dummy_run():
+    """``min(tokens, max_num_seqs)`` prefill items of ``tokens // k`` tokens, the last the rest (vLLM's
+    ``_dummy_run``), each on blocks of its own, fewer items where their blocks would not fit."""
+    from engine.worker import warm_items
+
+    items = warm_items(256, 8, 16, 64)
+    assert [it.num_tokens for it in items] == [32] * 8 and all(it.start == 0 and it.samples for it in items)
+    assert [it.block_table for it in items[:2]] == [(0, 1), (2, 3)] and len({it.req_id for it in items}) == 8
+    assert [it.num_tokens for it in warm_items(100, 3, 16, 64)] == [33, 33, 34]
+    assert [it.num_tokens for it in warm_items(4, 32, 16, 64)] == [1, 1, 1, 1]  # never more requests than tokens
+    assert len(warm_items(64, 64, 16, 8)) == 8  # 64 one-token items would need 64 blocks: as many as fit
+    one = warm_items(256, 1, 16, 64)
+    assert len(one) == 1 and one[0].block_table == tuple(range(16))
