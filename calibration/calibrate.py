@@ -793,10 +793,10 @@ def analyse_and_write(
     it in the fits, fitted before the glue, whose live steps' stages it prices; the profiled cost charges it and
     the live ratios are over that model. ``turnaround_by_reqs``: the turnaround by the step's requests (part 21: tried,
     not adopted; :func:`fit_turnaround`), else the constant. ``glue_sq``: ``layer_glue`` with a term on the
-    plan's prefill items' tokens squared (part 22), else (1, tokens, requests). ``multi_items``: the glue also on
-    the grid's stage plans of many prefill items (part 22: timed since, judged before they are fitted by default),
-    else without them, as calibrations before had none. ``glue_per_decode``: the glue's request term over decode
-    requests only (part 22)."""
+    plan's prefill items' tokens squared, else (1, tokens, requests); ``multi_items``: the glue also on the grid's
+    stage plans of many prefill items, else without them, as calibrations before had none; ``glue_per_decode``: the
+    glue's request term over decode requests only. The three were judged and not adopted (docs/validation.md, part
+    22); ``experiments/validation/glue_live.py refit --compare`` reproduces them on any calibration since."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -886,18 +886,9 @@ def analyse_and_write(
     return meta
 
 
-def refit(
-    profile_dir: str,
-    relative_glue: bool = True,
-    glue_live: bool = True,
-    charge_stage_layers: bool = False,
-    turnaround_by_reqs: bool = False,
-    glue_sq: bool = False,
-    multi_items: bool = False,
-    glue_per_decode: bool = False,
-) -> dict[str, Any]:
-    """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place
-    (``relative_glue=False``: :func:`fit_stage_glue` in seconds; the others as :func:`analyse_and_write`)."""
+def refit(profile_dir: str, **options: bool) -> dict[str, Any]:
+    """Re-fit an artifact from its own ``samples.csv`` (after a change to the fitting code), in place; ``options``
+    are :func:`analyse_and_write`'s keywords (``relative_glue=False``: :func:`fit_stage_glue` in seconds, ...)."""
     import json
     from pathlib import Path
 
@@ -906,19 +897,7 @@ def refit(
     meta = json.loads((Path(profile_dir) / "meta.json").read_text())
     shape = ModelShape(**meta["model"])
     rows = read_samples(profile_dir)
-    return analyse_and_write(
-        rows,
-        shape,
-        meta,
-        profile_dir,
-        relative_glue,
-        charge_stage_layers,
-        glue_live,
-        turnaround_by_reqs,
-        glue_sq,
-        multi_items,
-        glue_per_decode,
-    )
+    return analyse_and_write(rows, shape, meta, profile_dir, **options)
 
 
 def pct(v: float | None) -> str:

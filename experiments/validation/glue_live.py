@@ -114,8 +114,8 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
         )
-    many = any(r["split"] == "stage" and cal.multi_item(r) for r in samples)
-    if any(w in args.compare for w in ("items", "dec")) and not many:
+    needs_many = any(w in args.compare for w in ("items", "dec"))
+    if needs_many and not any(r["split"] == "stage" and cal.multi_item(r) for r in samples):
         raise PPSimError(
             f"--profile: {args.profile} has no stage plans of many prefill items; calibrate with today's code"
         )
