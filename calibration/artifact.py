@@ -49,6 +49,11 @@ SAMPLE_FIELDS = [
     "corun",
     "host_shift",
     "reading",
+    "step_id",
+    "prev_s",
+    "prev_prefill",
+    "core_lag_s",
+    "at_s",
 ]
 
 

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from ppsim.validate.path import handover_steps, restarts, turnarounds
+from ppsim.validate.path import handover_steps, restart_records, restarts, turnarounds
 
 LIVE_RUNS = 3  # live runs per pipeline depth whose stage computes are timed alone too (calibrate.fit_live)
 WORKLOAD = {
@@ -200,6 +200,37 @@ def rows_of(paths: dict[str, list[tuple[int, float]]], x: str = "n") -> list[dic
     return rows
 
 
+def each_restart(ops: list[Any], run: int) -> list[dict[str, Any]]:
+    """One ``turnaround_each`` row (split ``record``: no fit reads it) per restart of the run with two
+    micro-batches in flight, so that the sample's two modes can be told apart afterwards
+    (:func:`ppsim.validate.path.restart_records`; ``experiments/validation/restarts.py --calibration``):
+    the step's ``step_id``, ``reqs``, ``tokens`` and ``chunk`` (its prefill tokens), ``gap_s`` (how early
+    its input came), ``median_s`` (the restart), ``prev_s`` and ``prev_prefill`` (the stage's compute
+    before and its prefill tokens), ``core_lag_s`` (the core's schedule of the step ended that long after
+    the stage freed) and ``at_s`` (when the stage freed, from the run's first compute)."""
+    rows = []
+    for r in restart_records(ops):
+        row = {
+            "op": "turnaround_each",
+            "split": "record",
+            "run": run,
+            "step_id": r["step_id"],
+            "reqs": r["reqs"],
+            "tokens": r["tokens"],
+            "chunk": r["prefill_tokens"],
+            "gap_s": r["margin_s"],
+            "median_s": r["restart_s"],
+            "prev_s": r["prev_s"],
+            "prev_prefill": r["prev_prefill_tokens"],
+            "at_s": r["at_s"],
+            "repeats": 1,
+        }
+        if "core_lag_s" in r:
+            row["core_lag_s"] = r["core_lag_s"]
+        rows.append(row)
+    return rows
+
+
 def profile_core_path(
     model: str, device: str, threads: int, alone: Callable[[list[dict[str, Any]]], None] | None = None
 ) -> list[dict[str, Any]]:
@@ -255,7 +286,8 @@ def profile_core_path(
         waited = [(i + 1, t) for i, ts in turnarounds(ops).items() for t in ts]
         turns = [p for ps in restarts(ops).values() for p in ps]
         rows = rows_of({"turnaround": turns}, x="reqs") + rows_of({"turnaround_waited": waited}, x="stage")
-        return [{**r, "split": "live"} for r in rows] + live(queued)
+        rows = [{**r, "split": "live"} for r in rows] + each_restart(ops, len(runs))
+        return rows + live(queued)
 
     # one stage and two stages in turn, so that the host's drift over the minutes this takes falls on
     # both depths alike (their ratio is charged at PP > 1: ProfiledCost.depth_factor)

@@ -432,6 +432,31 @@ def test_turnaround_is_the_median_restart_and_charged_past_the_first_stage_at_pp
     assert WithoutTurnaround(two).turnaround_s == 0.0  # replay_adjusted.py --without-turnaround
 
 
+def test_each_restart_is_recorded_one_by_one_and_no_fit_reads_it(tmp_path):
+    """The calibration run's restarts one by one (``turnaround_each``, split ``record``): they survive
+    samples.csv with their fields, and the turnaround fit reads only its own rows."""
+    from calibration.artifact import read_samples, samples_csv
+    from calibration.calibrate import fit_turnaround
+    from calibration.core_path import each_restart
+    from ppsim.metrics.records import OpRecord
+
+    ms = 1e-3
+    ops = [OpRecord("stage0", "compute", 0, 0, 4 * ms, 1, 1), OpRecord("stage1", "compute", 9, 3 * ms, 6 * ms, 1, 2)]
+    ops += [OpRecord("stage1", "compute", 0, 6.2 * ms, 9 * ms, 1, 1)]
+    ops += [OpRecord("core", "schedule", -1, -1 * ms, 0, 1, 1)]  # the engine's core records carry no step id
+    rows = each_restart(ops, run=4)
+    assert rows == [
+        pytest.approx(
+            {"op": "turnaround_each", "split": "record", "run": 4, "step_id": 0, "reqs": 1, "tokens": 1, "chunk": 0,
+             "gap_s": 2 * ms, "median_s": 0.2 * ms, "prev_s": 3 * ms, "prev_prefill": 0, "at_s": 6 * ms,
+             "core_lag_s": -6 * ms, "repeats": 1}
+        )
+    ]  # fmt: skip
+    (tmp_path / "samples.csv").write_text(samples_csv(rows))
+    assert read_samples(tmp_path) == rows
+    assert fit_turnaround(rows) is None
+
+
 def test_turnaround_by_requests_is_a_line_through_the_medians_and_charged_per_request():
     """Rows by the step's requests (calibration since part 21): a weighted line through their medians,
     recovered exactly from points on one; a negative slope or one request count gives the weighted

@@ -433,6 +433,51 @@ def test_restarts_reports_the_restarts_by_margin_and_requests(tmp_path, capsys):
     assert "by margin (ms): 0.4: 0.30 (1)  2.0: 0.20 (1)" in out and "by requests:    1: 0.20 (1)  3: 0.30 (1)" in out
 
 
+def _each_restart_profile(d: Path, restarts_ms: list[tuple[int, float, float, int]]) -> Path:
+    """A calibration dir whose samples.csv holds ``turnaround_each`` rows: (requests, restart ms, compute
+    before ms, prefill tokens of that compute) each, and one fitted row that is not a restart."""
+    from calibration.artifact import samples_csv
+
+    rows = [{"op": "send_recv", "split": "fit", "bytes": 8, "median_s": 1e-4}]
+    for i, (reqs, t, prev, pre) in enumerate(restarts_ms):
+        rows.append(
+            {"op": "turnaround_each", "split": "record", "run": 3, "step_id": i, "reqs": reqs, "tokens": reqs,
+             "chunk": 0, "gap_s": 1e-3, "median_s": t / 1e3, "prev_s": prev / 1e3, "prev_prefill": pre,
+             "at_s": 0.1 * i, "core_lag_s": -2e-3, "repeats": 1}
+        )  # fmt: skip
+    d.mkdir(parents=True)
+    (d / "samples.csv").write_text(samples_csv(rows))
+    return d
+
+
+def test_restarts_splits_a_calibrations_restarts_into_its_two_modes(tmp_path, capsys):
+    """Two fast restarts (0.2 ms, after 10 ms decodes) and two slow ones (0.6 / 0.8 ms, after 3 ms prefills):
+    each side's medians, and the fast share by requests."""
+    from experiments.validation import restarts
+
+    each = [(1, 0.2, 10.0, 0), (2, 0.6, 3.0, 16), (2, 0.2, 10.0, 0), (4, 0.8, 3.0, 16)]
+    prof = _each_restart_profile(tmp_path / "p", each)
+    assert restarts.main(["--calibration", str(prof)]) == 0
+    out = capsys.readouterr().out
+    assert "restarts 4; fast (< 0.4 ms) 2" in out
+    early = "input early by 1.000 ms"
+    assert f"fast: 2  restart 0.200 ms  reqs 1.500  {early}  compute before 10.000 ms  after a prefill 0.00" in out
+    assert f"slow: 2  restart 0.700 ms  reqs 3.000  {early}  compute before 3.000 ms  after a prefill 1.00" in out
+    assert "core schedule end after free -2.000 ms" in out
+    assert "fast share by requests: 1: 1.00 (1)  2: 0.50 (2)  4: 0.00 (1)" in out
+
+
+def test_restarts_refuses_a_calibration_without_its_restarts_one_by_one(inputs, capsys):
+    from experiments.validation import restarts
+
+    no_samples = "--calibration {d}/empty: no samples.csv"
+    _refused(restarts.main, ["--calibration", "{d}/empty"], inputs, capsys, no_samples, INPUTS)
+    _each_restart_profile(inputs / "p", [])
+    before = [*INPUTS, "p"]
+    _refused(restarts.main, ["--calibration", "{d}/p"], inputs, capsys, "no turnaround_each rows", before)
+    _refused(restarts.main, [], inputs, capsys, "give ppsim validate output dirs, --calibration DIR, or both", before)
+
+
 def _readings(d: Path, rows: list[tuple[str, str, str, float, float]], compare: str = "grid:live") -> Path:
     """A ``refit --csv`` file: a MoE round's runs each a reading, a draw's runs (``d/...``) one together."""
     f = d / "r.csv"

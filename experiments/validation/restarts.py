@@ -6,7 +6,14 @@ the simulator: the median restart per bin of that margin (how early the input ca
 of the step. What docs/validation.md part 21 reads: the engine's restart is flat in the margin and grows
 with the requests; the profile's ``turnaround`` (``--profile``) is what the simulator charges.
 
-Run: python experiments/validation/restarts.py [--profile DIR] RUN_DIR [...]
+``--calibration PROFILE`` reads the calibration run's restarts one by one (``turnaround_each`` rows of
+``samples.csv``, calibrations since 2026-12-05 evening): that sample is bimodal (a fast mode at 0.14-0.30 ms
+beside the runs' 0.5-0.8 ms, docs/validation.md part 21), and each restart's fast or slow side (under or over
+``FAST_MS``) is set against what might set it: the step's requests and prefill tokens, how early its input came,
+the stage's compute before (seconds, prefill or not), when the core's schedule of the step ended, and when in
+the run it fell.
+
+Run: python experiments/validation/restarts.py [--profile DIR] [--calibration DIR] [RUN_DIR ...]
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from calibration.artifact import read_samples  # noqa: E402
 from experiments.validation.control_path import read_ops  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.cost.profiled import read_profile  # noqa: E402
@@ -28,6 +36,8 @@ from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.validate.path import restart_margins  # noqa: E402
 
 MARGIN_BINS_MS = (0.0, 0.2, 0.4, 0.6, 1.0, 2.0)  # lower edges; the last bin is open
+FAST_MS = 0.4  # between the calibration sample's two modes (p10 0.14-0.30 ms; the runs' 0.5-0.8 ms)
+EACH = ("reqs", "chunk", "gap_s", "median_s", "prev_s", "prev_prefill", "at_s")  # turnaround_each columns read
 NEEDED = ("track", "kind", "step_id", "start_s", "end_s", "num_tokens", "num_reqs")  # stage_ops.csv's columns read
 
 
@@ -75,7 +85,56 @@ def report(run: Path) -> list[str]:
     return lines
 
 
+def restart_rows(profile: str) -> list[dict]:
+    """The ``turnaround_each`` rows of a calibration's ``samples.csv``."""
+    d = Path(profile)
+    if not (d / "samples.csv").is_file():
+        raise PPSimError(f"--calibration {profile}: no samples.csv there; give a ppsim calibrate output dir")
+    rows = [r for r in read_samples(d) if r["op"] == "turnaround_each"]
+    if not rows:
+        raise PPSimError(
+            f"--calibration {profile}: no turnaround_each rows (calibrations record them since 2026-12-05); "
+            "recalibrate to read the restarts one by one"
+        )
+    if missing := [c for c in EACH if any(c not in r for r in rows)]:
+        raise PPSimError(f"--calibration {profile}: turnaround_each rows without {', '.join(missing)}; recalibrate")
+    return rows
+
+
+def side_lines(rows: list[dict]) -> list[str]:
+    """Per side (fast / slow) the medians of what might set a restart, then the fast share by requests."""
+
+    def med(xs: list[float]) -> str:
+        return f"{statistics.median(xs):.3f}" if xs else "-"
+
+    lines = [f"restarts {len(rows)}; fast (< {FAST_MS} ms) {sum(r['median_s'] * 1e3 < FAST_MS for r in rows)}"]
+    for name, sel in (("fast", True), ("slow", False)):
+        rs = [r for r in rows if (r["median_s"] * 1e3 < FAST_MS) == sel]
+        if not rs:
+            lines.append(f"  {name}: none")
+            continue
+        lags = [r["core_lag_s"] * 1e3 for r in rs if "core_lag_s" in r]
+        ms = {k: med([r[k] * 1e3 for r in rs]) for k in ("median_s", "gap_s", "prev_s")}
+        lines.append(
+            f"  {name}: {len(rs)}  restart {ms['median_s']} ms  reqs {med([r['reqs'] for r in rs])}"
+            f"  input early by {ms['gap_s']} ms  compute before {ms['prev_s']} ms"
+            f"  after a prefill {sum(r['prev_prefill'] > 0 for r in rs) / len(rs):.2f}"
+            f"  prefill step {sum(r['chunk'] > 0 for r in rs) / len(rs):.2f}"
+            f"  core schedule end after free {med(lags)} ms  at {med([r['at_s'] for r in rs])} s"
+        )
+    by: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        by[int(r["reqs"])].append(r["median_s"] * 1e3)
+    share = "  ".join(f"{k}: {sum(t < FAST_MS for t in v) / len(v):.2f} ({len(v)})" for k, v in sorted(by.items()))
+    lines.append(f"  fast share by requests: {share}")
+    return lines
+
+
 def show(args: argparse.Namespace) -> None:
+    if args.calibration is not None:
+        rows = restart_rows(args.calibration)
+        print(f"== calibration {args.calibration}")
+        print("\n".join(side_lines(rows)))
     if args.profile is not None:
         t = read_profile(args.profile).fits.get("turnaround")
         coef = t.coef if t is not None else {"c0": 0.0, "c1": 0.0}
@@ -90,8 +149,11 @@ def show(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="experiments/validation/restarts.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", help="a calibration: print the turnaround it charges")
-    ap.add_argument("runs", nargs="+", help="ppsim validate output dirs (engine-*/ and sim/ inside)")
+    ap.add_argument("--calibration", help="a calibration: its run's restarts one by one, fast against slow")
+    ap.add_argument("runs", nargs="*", help="ppsim validate output dirs (engine-*/ and sim/ inside)")
     args = ap.parse_args(argv)
+    if not args.runs and args.calibration is None:
+        ap.error("give ppsim validate output dirs, --calibration DIR, or both")
     return run_main(lambda: show(args))
 
 

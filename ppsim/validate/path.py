@@ -29,6 +29,7 @@ Pure functions of :class:`OpRecord` lists; the engine's figures are the mean ove
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -163,6 +164,41 @@ def restart_margins(ops: Sequence[OpRecord]) -> list[tuple[int, int, float, floa
     is how long before stage k + 1 freed stage k finished the step."""
     reqs = _requests(ops)
     return [(k, reqs[sid], margin, t) for k, sid, margin, t in _turnaround_steps(_computes(ops), 0.0)]
+
+
+def restart_records(ops: Sequence[OpRecord]) -> list[dict[str, float]]:
+    """Every restart :func:`restarts` counts, one record each, with what may set it: ``link``, ``step_id``,
+    ``reqs``, ``tokens`` and ``prefill_tokens`` of the step, ``margin_s`` (how long before the stage freed its
+    input was there), ``restart_s``, ``prev_s`` and ``prev_prefill_tokens`` (the stage's compute before),
+    ``core_lag_s`` (the core's schedule of this step, the last to end before the first stage started it,
+    ended that long after the stage freed; negative: before; absent where the run has no core schedule
+    records) and ``at_s`` (the stage's free time since the run's first compute)."""
+    step = {op.step_id: op for op in ops if op.kind == "compute" and op.track.startswith("stage")}
+    ends = sorted(op.end_s for op in ops if op.track == "core" and op.kind == "schedule")  # core records: no step id
+    comps = _computes(ops)
+    first = {sid: a for a, _, sid in comps[min(comps)]} if comps else {}
+    sched = {sid: ends[j - 1] for sid, a in first.items() if (j := bisect.bisect_right(ends, a)) > 0}
+    t0 = min((c[0][0] for c in comps.values() if c), default=0.0)
+    at = {k: {c[2]: j for j, c in enumerate(cs)} for k, cs in comps.items()}
+    out = []
+    for k, sid, margin, t in _turnaround_steps(comps, 0.0):
+        p_start, p_end, p_sid = comps[k + 1][at[k + 1][sid] - 1]
+        rec = {
+            "link": k,
+            "step_id": sid,
+            "reqs": step[sid].num_reqs,
+            "tokens": step[sid].num_tokens,
+            "prefill_tokens": step[sid].num_prefill_tokens,
+            "margin_s": margin,
+            "restart_s": t,
+            "prev_s": p_end - p_start,
+            "prev_prefill_tokens": step[p_sid].num_prefill_tokens,
+            "at_s": p_end - t0,
+        }
+        if sid in sched:
+            rec["core_lag_s"] = sched[sid] - p_end
+        out.append(rec)
+    return out
 
 
 def handovers(ops: Sequence[OpRecord]) -> dict[int, list[float]]:
