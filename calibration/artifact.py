@@ -54,6 +54,8 @@ SAMPLE_FIELDS = [
     "prev_prefill",
     "core_lag_s",
     "at_s",
+    "prev_step_id",
+    "after_handover",
 ]
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -350,14 +351,51 @@ def fit_handoff(fits: dict[str, OpFit], rows: list[dict[str, Any]]) -> OpFit | N
     return OpFit("handoff", "linear", "bytes", {"c0": float(np.median(excess)), "c1": 0.0})
 
 
-def fit_turnaround(rows: list[dict[str, Any]], by_reqs: bool = False) -> OpFit | None:
+def back_to_back(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``turnaround_each`` rows (the calibration run's restarts one by one) whose stage's previous compute
+    was itself a restart: ``after_handover`` 0 where recorded, else (the first calibrations that kept them) the
+    step before (``step_id - 1``) among the same run's restarts. A restart right after a hand-over is the
+    sample's fast mode (docs/validation.md part 24); a stage busy step after step restarts as these do."""
+    each = [r for r in rows if r["op"] == "turnaround_each"]
+    ids = {(r.get("run"), int(r["step_id"])) for r in each}
+    keep = []
+    for r in each:
+        if "after_handover" in r:
+            if not int(r["after_handover"]):
+                keep.append(r)
+        elif (r.get("run"), int(r["step_id"]) - 1) in ids:
+            keep.append(r)
+    return keep
+
+
+def _turnaround_line(n: np.ndarray, y: np.ndarray, w: np.ndarray) -> OpFit:
+    """A line in the requests through per-count medians ``y`` weighted by their counts ``w`` (least squares);
+    the weighted median where one request count was seen or the slope came out negative."""
+    if len(set(n.tolist())) > 1:
+        c1, c0 = np.polyfit(n, y, 1, w=np.sqrt(w))
+        if c1 >= 0.0:
+            return OpFit("turnaround", "linear", "reqs", {"c0": float(c0), "c1": float(c1)})
+    return OpFit("turnaround", "linear", "reqs", {"c0": float(np.median(np.repeat(y, w.astype(int)))), "c1": 0.0})
+
+
+def fit_turnaround(rows: list[dict[str, Any]], by_reqs: bool = False, b2b: bool = False) -> OpFit | None:
     """``turnaround``: seconds between a stage's two computes where its next input was already sent
     (``calibration/core_path.py``). By default, and for an artifact from before 2026-12-05 (rows by
     ``stage``): the median over the restarts whose input came 1 ms or more before (``turnaround_waited``,
     the rows by stage), a constant. ``by_reqs`` (docs/validation.md part 21: tried, not adopted): the
     ``turnaround`` rows by the step's requests (``reqs``), a line in the requests through
     their medians, each weighted by its count (least squares; a constant, the weighted median, where one
-    request count was seen or the slope came out negative). None without rows."""
+    request count was seen or the slope came out negative). ``b2b`` (part 24, on trial): the same line
+    through the back-to-back restarts only (:func:`back_to_back`; the default where a calibration has none).
+    None without rows."""
+    if b2b and (each := back_to_back(rows)):
+        by_n: dict[int, list[float]] = defaultdict(list)
+        for r in each:
+            by_n[int(r["reqs"])].append(float(r["median_s"]))
+        ks = sorted(by_n)
+        n = np.array(ks, dtype=float)
+        y = np.array([float(np.median(by_n[k])) for k in ks])
+        return _turnaround_line(n, y, np.array([float(len(by_n[k])) for k in ks]))
     by = [r for r in rows if r["op"] == "turnaround" and "reqs" in r]
     if not by_reqs or not by:
         old = [r for r in rows if r["op"] == ("turnaround_waited" if by else "turnaround")]
@@ -365,12 +403,7 @@ def fit_turnaround(rows: list[dict[str, Any]], by_reqs: bool = False) -> OpFit |
         return OpFit("turnaround", "linear", "stage", {"c0": float(np.median(xs)), "c1": 0.0}) if xs else None
     n = np.array([float(r["reqs"]) for r in by])
     y = np.array([float(r["median_s"]) for r in by])
-    w = np.array([float(r["repeats"]) for r in by])
-    if len(set(n.tolist())) > 1:
-        c1, c0 = np.polyfit(n, y, 1, w=np.sqrt(w))
-        if c1 >= 0.0:
-            return OpFit("turnaround", "linear", "reqs", {"c0": float(c0), "c1": float(c1)})
-    return OpFit("turnaround", "linear", "reqs", {"c0": float(np.median(np.repeat(y, w.astype(int)))), "c1": 0.0})
+    return _turnaround_line(n, y, np.array([float(r["repeats"]) for r in by]))
 
 
 def _uncharged(r: dict[str, Any], corun: float) -> float:
@@ -783,6 +816,7 @@ def analyse_and_write(
     charge_stage_layers: bool = False,
     glue_live: bool = True,
     turnaround_by_reqs: bool = False,
+    turnaround_b2b: bool = False,
     glue_sq: bool = False,
     multi_items: bool = False,
     glue_per_decode: bool = False,
@@ -792,7 +826,8 @@ def analyse_and_write(
     and 20: charged from part 19 until part 20's fresh readings reverted it). ``charge_stage_layers=True`` puts
     it in the fits, fitted before the glue, whose live steps' stages it prices; the profiled cost charges it and
     the live ratios are over that model. ``turnaround_by_reqs``: the turnaround by the step's requests (part 21: tried,
-    not adopted; :func:`fit_turnaround`), else the constant. ``glue_sq``: ``layer_glue`` with a term on the
+    not adopted; :func:`fit_turnaround`), ``turnaround_b2b`` the same line through the back-to-back restarts only (part
+    24, on trial), else the constant. ``glue_sq``: ``layer_glue`` with a term on the
     plan's prefill items' tokens squared, else (1, tokens, requests); ``multi_items``: the glue also on the grid's
     stage plans of many prefill items, else without them, as calibrations before had none; ``glue_per_decode``: the
     glue's request term over decode requests only. The three were judged and not adopted (docs/validation.md, part
@@ -821,7 +856,8 @@ def analyse_and_write(
     handoff = fit_handoff(fits, [r for r in rows if r["op"] == "handoff"])
     if handoff is not None:
         fits["handoff"] = handoff
-    turnaround = fit_turnaround([r for r in rows if r["op"] in ("turnaround", "turnaround_waited")], turnaround_by_reqs)
+    turns = [r for r in rows if r["op"] in ("turnaround", "turnaround_waited", "turnaround_each")]
+    turnaround = fit_turnaround(turns, turnaround_by_reqs, turnaround_b2b)
     if turnaround is not None:
         fits["turnaround"] = turnaround
     cost = ProfiledCost(Profile(meta, fits), shape, None, 1)

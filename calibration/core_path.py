@@ -206,8 +206,9 @@ def each_restart(ops: list[Any], run: int) -> list[dict[str, Any]]:
     (:func:`ppsim.validate.path.restart_records`; ``experiments/validation/restarts.py --calibration``):
     the step's ``step_id``, ``reqs``, ``tokens`` and ``chunk`` (its prefill tokens), ``gap_s`` (how early
     its input came), ``median_s`` (the restart), ``prev_s`` and ``prev_prefill`` (the stage's compute
-    before and its prefill tokens), ``core_lag_s`` (the core's schedule of the step ended that long after
-    the stage freed) and ``at_s`` (when the stage freed, from the run's first compute)."""
+    before, its prefill tokens and ``prev_step_id``), ``after_handover`` (1: that compute was not a restart),
+    ``core_lag_s`` (the core's schedule of the step ended that long after the stage freed) and ``at_s`` (when the
+    stage freed, from the run's first compute)."""
     rows = []
     for r in restart_records(ops):
         row = {
@@ -222,6 +223,8 @@ def each_restart(ops: list[Any], run: int) -> list[dict[str, Any]]:
             "median_s": r["restart_s"],
             "prev_s": r["prev_s"],
             "prev_prefill": r["prev_prefill_tokens"],
+            "prev_step_id": r["prev_step_id"],
+            "after_handover": r["after_handover"],
             "at_s": r["at_s"],
             "repeats": 1,
         }

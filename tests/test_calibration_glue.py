@@ -449,12 +449,35 @@ def test_each_restart_is_recorded_one_by_one_and_no_fit_reads_it(tmp_path):
         pytest.approx(
             {"op": "turnaround_each", "split": "record", "run": 4, "step_id": 0, "reqs": 1, "tokens": 1, "chunk": 0,
              "gap_s": 2 * ms, "median_s": 0.2 * ms, "prev_s": 3 * ms, "prev_prefill": 0, "at_s": 6 * ms,
-             "core_lag_s": -6 * ms, "repeats": 1}
+             "core_lag_s": -6 * ms, "prev_step_id": 9, "after_handover": 1, "repeats": 1}
         )
     ]  # fmt: skip
     (tmp_path / "samples.csv").write_text(samples_csv(rows))
     assert read_samples(tmp_path) == rows
     assert fit_turnaround(rows) is None
+
+
+def test_turnaround_b2b_is_the_line_through_back_to_back_restarts_only():
+    """Part 24: restarts right after a hand-over (the fast mode) are left out; the rest by requests give the
+    line (0.5 ms + 0.02 ms a request here, the fast 0.2-ms ones at 8 requests ignored); rows without
+    ``after_handover`` (the first calibrations that kept them) count as back-to-back where the step before is
+    among the run's restarts; without such rows, the constant."""
+    from calibration.calibrate import back_to_back, fit_turnaround
+
+    def each(sid, reqs, ms, after=None, run=3):
+        r = {"op": "turnaround_each", "split": "record", "run": run, "step_id": sid, "reqs": reqs}
+        r["median_s"] = ms * 1e-3
+        return r if after is None else {**r, "after_handover": after}
+
+    rows = [each(0, 1, 0.52, 0), each(1, 1, 0.52, 0), each(2, 8, 0.66, 0), each(3, 8, 0.66, 0), each(4, 16, 0.82, 0)]
+    rows += [each(5, 8, 0.2, 1), each(6, 8, 0.2, 1), each(7, 8, 0.2, 1)]
+    waited = [{"op": "turnaround_waited", "split": "live", "stage": 1, "median_s": 0.4e-3, "repeats": 9}]
+    f = fit_turnaround(rows + waited, b2b=True)
+    assert f.x == "reqs" and f.coef == pytest.approx({"c0": 0.5e-3, "c1": 0.02e-3})
+    assert fit_turnaround(rows + waited).coef == {"c0": pytest.approx(0.4e-3), "c1": 0.0}  # the default: unchanged
+    old = [each(10, 1, 0.5), each(11, 1, 0.5), each(13, 8, 0.2), each(14, 8, 0.64), each(14, 4, 9.0, run=4)]
+    assert [r["step_id"] for r in back_to_back(old)] == [11, 14]  # 10 and 13 follow no restart; run 4 has no 13
+    assert fit_turnaround(waited, b2b=True).coef == {"c0": pytest.approx(0.4e-3), "c1": 0.0}  # no rows: the constant
 
 
 def test_turnaround_by_requests_is_a_line_through_the_medians_and_charged_per_request():

@@ -396,6 +396,13 @@ def test_glue_live_good_arguments_reach_the_refit(monkeypatch, tmp_path):
         glue_live.main(argv)
 
 
+def test_glue_live_compares_the_b2b_turnaround_only_on_a_calibration_with_its_restarts(monkeypatch, inputs, capsys):
+    """--compare waited:b2b needs the restarts one by one that calibration keeps since part 24."""
+    glue_live = _script(monkeypatch, "glue_live", "refit_copy")
+    argv = ["refit", "--compare", "waited:b2b", "--profile", _live_profile(inputs / "p"), "{d}/run", "--work", "{d}/w"]
+    _refused(glue_live.main, argv, inputs, capsys, "has no back-to-back restarts one by one", [*INPUTS, "p"])
+
+
 def test_glue_live_compares_the_turnaround_only_on_a_calibration_that_has_it(monkeypatch, inputs, capsys):
     """--compare waited:reqs needs the restarts by requests that calibration records since part 21."""
     glue_live = _script(monkeypatch, "glue_live", "refit_copy")
@@ -465,6 +472,8 @@ def test_restarts_splits_a_calibrations_restarts_into_its_two_modes(tmp_path, ca
     assert f"slow: 2  restart 0.700 ms  reqs 3.000  {early}  compute before 3.000 ms  after a prefill 1.00" in out
     assert "core schedule end after free -2.000 ms" in out
     assert "fast share by requests: 1: 1.00 (1)  2: 0.50 (2)  4: 0.00 (1)" in out
+    assert "back-to-back (3, fast 1) by requests: 2: 0.40 (2)  4: 0.80 (1)" in out  # the step before a restart
+    assert "after a hand-over (1, fast 1) by requests: 1: 0.20 (1)" in out
 
 
 def test_restarts_refuses_a_calibration_without_its_restarts_one_by_one(inputs, capsys):

@@ -123,8 +123,9 @@ def test_restarts_are_every_restart_whose_input_left_before_the_receiver_freed_w
 def test_restart_records_carry_what_may_set_each_restart():
     """The same two restarts as above, one record each: step 0's (after step 9's 3 ms compute; the core's
     schedule that launched it, the last to end before stage 0 started it, ended 6 ms before stage 1 freed) and
-    step 1's (after step 0's compute, a prefill of 16; its schedule ended 5.5 ms before). Core records carry
-    no step id (-1), as the engine writes them."""
+    step 1's (after step 0's compute, a prefill of 16; its schedule ended 5.5 ms before). Step 9 was no restart
+    (the first of the stage's busy spell: step 0's restart comes after a hand-over), step 0 was one (step 1's is
+    back-to-back). Core records carry no step id (-1), as the engine writes them."""
     ms = 1e-3
     ops = [_c(0, 0, 0, 4 * ms), _c(1, 9, 3 * ms, 6 * ms), _c(1, 0, 6.2 * ms, 9 * ms)]
     ops[2] = OpRecord("stage1", "compute", 0, 6.2 * ms, 9 * ms, 16, 1, 16)
@@ -134,11 +135,13 @@ def test_restart_records_carry_what_may_set_each_restart():
     first, second = restart_records(ops)
     assert first == pytest.approx(
         {"link": 0, "step_id": 0, "reqs": 1, "tokens": 16, "prefill_tokens": 16, "margin_s": 2 * ms,
-         "restart_s": 0.2 * ms, "prev_s": 3 * ms, "prev_prefill_tokens": 0, "at_s": 6 * ms, "core_lag_s": -6 * ms}
+         "restart_s": 0.2 * ms, "prev_s": 3 * ms, "prev_prefill_tokens": 0, "at_s": 6 * ms, "core_lag_s": -6 * ms,
+         "prev_step_id": 9, "after_handover": 1}
     )  # fmt: skip
     assert second == pytest.approx(
         {"link": 0, "step_id": 1, "reqs": 3, "tokens": 1, "prefill_tokens": 0, "margin_s": 0.5 * ms,
-         "restart_s": 0.3 * ms, "prev_s": 2.8 * ms, "prev_prefill_tokens": 16, "at_s": 9 * ms, "core_lag_s": -5.5 * ms}
+         "restart_s": 0.3 * ms, "prev_s": 2.8 * ms, "prev_prefill_tokens": 16, "at_s": 9 * ms, "core_lag_s": -5.5 * ms,
+         "prev_step_id": 0, "after_handover": 0}
     )  # fmt: skip
     assert [(r["reqs"], r["restart_s"]) for r in restart_records(ops)] == [(n, t) for n, t in restarts(ops)[0]]
     assert "core_lag_s" not in restart_records([o for o in ops if o.track != "core"])[0]  # no core records

@@ -7,7 +7,9 @@ constant, from the restarts whose input came 1 ms or more early) against the sam
 ``--compare live:items`` today's glue (fitted without the grid's stage plans of many prefill items, timed since
 part 22) against it with them; ``--compare items:sq`` the glue with them against the same with a term on the plan's
 prefill items' tokens squared (part 22); ``--compare live:dec`` today's glue against the glue with the many-item
-plans and its request term over decode requests only (part 22).
+plans and its request term over decode requests only (part 22); ``--compare waited:b2b`` the constant turnaround
+against a line by the step's requests through calibration's back-to-back restarts only (part 24; calibrations that
+kept their restarts one by one, ``turnaround_each``).
 
 The profile is refitted from its own ``samples.csv`` both ways with today's code (copies under ``--work``; the
 validation runs take no part in either fit): ``grid`` (the glue on the grid's stages alone), ``live`` (``layer_glue``
@@ -27,7 +29,7 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 ``experiments/validation/multi_item_readings_{items,sq,dec}.csv`` those of part 22 (MoE rounds 33-35, seeds 71-73).
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
-         [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec]
+         [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b]
          [--work DIR] [--csv FILE] [--reading run] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -64,11 +66,12 @@ WAYS: dict[str, dict[str, bool]] = {
     "layers": {"glue_live": True, "charge_stage_layers": True},
     "waited": {"turnaround_by_reqs": False},  # today's glue, the turnaround a constant (before part 21)
     "reqs": {"turnaround_by_reqs": True},
+    "b2b": {"turnaround_b2b": True},  # the line by requests through back-to-back restarts only (part 24)
     "items": {"multi_items": True},  # the glue also on the grid's plans of many prefill items (part 22)
     "sq": {"multi_items": True, "glue_sq": True},  # and a term on the prefill items' tokens squared (part 22)
     "dec": {"multi_items": True, "glue_per_decode": True},  # with them, the request term over decodes only
 }
-COMPARES = ("grid:live", "live:layers", "waited:reqs", "live:items", "items:sq", "live:dec")
+COMPARES = ("grid:live", "live:layers", "waited:reqs", "live:items", "items:sq", "live:dec", "waited:b2b")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 PRIMARY_OF = dict.fromkeys(("live:items", "items:sq", "live:dec"), "median_ttft_ms")  # judged on TTFT (part 22)
@@ -113,6 +116,11 @@ def glue_live(args: argparse.Namespace) -> None:
     if "reqs" in args.compare and not any(r["op"] == "turnaround" and "reqs" in r for r in samples):
         raise PPSimError(
             f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
+        )
+    if "b2b" in args.compare and not cal.back_to_back(samples):
+        raise PPSimError(
+            f"--profile: {args.profile} has no back-to-back restarts one by one (turnaround_each); "
+            "calibrate with today's code"
         )
     needs_many = any(w in args.compare for w in ("items", "dec"))
     if needs_many and not any(r["split"] == "stage" and cal.multi_item(r) for r in samples):

@@ -11,7 +11,9 @@ with the requests; the profile's ``turnaround`` (``--profile``) is what the simu
 beside the runs' 0.5-0.8 ms, docs/validation.md part 21), and each restart's fast or slow side (under or over
 ``FAST_MS``) is set against what might set it: the step's requests and prefill tokens, how early its input came,
 the stage's compute before (seconds, prefill or not), when the core's schedule of the step ended, and when in
-the run it fell.
+the run it fell; then the restarts by requests, back-to-back (the stage's previous compute a restart too:
+``calibrate.back_to_back``, what part 24's line is fitted on) apart from those right after a hand-over, where the
+fast mode sits.
 
 Run: python experiments/validation/restarts.py [--profile DIR] [--calibration DIR] [RUN_DIR ...]
 """
@@ -29,6 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from calibration.artifact import read_samples  # noqa: E402
+from calibration.calibrate import back_to_back  # noqa: E402
 from experiments.validation.control_path import read_ops  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.cost.profiled import read_profile  # noqa: E402
@@ -127,6 +130,14 @@ def side_lines(rows: list[dict]) -> list[str]:
         by[int(r["reqs"])].append(r["median_s"] * 1e3)
     share = "  ".join(f"{k}: {sum(t < FAST_MS for t in v) / len(v):.2f} ({len(v)})" for k, v in sorted(by.items()))
     lines.append(f"  fast share by requests: {share}")
+    b2b = back_to_back(rows)
+    ids = {id(r) for r in b2b}
+    for name, sel in (("back-to-back", b2b), ("after a hand-over", [r for r in rows if id(r) not in ids])):
+        fast = sum(r["median_s"] * 1e3 < FAST_MS for r in sel)
+        groups = defaultdict(list)
+        for r in sel:
+            groups[int(r["reqs"])].append(r["median_s"] * 1e3)
+        lines.append(f"  {name} ({len(sel)}, fast {fast}) by requests: {cells(dict(sorted(groups.items())))}")
     return lines
 
 

@@ -169,7 +169,9 @@ def restart_margins(ops: Sequence[OpRecord]) -> list[tuple[int, int, float, floa
 def restart_records(ops: Sequence[OpRecord]) -> list[dict[str, float]]:
     """Every restart :func:`restarts` counts, one record each, with what may set it: ``link``, ``step_id``,
     ``reqs``, ``tokens`` and ``prefill_tokens`` of the step, ``margin_s`` (how long before the stage freed its
-    input was there), ``restart_s``, ``prev_s`` and ``prev_prefill_tokens`` (the stage's compute before),
+    input was there), ``restart_s``, ``prev_s``, ``prev_prefill_tokens`` and ``prev_step_id`` (the stage's
+    compute before), ``after_handover`` (1 where that compute was not itself a restart: its input came after the
+    stage freed, and this restart is the first of a busy spell; calibration's fast mode sits there),
     ``core_lag_s`` (the core's schedule of this step, the last to end before the first stage started it,
     ended that long after the stage freed; negative: before; absent where the run has no core schedule
     records) and ``at_s`` (the stage's free time since the run's first compute)."""
@@ -180,8 +182,10 @@ def restart_records(ops: Sequence[OpRecord]) -> list[dict[str, float]]:
     sched = {sid: ends[j - 1] for sid, a in first.items() if (j := bisect.bisect_right(ends, a)) > 0}
     t0 = min((c[0][0] for c in comps.values() if c), default=0.0)
     at = {k: {c[2]: j for j, c in enumerate(cs)} for k, cs in comps.items()}
+    steps = _turnaround_steps(comps, 0.0)
+    restarted = {(k, sid) for k, sid, _, _ in steps}
     out = []
-    for k, sid, margin, t in _turnaround_steps(comps, 0.0):
+    for k, sid, margin, t in steps:
         p_start, p_end, p_sid = comps[k + 1][at[k + 1][sid] - 1]
         rec = {
             "link": k,
@@ -193,6 +197,8 @@ def restart_records(ops: Sequence[OpRecord]) -> list[dict[str, float]]:
             "restart_s": t,
             "prev_s": p_end - p_start,
             "prev_prefill_tokens": step[p_sid].num_prefill_tokens,
+            "prev_step_id": p_sid,
+            "after_handover": int((k, p_sid) not in restarted),
             "at_s": p_end - t0,
         }
         if sid in sched:
