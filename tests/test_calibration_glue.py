@@ -472,6 +472,7 @@ def test_turnaround_b2b_is_the_line_through_back_to_back_restarts_only():
     rows = [each(0, 1, 0.52, 0), each(1, 1, 0.52, 0), each(2, 8, 0.66, 0), each(3, 8, 0.66, 0), each(4, 16, 0.82, 0)]
     rows += [each(5, 8, 0.2, 1), each(6, 8, 0.2, 1), each(7, 8, 0.2, 1)]
     waited = [{"op": "turnaround_waited", "split": "live", "stage": 1, "median_s": 0.4e-3, "repeats": 9}]
+    waited += [{"op": "turnaround", "split": "live", "reqs": 8, "median_s": 0.7e-3, "repeats": 12}]  # by requests
     f = fit_turnaround(rows + waited, b2b=True)
     assert f.x == "reqs" and f.coef == pytest.approx({"c0": 0.5e-3, "c1": 0.02e-3})
     assert fit_turnaround(rows + waited).coef == {"c0": pytest.approx(0.4e-3), "c1": 0.0}  # the default: unchanged
