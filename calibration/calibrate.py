@@ -385,9 +385,9 @@ def fit_turnaround(rows: list[dict[str, Any]], by_reqs: bool = False, b2b: bool 
     the rows by stage), a constant. ``by_reqs`` (docs/validation.md part 21: tried, not adopted): the
     ``turnaround`` rows by the step's requests (``reqs``), a line in the requests through
     their medians, each weighted by its count (least squares; a constant, the weighted median, where one
-    request count was seen or the slope came out negative). ``b2b`` (part 24, on trial): the same line
-    through the back-to-back restarts only (:func:`back_to_back`; the default where a calibration has none).
-    None without rows."""
+    request count was seen or the slope came out negative). ``b2b`` (``analyse_and_write``'s default since
+    docs/validation.md part 24): the same line through the back-to-back restarts only (:func:`back_to_back`); the
+    constant where a calibration has none (calibrations before 2026-12-05 evening). None without rows."""
     if b2b and (each := back_to_back(rows)):
         by_n: dict[int, list[float]] = defaultdict(list)
         for r in each:
@@ -816,22 +816,22 @@ def analyse_and_write(
     charge_stage_layers: bool = False,
     glue_live: bool = True,
     turnaround_by_reqs: bool = False,
-    turnaround_b2b: bool = False,
+    turnaround_b2b: bool = True,
     glue_sq: bool = False,
     multi_items: bool = False,
     glue_per_decode: bool = False,
 ) -> dict[str, Any]:
-    """Fit every operator, the stage glue, score the held-out samples, and write the artifact.
-    ``stage_layers`` (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17
-    and 20: charged from part 19 until part 20's fresh readings reverted it). ``charge_stage_layers=True`` puts
-    it in the fits, fitted before the glue, whose live steps' stages it prices; the profiled cost charges it and
-    the live ratios are over that model. ``turnaround_by_reqs``: the turnaround by the step's requests (part 21: tried,
-    not adopted; :func:`fit_turnaround`), ``turnaround_b2b`` the same line through the back-to-back restarts only (part
-    24, on trial), else the constant. ``glue_sq``: ``layer_glue`` with a term on the
-    plan's prefill items' tokens squared, else (1, tokens, requests); ``multi_items``: the glue also on the grid's
+    """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
+    (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
+    part 19 until part 20's fresh readings reverted it). ``charge_stage_layers=True`` puts it in the fits, fitted before
+    the glue, whose live steps' stages it prices; the profiled cost charges it and the live ratios are over that model.
+    ``turnaround_by_reqs``: the turnaround by the step's requests (part 21: tried, not adopted; :func:`fit_turnaround`);
+    ``turnaround_b2b`` (the default since part 24's verdict): the same line through the back-to-back restarts only,
+    where the calibration kept them (else, and with it off, the constant). ``glue_sq``: ``layer_glue`` with a term on
+    the plan's prefill items' tokens squared, else (1, tokens, requests); ``multi_items``: the glue also on the grid's
     stage plans of many prefill items, else without them, as calibrations before had none; ``glue_per_decode``: the
-    glue's request term over decode requests only. The three were judged and not adopted (docs/validation.md, part
-    22); ``experiments/validation/glue_live.py refit --compare`` reproduces them on any calibration since."""
+    glue's request term over decode requests only. The three were judged and not adopted (docs/validation.md, part 22);
+    ``experiments/validation/glue_live.py refit --compare`` reproduces them on any calibration since."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)

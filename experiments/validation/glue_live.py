@@ -64,8 +64,8 @@ WAYS: dict[str, dict[str, bool]] = {
     "grid": {"glue_live": False, "charge_stage_layers": False},
     "live": {"glue_live": True, "charge_stage_layers": False},
     "layers": {"glue_live": True, "charge_stage_layers": True},
-    "waited": {"turnaround_by_reqs": False},  # today's glue, the turnaround a constant (before part 21)
-    "reqs": {"turnaround_by_reqs": True},
+    "waited": {"turnaround_by_reqs": False, "turnaround_b2b": False},  # the turnaround a constant (before part 24)
+    "reqs": {"turnaround_by_reqs": True, "turnaround_b2b": False},  # the line through every restart (part 21)
     "b2b": {"turnaround_b2b": True},  # the line by requests through back-to-back restarts only (part 24)
     "items": {"multi_items": True},  # the glue also on the grid's plans of many prefill items (part 22)
     "sq": {"multi_items": True, "glue_sq": True},  # and a term on the prefill items' tokens squared (part 22)
