@@ -760,3 +760,23 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
     argv = ["refit", "--compare", "live:layers", "--profile", profile, str(tmp_path / "run"), "--work", str(tmp_path)]
     assert _code(glue_live.main, argv) == 2
     _one_line(capsys.readouterr().err, f"--profile: {profile} has no stage_layers samples")
+
+
+@pytest.mark.parametrize(
+    "name, verdict",
+    [
+        ("glue_live_readings", "for 21, against 6, level 6; other targets worse: none: adopted"),  # part 18
+        ("stage_layers_readings", "for 10, against 7, level 7; other targets worse: none: adopted"),  # part 19
+        ("multi_item_readings_items", "for 3, against 4, level 5; other targets worse: none: not adopted"),  # part 22
+        ("multi_item_readings_sq", "for 2, against 6, level 4; other targets worse: none: not adopted"),
+        ("multi_item_readings_dec", "for 3, against 3, level 3; other targets worse: none: not adopted"),
+        ("multi_item_readings_items_warm", "for 7, against 7, level 6; other targets worse: p99_ttft_ms: not adopted"),
+        ("turnaround_b2b_readings", "for 5, against 4, level 7; other targets worse: none: adopted"),  # part 24
+    ],
+)
+def test_committed_readings_give_the_verdicts_docs_validation_reports(name, verdict, capsys):
+    """The readings each part of docs/validation.md was judged on are committed; judged again, they give its verdict."""
+    from experiments.validation import glue_live
+
+    assert glue_live.main(["judge", str(Path(glue_live.__file__).parent / f"{name}.csv")]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == verdict
