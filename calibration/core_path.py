@@ -205,8 +205,8 @@ def each_restart(ops: list[Any], run: int) -> list[dict[str, Any]]:
     micro-batches in flight, so that the sample's two modes can be told apart afterwards
     (:func:`ppsim.validate.path.restart_records`; ``experiments/validation/restarts.py --calibration``):
     the step's ``step_id``, ``reqs``, ``tokens`` and ``chunk`` (its prefill tokens), ``gap_s`` (how early
-    its input came), ``median_s`` (the restart), ``prev_s`` and ``prev_prefill`` (the stage's compute
-    before, its prefill tokens and ``prev_step_id``), ``after_handover`` (1: that compute was not a restart),
+    its input came), ``median_s`` (the restart), ``prev_s``, ``prev_prefill`` and ``prev_step_id`` (the stage's
+    compute before: its seconds, prefill tokens and step), ``after_handover`` (1: that compute was not a restart),
     ``core_lag_s`` (the core's schedule of the step ended that long after the stage freed) and ``at_s`` (when the
     stage freed, from the run's first compute)."""
     rows = []
