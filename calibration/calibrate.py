@@ -901,7 +901,10 @@ def analyse_and_write(
     if handoff is not None:
         fj["handoff"].update({"note": "live engine's stage transfer minus send_recv, seconds per transfer"})
     if turnaround is not None:
-        how = "by the step's requests" if turnaround.x == "reqs" else "a constant, its input 1 ms early or more"
+        how = "a constant, its input 1 ms early or more"
+        if turnaround.x == "reqs":
+            b2b = turnaround_b2b and bool(back_to_back(turns))
+            how = "by the step's requests" + (", through its back-to-back restarts (part 24)" if b2b else "")
         fj["turnaround"].update({"note": f"live engine's stage loop between computes, input waiting, seconds; {how}"})
     if live is not None:
         fj["live_stage"].update({"note": "live engine's stage compute / the same steps alone, by pipeline stages"})

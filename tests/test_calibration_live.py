@@ -80,6 +80,7 @@ def test_quick_calibrate_cli(quick_profile):
     turns = [r for r in read_samples(out) if r["op"] in ("turnaround", "turnaround_waited")]
     by_reqs = [r for r in turns if r["op"] == "turnaround"]
     assert by_reqs and all(r["reqs"] >= 1 for r in by_reqs) and fits["turnaround"]["x"] == "reqs"  # part 24: b2b
+    assert "through its back-to-back restarts" in fits["turnaround"]["note"]
     assert sum(r["repeats"] for r in by_reqs) >= sum(r["repeats"] for r in turns if r["op"] == "turnaround_waited")
     each = [r for r in read_samples(out) if r["op"] == "turnaround_each"]  # the same restarts, one by one
     assert len(each) == sum(r["repeats"] for r in by_reqs) and {r["split"] for r in each} == {"record"}
