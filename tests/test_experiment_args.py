@@ -772,6 +772,11 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("multi_item_readings_dec", "for 3, against 3, level 3; other targets worse: none: not adopted"),
         ("multi_item_readings_items_warm", "for 7, against 7, level 6; other targets worse: p99_ttft_ms: not adopted"),
         ("turnaround_b2b_readings", "for 5, against 4, level 7; other targets worse: none: adopted"),  # part 24
+        (  # part 24's fresh readings after its verdict, reported beside it
+            "turnaround_b2b_readings_after",
+            "for 2, against 3, level 1; other targets worse: output_throughput, median_e2el_ms, p99_e2el_ms: "
+            "not adopted",
+        ),
     ],
 )
 def test_committed_readings_give_the_verdicts_docs_validation_reports(name, verdict, capsys):

@@ -28,7 +28,8 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 ``dense-1024`` seeds 50-64), ``experiments/validation/stage_layers_readings.csv`` those of part 19,
 ``experiments/validation/multi_item_readings_{items,sq,dec}.csv`` those of part 22 (MoE rounds 33-35, seeds 71-73),
 ``experiments/validation/multi_item_readings_items_warm.csv`` those of part 23 (MoE rounds 37-42, seeds 74-75) and
-``experiments/validation/turnaround_b2b_readings.csv`` those of part 24 (MoE rounds 38-42, seed 75).
+``experiments/validation/turnaround_b2b_readings.csv`` those of part 24 (MoE rounds 38-42, seed 75), and
+``experiments/validation/turnaround_b2b_readings_after.csv`` its fresh readings after the verdict (rounds 43-44).
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b]
