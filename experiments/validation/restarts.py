@@ -8,7 +8,8 @@ with the requests; the profile's ``turnaround`` (``--profile``) is what the simu
 
 ``--calibration PROFILE`` reads the calibration run's restarts one by one (``turnaround_each`` rows of
 ``samples.csv``, calibrations since 2026-12-05 evening): that sample is bimodal (a fast mode at 0.14-0.30 ms
-beside the runs' 0.5-0.8 ms, docs/validation.md part 21), and each restart's fast or slow side (under or over
+beside the runs' 0.5-0.8 ms, docs/validation.md part 21; part 24 found it right after a hand-over), and each
+restart's fast or slow side (under or over
 ``FAST_MS``) is set against what might set it: the step's requests and prefill tokens, how early its input came,
 the stage's compute before (seconds, prefill or not), when the core's schedule of the step ended, and when in
 the run it fell; then the restarts by requests, back-to-back (the stage's previous compute a restart too:
@@ -125,20 +126,21 @@ def side_lines(rows: list[dict]) -> list[str]:
             f"  prefill step {sum(r['chunk'] > 0 for r in rs) / len(rs):.2f}"
             f"  core schedule end after free {med(lags)} ms  at {med([r['at_s'] for r in rs])} s"
         )
-    by: dict[int, list[float]] = defaultdict(list)
-    for r in rows:
-        by[int(r["reqs"])].append(r["median_s"] * 1e3)
-    share = "  ".join(f"{k}: {sum(t < FAST_MS for t in v) / len(v):.2f} ({len(v)})" for k, v in sorted(by.items()))
+    share = "  ".join(
+        f"{k}: {sum(t < FAST_MS for t in v) / len(v):.2f} ({len(v)})" for k, v in each_by_requests(rows).items()
+    )
     lines.append(f"  fast share by requests: {share}")
     b2b = back_to_back(rows)
     ids = {id(r) for r in b2b}
     for name, sel in (("back-to-back", b2b), ("after a hand-over", [r for r in rows if id(r) not in ids])):
         fast = sum(r["median_s"] * 1e3 < FAST_MS for r in sel)
-        groups = defaultdict(list)
-        for r in sel:
-            groups[int(r["reqs"])].append(r["median_s"] * 1e3)
-        lines.append(f"  {name} ({len(sel)}, fast {fast}) by requests: {cells(dict(sorted(groups.items())))}")
+        lines.append(f"  {name} ({len(sel)}, fast {fast}) by requests: {cells(each_by_requests(sel))}")
     return lines
+
+
+def each_by_requests(rows: list[dict]) -> dict[int, list[float]]:
+    """Requests of the step -> restarts (ms) of ``turnaround_each`` rows, by request count."""
+    return by_requests([(0, int(r["reqs"]), 0.0, r["median_s"]) for r in rows])
 
 
 def show(args: argparse.Namespace) -> None:
