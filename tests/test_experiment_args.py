@@ -785,3 +785,36 @@ def test_committed_readings_give_the_verdicts_docs_validation_reports(name, verd
 
     assert glue_live.main(["judge", str(Path(glue_live.__file__).parent / f"{name}.csv")]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == verdict
+
+
+def test_glue_live_bare_way_drops_the_live_charges_from_its_copy_only(monkeypatch, tmp_path):
+    """``--compare live:bare`` (part 25): the ``bare`` copy's model charges level, depth ratio and co-run 1 at
+    PP=2, the ``live`` copy (today's defaults) keeps the charges, and the profile itself is untouched."""
+    import json
+    import shutil
+
+    from ppsim.cost.profiled import ProfiledCost, read_profile
+    from ppsim.models.shape import load_model
+
+    glue_live = _script(monkeypatch, "glue_live")
+    src = tmp_path / "p"
+    shutil.copytree(PROFILE, src)
+    charges = {
+        "live_stage": {"form": "interp", "x": "stages", "coef": {"xs": [1.0, 2.0], "ys": [1.04, 1.10]}},
+        "live_depth": {"form": "linear", "x": "stages", "coef": {"c0": 1.03, "c1": 0.0}},
+        "stage_corun": {"form": "linear", "x": "stages", "coef": {"c0": 1.02, "c1": 0.0}},
+    }
+    (src / "fits.json").write_text(json.dumps({**json.loads((src / "fits.json").read_text()), **charges}))
+    monkeypatch.setattr(glue_live.cal, "refit", lambda d, **kw: None)  # the refit itself is calibrate's
+    shape = load_model(read_profile(src).meta["model"]["name"])
+
+    def factors(way: str) -> tuple[float, float, float]:
+        c = ProfiledCost(
+            read_profile(glue_live.refit_copy(src, tmp_path / way, way)), shape, None, 1, pp=2, charge_level=True
+        )
+        return c.level_factor, c.depth_factor, c.corun_factor
+
+    assert factors("live") == pytest.approx((1.04, 1.03, 1.02))
+    assert factors("bare") == (1.0, 1.0, 1.0)
+    assert set(charges) <= set(json.loads((src / "fits.json").read_text()))
+    assert set(glue_live.LIVE_CHARGES) == set(charges)

@@ -9,7 +9,9 @@ part 22) against it with them; ``--compare items:sq`` the glue with them against
 prefill items' tokens squared (part 22); ``--compare live:dec`` today's glue against the glue with the many-item
 plans and its request term over decode requests only (part 22); ``--compare waited:b2b`` the constant turnaround
 against a line by the step's requests through calibration's back-to-back restarts only (part 24; calibrations that
-kept their restarts one by one, ``turnaround_each``).
+kept their restarts one by one, ``turnaround_each``); ``--compare live:bare`` today's defaults against the same
+with none of the live charges (level, depth ratio, co-run: the fits ``live_stage``, ``live_depth`` and ``stage_corun``
+dropped from the refitted copy; part 25).
 
 The profile is refitted from its own ``samples.csv`` both ways with today's code (copies under ``--work``; the
 validation runs take no part in either fit): ``grid`` (the glue on the grid's stages alone), ``live`` (``layer_glue``
@@ -32,7 +34,7 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 ``experiments/validation/turnaround_b2b_readings_after.csv`` its fresh readings after the verdict (rounds 43-44).
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
-         [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b]
+         [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare]
          [--work DIR] [--csv FILE] [--reading run] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import shutil
 import statistics
 import sys
@@ -59,6 +62,7 @@ from experiments.validation.runfiles import reading_run  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.cost.profiled import read_profile  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.metrics.io import dumps  # noqa: E402
 from ppsim.outputs import check_apart  # noqa: E402
 from ppsim.validate.run import replay_with  # noqa: E402
 
@@ -73,8 +77,11 @@ WAYS: dict[str, dict[str, bool]] = {
     "items": {"multi_items": True},  # the glue also on the grid's plans of many prefill items (part 22)
     "sq": {"multi_items": True, "glue_sq": True},  # and a term on the prefill items' tokens squared (part 22)
     "dec": {"multi_items": True, "glue_per_decode": True},  # with them, the request term over decodes only
+    "bare": {},  # today's defaults, the simulator charging none of the live charges (part 25)
 }
-COMPARES = ("grid:live", "live:layers", "waited:reqs", "live:items", "items:sq", "live:dec", "waited:b2b")
+# the fits the simulator's model reads its live charges from (level, depth ratio, co-run: ppsim.cost.profiled)
+LIVE_CHARGES = ("live_stage", "live_depth", "stage_corun")
+COMPARES = ("grid:live", "live:layers", "waited:reqs", "live:items", "items:sq", "live:dec", "waited:b2b", "live:bare")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 PRIMARY_OF = dict.fromkeys(("live:items", "items:sq", "live:dec"), "median_ttft_ms")  # judged on TTFT (part 22)
@@ -84,10 +91,14 @@ WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 
 
 
 def refit_copy(profile: Path, dst: Path, way: str) -> Path:
-    """``profile`` copied to ``dst`` and refitted with the glue fitted ``way``."""
+    """``profile`` copied to ``dst`` and refitted with the glue fitted ``way``; ``bare`` then drops the fits of
+    the live charges (:data:`LIVE_CHARGES`), so the simulator's model charges level, depth ratio and co-run 1."""
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(profile, dst)
     cal.refit(str(dst), **WAYS[way])
+    if way == "bare":
+        fits = json.loads((dst / "fits.json").read_text())
+        (dst / "fits.json").write_text(dumps({k: v for k, v in fits.items() if k not in LIVE_CHARGES}))
     return dst
 
 
