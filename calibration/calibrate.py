@@ -378,7 +378,9 @@ def _turnaround_line(n: np.ndarray, y: np.ndarray, w: np.ndarray) -> OpFit:
     return OpFit("turnaround", "linear", "reqs", {"c0": float(np.median(np.repeat(y, w.astype(int)))), "c1": 0.0})
 
 
-def fit_turnaround(rows: list[dict[str, Any]], by_reqs: bool = False, b2b: bool = False) -> OpFit | None:
+def fit_turnaround(
+    rows: list[dict[str, Any]], by_reqs: bool = False, b2b: bool = False, held: bool = False
+) -> OpFit | None:
     """``turnaround``: seconds between a stage's two computes where its next input was already sent
     (``calibration/core_path.py``). By default, and for an artifact from before 2026-12-05 (rows by
     ``stage``): the median over the restarts whose input came 1 ms or more before (``turnaround_waited``,
@@ -387,7 +389,9 @@ def fit_turnaround(rows: list[dict[str, Any]], by_reqs: bool = False, b2b: bool 
     their medians, each weighted by its count (least squares; a constant, the weighted median, where one
     request count was seen or the slope came out negative). ``b2b`` (``analyse_and_write``'s default since
     docs/validation.md part 24): the same line through the back-to-back restarts only (:func:`back_to_back`); the
-    constant where a calibration has none (calibrations before 2026-12-05 evening). None without rows."""
+    constant where a calibration has none (calibrations before 2026-12-05 evening). ``held`` (with ``b2b``;
+    docs/validation.md part 25 (c)): the line's ``n_max``, the most requests those restarts had: the cost model
+    charges a step of more requests the line's value there, not an extrapolation. None without rows."""
     if b2b and (each := back_to_back(rows)):
         by_n: dict[int, list[float]] = defaultdict(list)
         for r in each:
@@ -395,7 +399,8 @@ def fit_turnaround(rows: list[dict[str, Any]], by_reqs: bool = False, b2b: bool 
         ks = sorted(by_n)
         n = np.array(ks, dtype=float)
         y = np.array([float(np.median(by_n[k])) for k in ks])
-        return _turnaround_line(n, y, np.array([float(len(by_n[k])) for k in ks]))
+        line = _turnaround_line(n, y, np.array([float(len(by_n[k])) for k in ks]))
+        return OpFit(line.name, line.form, line.x, {**line.coef, "n_max": float(ks[-1])}) if held else line
     by = [r for r in rows if r["op"] == "turnaround" and "reqs" in r]
     if not by_reqs or not by:
         old = [r for r in rows if r["op"] == ("turnaround_waited" if by else "turnaround")]
@@ -817,6 +822,7 @@ def analyse_and_write(
     glue_live: bool = True,
     turnaround_by_reqs: bool = False,
     turnaround_b2b: bool = True,
+    turnaround_held: bool = False,
     glue_sq: bool = False,
     multi_items: bool = False,
     glue_per_decode: bool = False,
@@ -827,7 +833,8 @@ def analyse_and_write(
     the glue, whose live steps' stages it prices; the profiled cost charges it and the live ratios are over that model.
     ``turnaround_by_reqs``: the turnaround by the step's requests (part 21: tried, not adopted; :func:`fit_turnaround`);
     ``turnaround_b2b`` (the default since part 24's verdict): the same line through the back-to-back restarts only,
-    where the calibration kept them (else, and with it off, the constant). ``glue_sq``: ``layer_glue`` with a term on
+    where the calibration kept them (else, and with it off, the constant); ``turnaround_held`` that line charged at no
+    more requests than those restarts had (part 25 (c), on trial). ``glue_sq``: ``layer_glue`` with a term on
     the plan's prefill items' tokens squared, else (1, tokens, requests); ``multi_items``: the glue also on the grid's
     stage plans of many prefill items, else without them, as calibrations before had none; ``glue_per_decode``: the
     glue's request term over decode requests only. The three were judged and not adopted (docs/validation.md, part 22);
@@ -857,7 +864,7 @@ def analyse_and_write(
     if handoff is not None:
         fits["handoff"] = handoff
     turns = [r for r in rows if r["op"] in ("turnaround", "turnaround_waited", "turnaround_each")]
-    turnaround = fit_turnaround(turns, turnaround_by_reqs, turnaround_b2b)
+    turnaround = fit_turnaround(turns, turnaround_by_reqs, turnaround_b2b, turnaround_held)
     if turnaround is not None:
         fits["turnaround"] = turnaround
     cost = ProfiledCost(Profile(meta, fits), shape, None, 1)

@@ -481,6 +481,39 @@ def test_turnaround_b2b_is_the_line_through_back_to_back_restarts_only():
     assert fit_turnaround(waited, b2b=True).coef == {"c0": pytest.approx(0.4e-3), "c1": 0.0}  # no rows: the constant
 
 
+def test_turnaround_held_stops_the_line_at_the_most_requests_its_restarts_had():
+    """Part 25 (c): ``held`` keeps the b2b line and records ``n_max``, the most requests among the back-to-back
+    restarts; the model charges a step of more requests the line's value there (through the ring wrapper
+    too); without ``held``, or a fit without ``n_max`` (every profile before), the line runs on unheld."""
+    from calibration.calibrate import fit_turnaround
+    from ppsim.cost.profile_check import fit_problem
+    from ppsim.cost.ring import RingReturnCost
+
+    rows = [
+        {
+            "op": "turnaround_each",
+            "split": "record",
+            "run": 3,
+            "step_id": i,
+            "reqs": n,
+            "median_s": (0.5 + 0.02 * n) * 1e-3,
+        }
+        for i, n in enumerate((1, 1, 8, 8))
+    ]
+    for r in rows:
+        r["after_handover"] = 0
+    held = fit_turnaround(rows, b2b=True, held=True)
+    assert held.coef == pytest.approx({"c0": 0.5e-3, "c1": 0.02e-3, "n_max": 8.0})
+    assert "n_max" not in fit_turnaround(rows, b2b=True).coef
+    assert fit_problem("turnaround", {"form": "linear", "x": "reqs", "coef": held.coef}) is None
+    two = ProfiledCost(Profile({}, {**base_fits(), "turnaround": held}), SHAPE, None, 1, pp=2)
+    assert two.turnaround_max_reqs == 8.0 and RingReturnCost(two, 0.0, 0.0, 2).turnaround_max_reqs == 8.0
+    unheld = ProfiledCost(
+        Profile({}, {**base_fits(), "turnaround": fit_turnaround(rows, b2b=True)}), SHAPE, None, 1, pp=2
+    )
+    assert unheld.turnaround_max_reqs == float("inf")
+
+
 def test_turnaround_by_requests_is_a_line_through_the_medians_and_charged_per_request():
     """Rows by the step's requests (calibration since part 21): a weighted line through their medians,
     recovered exactly from points on one; a negative slope or one request count gives the weighted

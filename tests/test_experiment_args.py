@@ -396,10 +396,14 @@ def test_glue_live_good_arguments_reach_the_refit(monkeypatch, tmp_path):
         glue_live.main(argv)
 
 
-def test_glue_live_compares_the_b2b_turnaround_only_on_a_calibration_with_its_restarts(monkeypatch, inputs, capsys):
-    """--compare waited:b2b needs the restarts one by one that calibration keeps since part 24."""
+@pytest.mark.parametrize("compare", ["waited:b2b", "b2b:held", "waited:held"])
+def test_glue_live_compares_the_b2b_turnaround_only_on_a_calibration_with_its_restarts(
+    monkeypatch, inputs, capsys, compare
+):
+    """--compare waited:b2b (and the held line's, part 25 (c)) needs the restarts one by one that calibration keeps
+    since part 24."""
     glue_live = _script(monkeypatch, "glue_live", "refit_copy")
-    argv = ["refit", "--compare", "waited:b2b", "--profile", _live_profile(inputs / "p"), "{d}/run", "--work", "{d}/w"]
+    argv = ["refit", "--compare", compare, "--profile", _live_profile(inputs / "p"), "{d}/run", "--work", "{d}/w"]
     _refused(glue_live.main, argv, inputs, capsys, "has no back-to-back restarts one by one", [*INPUTS, "p"])
 
 

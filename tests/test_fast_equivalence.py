@@ -340,6 +340,36 @@ def test_turnaround_per_request_is_the_same_on_both_paths(policy: str, name: str
         assert gap >= TurnPerReqCost.turnaround_s + TurnPerReqCost.turnaround_per_req_s * reqs - 1e-12
 
 
+class TurnSteepCost(TurnCost):
+    """A steep line by the step's requests, 0.1 ms + 1 ms a request, so that it binds."""
+
+    turnaround_s = 1e-4
+    turnaround_per_req_s = 1e-3
+
+
+class TurnHeldCost(TurnSteepCost):
+    """That line held at 2 requests (a fit's ``n_max``, part 25 (c))."""
+
+    turnaround_max_reqs = 2.0
+
+
+@pytest.mark.parametrize("name", ["mixed-aborts", "pp2-offline"])
+@pytest.mark.parametrize("policy", ["vllm-sync", "trtllm-slots", "vllm-mrv2"])
+def test_turnaround_held_is_the_same_on_both_paths(policy: str, name: str) -> None:
+    """A held line charges a step of more requests than ``turnaround_max_reqs`` the line's value there, alike on
+    both paths: some restart of more requests comes sooner than the unheld line would allow."""
+    wrap = lambda c: TurnHeldCost(SpreadCost(IdleCost(c)))  # noqa: E731
+    ref, rs = _run(policy, name, True, wrap=wrap)
+    fast, fs = _run(policy, name, False, wrap=wrap)
+    assert_same(ref, fast, rs, fs)
+    line = lambda n: TurnHeldCost.turnaround_s + TurnHeldCost.turnaround_per_req_s * n  # noqa: E731
+    restarts = _restarts_by_reqs(fast)
+    assert all(gap >= line(min(reqs, 2)) - 1e-12 for gap, reqs in restarts)
+    assert any(gap < line(reqs) for gap, reqs in restarts if reqs > 2)
+    steep, _ = _run(policy, name, reference=False, wrap=lambda c: TurnSteepCost(SpreadCost(IdleCost(c))))
+    assert all(gap >= line(reqs) - 1e-12 for gap, reqs in _restarts_by_reqs(steep))  # unheld: the whole line
+
+
 def _restarts_by_reqs(res: SimResult) -> list[tuple[float, int]]:
     """Every gap between two computes of a stage past the first, with the requests of the later one."""
     comps: dict[str, list] = {}

@@ -11,7 +11,9 @@ plans and its request term over decode requests only (part 22); ``--compare wait
 against a line by the step's requests through calibration's back-to-back restarts only (part 24; calibrations that
 kept their restarts one by one, ``turnaround_each``); ``--compare live:bare`` today's defaults against the same
 with none of the live charges (level, depth ratio, co-run: the fits ``live_stage``, ``live_depth`` and ``stage_corun``
-dropped from the refitted copy; part 25).
+dropped from the refitted copy; part 25); ``--compare b2b:held`` and ``waited:held`` the line through the
+back-to-back restarts charged at no more requests than they had (``n_max``; part 25 (c)) against that line
+unheld and against the constant.
 
 The profile is refitted from its own ``samples.csv`` both ways with today's code (copies under ``--work``; the
 validation runs take no part in either fit): ``grid`` (the glue on the grid's stages alone), ``live`` (``layer_glue``
@@ -34,7 +36,8 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 ``experiments/validation/turnaround_b2b_readings_after.csv`` its fresh readings after the verdict (rounds 43-44).
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
-         [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare]
+         [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
+                   b2b:held|waited:held]
          [--work DIR] [--csv FILE] [--reading run] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -78,10 +81,22 @@ WAYS: dict[str, dict[str, bool]] = {
     "sq": {"multi_items": True, "glue_sq": True},  # and a term on the prefill items' tokens squared (part 22)
     "dec": {"multi_items": True, "glue_per_decode": True},  # with them, the request term over decodes only
     "bare": {},  # today's defaults, the simulator charging none of the live charges (part 25)
+    "held": {"turnaround_b2b": True, "turnaround_held": True},  # b2b's line held at its restarts' requests (25 (c))
 }
 # the fits the simulator's model reads its live charges from (level, depth ratio, co-run: ppsim.cost.profiled)
 LIVE_CHARGES = ("live_stage", "live_depth", "stage_corun")
-COMPARES = ("grid:live", "live:layers", "waited:reqs", "live:items", "items:sq", "live:dec", "waited:b2b", "live:bare")
+COMPARES = (
+    "grid:live",
+    "live:layers",
+    "waited:reqs",
+    "live:items",
+    "items:sq",
+    "live:dec",
+    "waited:b2b",
+    "live:bare",
+    "b2b:held",
+    "waited:held",
+)
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 PRIMARY_OF = dict.fromkeys(("live:items", "items:sq", "live:dec"), "median_ttft_ms")  # judged on TTFT (part 22)
@@ -131,7 +146,7 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
         )
-    if "b2b" in args.compare and not cal.back_to_back(samples):
+    if any(w in args.compare for w in ("b2b", "held")) and not cal.back_to_back(samples):
         raise PPSimError(
             f"--profile: {args.profile} has no back-to-back restarts one by one (turnaround_each); "
             "calibrate with today's code"
@@ -149,6 +164,7 @@ def glue_live(args: argparse.Namespace) -> None:
         c = {k: v * 1e6 for k, v in fits["layer_glue"].coef.items()}
         t = fits.get("turnaround")
         turn = f"; turnaround {t.coef['c0'] * 1e6:.0f} us + {t.coef['c1'] * 1e6:.1f} us/req" if t is not None else ""
+        turn += f" up to {t.coef['n_max']:.0f} req" if t is not None and "n_max" in t.coef else ""
         share = f", sq {c['sq'] * 1e3:.3f} us per 1000 squared tokens" if "sq" in c else ""
         share += f", dreq {c['dreq']:6.2f} us a decode request" if "dreq" in c else ""
         print(f"layer_glue {w:6s}: c0 {c['c0']:7.1f} us, tok {c['tok']:6.2f} us, req {c['req']:6.2f} us{share}{turn}")

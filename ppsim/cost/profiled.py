@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -357,6 +358,8 @@ class ProfiledCost:
         self.turnaround_s = max(turn.coef["c0"], 0.0) if turn is not None else 0.0
         by_reqs = turn is not None and turn.x == "reqs"
         self.turnaround_per_req_s = max(float(turn.coef.get("c1", 0.0)), 0.0) if by_reqs else 0.0
+        # charged at no more requests than calibration's restarts had, where the fit says so (n_max; part 25 (c))
+        self.turnaround_max_reqs = float(turn.coef.get("n_max", math.inf)) if by_reqs else math.inf
         # the live engine's stage compute over the same steps alone, at this depth (calibrate.fit_live).
         # Its level, held at 1 or more, is charged at every depth where ``charge_level`` (the simulator's
         # model, load_profiled_cost; docs/validation.md part 16): what the live stage loop costs a step

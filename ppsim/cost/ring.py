@@ -27,6 +27,8 @@ those measured there with the ring: the hop, rank 0's receiving thread and the e
 
 from __future__ import annotations
 
+import math
+
 from ppsim.cost.base import CostModel, StageSpec
 from ppsim.policy.plan import StepPlan
 
@@ -66,6 +68,10 @@ class RingReturnCost:
     @property
     def turnaround_per_req_s(self) -> float:
         return float(getattr(self.inner, "turnaround_per_req_s", 0.0))
+
+    @property
+    def turnaround_max_reqs(self) -> float:
+        return float(getattr(self.inner, "turnaround_max_reqs", math.inf))
 
     @property
     def corun_factor(self) -> float:

@@ -31,6 +31,7 @@ before ``p`` reaches the last stage schedules an earlier return, and the first t
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -110,6 +111,7 @@ class FastPipeline:
         # a stage past the first restarts no sooner than this after its previous compute (a profile's turnaround)
         self.turn = float(getattr(cost, "turnaround_s", 0.0) or 0.0)
         self.turn_req = float(getattr(cost, "turnaround_per_req_s", 0.0) or 0.0)  # and per request of the plan
+        self.turn_max = float(getattr(cost, "turnaround_max_reqs", math.inf))  # up to this many (part 25 (c))
         # stages computing at once slow each other (a profile's stage_corun, PP > 1): every compute of a
         # micro-batch that starts on the first stage while an earlier one is still in the pipeline times this
         self.corun = float(getattr(cost, "corun_factor", 1.0) or 1.0) if n > 1 else 1.0
@@ -236,7 +238,7 @@ class FastPipeline:
             nbytes, link = seam
         batched = self.stage_times
         times = batched(self.stages, plan) if batched is not None else None
-        turn, corun = self.turn + self.turn_req * n_req, self.corun
+        turn, corun = self.turn + self.turn_req * (n_req if n_req < self.turn_max else self.turn_max), self.corun
         co = False
         for st in self.stages:
             i = st.index

@@ -38,6 +38,7 @@ them at once), they leave when the core waits for them (:meth:`PipelineSim.await
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any
@@ -79,6 +80,7 @@ class PipelineSim:
         self.spread = getattr(cost, "spread", None)  # a profile's stage_spread: one ratio per (stage, step)
         self.turn = float(getattr(cost, "turnaround_s", 0.0) or 0.0)  # a profile's turnaround
         self.turn_req = float(getattr(cost, "turnaround_per_req_s", 0.0) or 0.0)  # and per request of the step
+        self.turn_max = float(getattr(cost, "turnaround_max_reqs", math.inf))  # up to this many (part 25 (c))
         # a profile's stage_corun (PP > 1): the computes of a micro-batch that starts on the first stage while
         # an earlier one is still in the pipeline (not started on the last stage, or ending after now)
         self.corun = float(getattr(cost, "corun_factor", 1.0) or 1.0) if len(stages) > 1 else 1.0
@@ -181,7 +183,7 @@ class PipelineSim:
                         yield ev
             if env.now < free[i] and not self.overlap_sends:
                 yield env.timeout(free[i] - env.now)
-            turn = self.turn + self.turn_req * plan.num_reqs
+            turn = self.turn + self.turn_req * min(plan.num_reqs, self.turn_max)
             back = self.stage_end[i] + turn  # a stage past the first restarts no sooner than this
             if i and turn and self.stage_end[i] > 0.0 and env.now < back:
                 yield env.timeout(back - env.now)
