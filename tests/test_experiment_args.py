@@ -396,7 +396,7 @@ def test_glue_live_good_arguments_reach_the_refit(monkeypatch, tmp_path):
         glue_live.main(argv)
 
 
-@pytest.mark.parametrize("compare", ["waited:b2b", "b2b:held", "waited:held"])
+@pytest.mark.parametrize("compare", ["waited:b2b", "b2b:held", "waited:held", "live:bareheld"])
 def test_glue_live_compares_the_b2b_turnaround_only_on_a_calibration_with_its_restarts(
     monkeypatch, inputs, capsys, compare
 ):
@@ -819,6 +819,6 @@ def test_glue_live_bare_way_drops_the_live_charges_from_its_copy_only(monkeypatc
         return c.level_factor, c.depth_factor, c.corun_factor
 
     assert factors("live") == pytest.approx((1.04, 1.03, 1.02))
-    assert factors("bare") == (1.0, 1.0, 1.0)
+    assert factors("bare") == (1.0, 1.0, 1.0) == factors("bareheld")
     assert set(charges) <= set(json.loads((src / "fits.json").read_text()))
     assert set(glue_live.LIVE_CHARGES) == set(charges)

@@ -13,7 +13,8 @@ kept their restarts one by one, ``turnaround_each``); ``--compare live:bare`` to
 with none of the live charges (level, depth ratio, co-run: the fits ``live_stage``, ``live_depth`` and ``stage_corun``
 dropped from the refitted copy; part 25); ``--compare b2b:held`` and ``waited:held`` the line through the
 back-to-back restarts charged at no more requests than they had (``n_max``; part 25 (c)) against that line
-unheld and against the constant.
+unheld and against the constant; ``--compare live:bareheld`` both changes together against today's defaults
+(part 25 (d)).
 
 The profile is refitted from its own ``samples.csv`` both ways with today's code (copies under ``--work``; the
 validation runs take no part in either fit): ``grid`` (the glue on the grid's stages alone), ``live`` (``layer_glue``
@@ -37,7 +38,7 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
-                   b2b:held|waited:held]
+                   b2b:held|waited:held|live:bareheld]
          [--work DIR] [--csv FILE] [--reading run] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -82,7 +83,9 @@ WAYS: dict[str, dict[str, bool]] = {
     "dec": {"multi_items": True, "glue_per_decode": True},  # with them, the request term over decodes only
     "bare": {},  # today's defaults, the simulator charging none of the live charges (part 25)
     "held": {"turnaround_b2b": True, "turnaround_held": True},  # b2b's line held at its restarts' requests (25 (c))
+    "bareheld": {"turnaround_b2b": True, "turnaround_held": True},  # both: held, and no live charges (25 (d))
 }
+UNCHARGED = ("bare", "bareheld")  # the ways whose copies drop the live charges' fits
 # the fits the simulator's model reads its live charges from (level, depth ratio, co-run: ppsim.cost.profiled)
 LIVE_CHARGES = ("live_stage", "live_depth", "stage_corun")
 COMPARES = (
@@ -96,6 +99,7 @@ COMPARES = (
     "live:bare",
     "b2b:held",
     "waited:held",
+    "live:bareheld",
 )
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
@@ -107,11 +111,12 @@ WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 
 
 def refit_copy(profile: Path, dst: Path, way: str) -> Path:
     """``profile`` copied to ``dst`` and refitted with the glue fitted ``way``; ``bare`` then drops the fits of
-    the live charges (:data:`LIVE_CHARGES`), so the simulator's model charges level, depth ratio and co-run 1."""
+    the live charges (:data:`LIVE_CHARGES`), so the simulator's model charges level, depth ratio and co-run 1
+    (``bareheld`` too)."""
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(profile, dst)
     cal.refit(str(dst), **WAYS[way])
-    if way == "bare":
+    if way in UNCHARGED:
         fits = json.loads((dst / "fits.json").read_text())
         (dst / "fits.json").write_text(dumps({k: v for k, v in fits.items() if k not in LIVE_CHARGES}))
     return dst
@@ -146,7 +151,7 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
         )
-    if any(w in args.compare for w in ("b2b", "held")) and not cal.back_to_back(samples):
+    if any(w in args.compare for w in ("b2b", "held")) and not cal.back_to_back(samples):  # bareheld too
         raise PPSimError(
             f"--profile: {args.profile} has no back-to-back restarts one by one (turnaround_each); "
             "calibrate with today's code"
