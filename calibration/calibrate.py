@@ -33,6 +33,7 @@ from calibration.artifact import base_meta, check_output_dir, device_name, write
 from calibration.fit import fit_select, fit_to_json, predict
 from calibration.host_memory import check_memory
 from ppsim.cost.base import StageSpec
+from ppsim.cost.profile_check import LIVE_CHARGED, LIVE_RECORDED
 from ppsim.cost.profiled import (
     REQ_OPS,
     TOKEN_OPS,
@@ -382,16 +383,16 @@ def fit_turnaround(
     rows: list[dict[str, Any]], by_reqs: bool = False, b2b: bool = False, held: bool = False
 ) -> OpFit | None:
     """``turnaround``: seconds between a stage's two computes where its next input was already sent
-    (``calibration/core_path.py``). By default, and for an artifact from before 2026-12-05 (rows by
-    ``stage``): the median over the restarts whose input came 1 ms or more before (``turnaround_waited``,
-    the rows by stage), a constant. ``by_reqs`` (docs/validation.md part 21: tried, not adopted): the
-    ``turnaround`` rows by the step's requests (``reqs``), a line in the requests through
-    their medians, each weighted by its count (least squares; a constant, the weighted median, where one
-    request count was seen or the slope came out negative). ``b2b`` (``analyse_and_write``'s default since
-    docs/validation.md part 24): the same line through the back-to-back restarts only (:func:`back_to_back`); the
-    constant where a calibration has none (calibrations before 2026-12-05 evening). ``held`` (with ``b2b``;
-    docs/validation.md part 25 (c)): the line's ``n_max``, the most requests those restarts had: the cost model
-    charges a step of more requests the line's value there, not an extrapolation. None without rows."""
+    (``calibration/core_path.py``). By default, and for an artifact from before 2026-12-05 (rows by ``stage``): the
+    median over the restarts whose input came 1 ms or more before (``turnaround_waited``, the rows by stage), a
+    constant. ``by_reqs`` (docs/validation.md part 21: tried, not adopted): the ``turnaround`` rows by the step's
+    requests (``reqs``), a line in the requests through their medians, each weighted by its count (least squares; a
+    constant, the weighted median, where one request count was seen or the slope came out negative). ``b2b``
+    (``analyse_and_write``'s default from docs/validation.md part 24 until part 25 (a)): the same line through the
+    back-to-back restarts only (:func:`back_to_back`); the constant where a calibration has none (calibrations
+    before 2026-12-05 evening). ``held`` (with ``b2b``; docs/validation.md part 25 (c): not adopted): the line's
+    ``n_max``, the most requests those restarts had: the cost model charges a step of more requests the line's value
+    there, not an extrapolation. None without rows."""
     if b2b and (each := back_to_back(rows)):
         by_n: dict[int, list[float]] = defaultdict(list)
         for r in each:
@@ -821,8 +822,9 @@ def analyse_and_write(
     charge_stage_layers: bool = False,
     glue_live: bool = True,
     turnaround_by_reqs: bool = False,
-    turnaround_b2b: bool = True,
+    turnaround_b2b: bool = False,
     turnaround_held: bool = False,
+    charge_live: bool = False,
     glue_sq: bool = False,
     multi_items: bool = False,
     glue_per_decode: bool = False,
@@ -832,9 +834,12 @@ def analyse_and_write(
     part 19 until part 20's fresh readings reverted it). ``charge_stage_layers=True`` puts it in the fits, fitted before
     the glue, whose live steps' stages it prices; the profiled cost charges it and the live ratios are over that model.
     ``turnaround_by_reqs``: the turnaround by the step's requests (part 21: tried, not adopted; :func:`fit_turnaround`);
-    ``turnaround_b2b`` (the default since part 24's verdict): the same line through the back-to-back restarts only,
-    where the calibration kept them (else, and with it off, the constant); ``turnaround_held`` that line charged at no
-    more requests than those restarts had (part 25 (c), on trial). ``glue_sq``: ``layer_glue`` with a term on
+    ``turnaround_b2b`` (the default from part 24's verdict until part 25 (a) reverted it on its fresh readings): the
+    same line through the back-to-back restarts only, where the calibration kept them (else, and with it off, the
+    constant); ``turnaround_held`` that line charged at no more requests than those restarts had (part 25 (c): not
+    adopted). ``charge_live``: the simulator charges the live fits (level, depth ratio, co-run; meta ``live_charges``
+    "charged"), as every calibration did until part 25 (b); by default they are fitted and recorded only
+    ("recorded"). ``glue_sq``: ``layer_glue`` with a term on
     the plan's prefill items' tokens squared, else (1, tokens, requests); ``multi_items``: the glue also on the grid's
     stage plans of many prefill items, else without them, as calibrations before had none; ``glue_per_decode``: the
     glue's request term over decode requests only. The three were judged and not adopted (docs/validation.md, part 22);
@@ -893,6 +898,7 @@ def analyse_and_write(
         meta = {**meta, "stage_layers": {**layers.coef, "note": stage_layers.NOTE + "; recorded, not charged"}}
     meta = {
         **meta,
+        "live_charges": LIVE_CHARGED if charge_live else LIVE_RECORDED,
         "layer_gap": {"median_abs_rel": _median_abs([{"rel_err": g["gap_rel"]} for g in gaps]), "plans": gaps},
         "heldout": {
             "median_abs_rel_err_ops": _median_abs([h for h in held if h["op"] not in whole]),
@@ -950,6 +956,11 @@ def pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
+def live_charged(meta: dict[str, Any]) -> bool:
+    """Whether the simulator charges this profile's live fits (meta ``live_charges``; a profile without it: yes)."""
+    return meta.get("live_charges", LIVE_CHARGED) == LIVE_CHARGED
+
+
 def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
     """Per-operator leave-one-out error, the whole-layer gap and held-out errors, as printed by the CLI."""
     lines = [f"{'operator':<26}{'form':<14}{'n':>4}{'cv med |err|':>14}{'cv max |err|':>14}"]
@@ -985,7 +996,8 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
             at += " (host-shifted, recorded only: " + ", ".join(f"x{y:.3f}" for y in shifted["ys"]) + ")"
         lines.append(f"live engine's stage compute over the same steps alone (live_stage): {at}")
         fit = fit_from_json("live_stage", fits["live_stage"])
-        charged = f"charged: its level x{live_level(fit):.3f} at every depth"  # ProfiledCost.level_factor
+        verb = "charged" if live_charged(meta) else "recorded, not charged (part 25)"
+        charged = f"{verb}: its level x{live_level(fit):.3f} at every depth"  # ProfiledCost.level_factor
         if len(live["xs"]) > 1:
             read = {k: fit_from_json(k, fits[k]) for k in ("live_stage", "live_depth") if k in fits}
             ratio = depth_charged(read, True)
@@ -1009,6 +1021,7 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         fit = fit_from_json("stage_corun", fits["stage_corun"])
         lines.append(
             f"a stage's step with another stage computing on the host (stage_corun): x{fit.coef['c0']:.3f}; "
-            f"charged x{corun_ratio(fit):.3f} at PP > 1 to a micro-batch that starts with another in the pipeline"
+            f"{'charged' if live_charged(meta) else 'recorded, not charged'} x{corun_ratio(fit):.3f} at PP > 1 to a "
+            "micro-batch that starts with another in the pipeline"
         )
     return "\n".join(lines)

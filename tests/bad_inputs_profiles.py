@@ -243,6 +243,12 @@ CASES_PROFILES: list[Case] = [
         "moe.expert_load[1] = 'x' is not a number",
         _profile("meta.json", ("moe",), {"router_zipf": 0.0, "expert_load": [0.5, "x"]}),
     ),
+    Case(
+        "profile-meta-live-charges-unknown",
+        SIM,
+        "meta.json: live_charges = 'sometimes' is not one of charged, recorded",
+        _profile("meta.json", ("live_charges",), "sometimes"),
+    ),
     Case("profile-meta-not-utf8", SIM, "meta.json is not UTF-8 text", _profile_bytes("meta.json", b" \xff")),
     # --- absurd times: 1e300 s in a table overflowed the simulator's clock (OverflowError, metrics/oplog.py) ------
     Case(

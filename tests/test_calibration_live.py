@@ -79,8 +79,8 @@ def test_quick_calibrate_cli(quick_profile):
     # every such restart by its step's requests (part 21: tried, not adopted), the 1 ms-early ones fitted
     turns = [r for r in read_samples(out) if r["op"] in ("turnaround", "turnaround_waited")]
     by_reqs = [r for r in turns if r["op"] == "turnaround"]
-    assert by_reqs and all(r["reqs"] >= 1 for r in by_reqs) and fits["turnaround"]["x"] == "reqs"  # part 24: b2b
-    assert "through its back-to-back restarts" in fits["turnaround"]["note"]
+    assert by_reqs and all(r["reqs"] >= 1 for r in by_reqs) and fits["turnaround"]["x"] == "stage"  # part 25 (a)
+    assert "a constant, its input 1 ms early or more" in fits["turnaround"]["note"]
     assert sum(r["repeats"] for r in by_reqs) >= sum(r["repeats"] for r in turns if r["op"] == "turnaround_waited")
     each = [r for r in read_samples(out) if r["op"] == "turnaround_each"]  # the same restarts, one by one
     assert len(each) == sum(r["repeats"] for r in by_reqs) and {r["split"] for r in each} == {"record"}
@@ -117,6 +117,40 @@ def test_quick_calibrate_cli(quick_profile):
     # the live runs' computes marked where they started beside an earlier micro-batch (two in flight)
     marked = [r for r in read_samples(out) if r["split"] == "live2" and r.get("corun") == 1]
     assert marked and all(r["op"] in ("stage_first", "stage_last") for r in marked)
+
+
+def test_the_live_charges_recorded_by_default_and_charged_on_request(quick_profile, tmp_path):
+    """Part 25 (d): calibration fits the live charges (level, depth ratio, co-run) and records them; the simulator's
+    model at PP=2 charges none. The same samples fitted with ``charge_live=True`` (every calibration until part 25)
+    mark them charged, and the model charges each, held at 1 or more; a profile without the mark charges them."""
+    import shutil
+
+    from calibration.calibrate import refit
+
+    out, text = quick_profile
+    fits = json.loads((out / "fits.json").read_text())
+    assert {"live_stage", "live_depth", "stage_corun"} <= set(fits) and "recorded, not charged (part 25)" in text
+
+    def model(d: Path) -> ProfiledCost:
+        cfg = {
+            "model": "tiny",
+            "cluster": {"pipeline_parallel_size": 2},
+            "cost": {"kind": "profile", "profile_dir": str(d)},
+        }
+        return load_profiled_cost(str(d), load_model("tiny"), build_scenario(None, cfg), None)
+
+    bare = model(out)
+    assert (bare.level_factor, bare.depth_factor, bare.corun_factor) == (1.0, 1.0, 1.0)
+    charged = tmp_path / "charged"
+    shutil.copytree(out, charged)
+    assert refit(str(charged), charge_live=True)["live_charges"] == "charged"
+    got, fitted = model(charged), json.loads((charged / "fits.json").read_text())
+    assert got.depth_factor == max(fitted["live_depth"]["coef"]["c0"], 1.0)
+    assert got.corun_factor == max(fitted["stage_corun"]["coef"]["c0"], 1.0)
+    assert got.level_factor == max(fitted["live_stage"]["coef"]["ys"][0], 1.0)
+    meta = json.loads((charged / "meta.json").read_text())
+    (charged / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "live_charges"}))
+    assert model(charged).depth_factor == got.depth_factor  # a profile from before part 25: charged, as it was
 
 
 def test_stage_layers_recorded_and_charged_on_request_prices_a_stage_s_layers_at_its_ratio(quick_profile, tmp_path):
@@ -216,9 +250,8 @@ def test_profile_of_this_host_predicts_fresh_engine_stages(quick_profile):
     s = build_scenario(None, {"model": "tiny", "cluster": one, "cost": cost_cfg})
     cost = load_profiled_cost(prof_dir, shape, s, None)
     assert cost.depth_factor == 1.0
-    # the simulator's model charges the live engine's level, held at 1 or more (1: no live runs measured)
-    live = cost.p.fits.get("live_stage")
-    assert cost.level_factor == (max(live.at(1.0), 1.0) if live is not None else 1.0)
+    # the live engine's level is recorded, not charged (docs/validation.md part 25 (d)): the stages-alone model
+    assert cost.p.meta["live_charges"] == "recorded" and cost.level_factor == 1.0
     clock = cost.p.meta["clock"]  # measure as the profile did ("thread": CPU time, robust to a loaded host)
     prof = OpProfiler(Layer(shape, "float32", "cpu"), Timer("cpu", clock, repeats=3, min_repeat_s=0.005), seed=7)
     st = prof.stages

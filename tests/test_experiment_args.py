@@ -776,10 +776,14 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("multi_item_readings_dec", "for 3, against 3, level 3; other targets worse: none: not adopted"),
         ("multi_item_readings_items_warm", "for 7, against 7, level 6; other targets worse: p99_ttft_ms: not adopted"),
         ("turnaround_b2b_readings", "for 5, against 4, level 7; other targets worse: none: adopted"),  # part 24
-        (  # part 24's fresh readings after its verdict, reported beside it
-            "turnaround_b2b_readings_after",
-            "for 2, against 3, level 1; other targets worse: output_throughput, median_e2el_ms, p99_e2el_ms: "
-            "not adopted",
+        # part 24's line kept or reverted on the fresh readings after its verdict (rounds 43-50, seeds 76-77), 25 (a)
+        ("turnaround_b2b_readings_after", "for 7, against 8, level 11; other targets worse: none: not adopted"),
+        ("live_charges_readings", "for 16, against 4, level 0; other targets worse: none: adopted"),  # 25 (b)
+        ("turnaround_held_readings_b2b", "for 1, against 1, level 8; other targets worse: none: not adopted"),  # (c)
+        ("turnaround_held_readings_waited", "for 1, against 1, level 8; other targets worse: none: not adopted"),
+        (  # 25 (d)
+            "bare_held_readings",
+            "for 7, against 3, level 0; other targets worse: pipeline_bubble_fraction: not adopted",
         ),
     ],
 )
@@ -791,34 +795,18 @@ def test_committed_readings_give_the_verdicts_docs_validation_reports(name, verd
     assert capsys.readouterr().out.strip().splitlines()[-1] == verdict
 
 
-def test_glue_live_bare_way_drops_the_live_charges_from_its_copy_only(monkeypatch, tmp_path):
-    """``--compare live:bare`` (part 25): the ``bare`` copy's model charges level, depth ratio and co-run 1 at
-    PP=2, the ``live`` copy (today's defaults) keeps the charges, and the profile itself is untouched."""
+def test_glue_live_ways_charge_the_live_charges_or_record_them(tmp_path):
+    """``--compare live:bare`` (part 25): the ``live`` copy is refitted with the live charges charged (as every
+    calibration until part 25 (d)), ``bare`` and ``bareheld`` with them recorded only; the profile is untouched."""
     import json
-    import shutil
 
-    from ppsim.cost.profiled import ProfiledCost, read_profile
-    from ppsim.models.shape import load_model
+    from calibration.artifact import read_samples, samples_csv
 
-    glue_live = _script(monkeypatch, "glue_live")
-    src = tmp_path / "p"
-    shutil.copytree(PROFILE, src)
-    charges = {
-        "live_stage": {"form": "interp", "x": "stages", "coef": {"xs": [1.0, 2.0], "ys": [1.04, 1.10]}},
-        "live_depth": {"form": "linear", "x": "stages", "coef": {"c0": 1.03, "c1": 0.0}},
-        "stage_corun": {"form": "linear", "x": "stages", "coef": {"c0": 1.02, "c1": 0.0}},
-    }
-    (src / "fits.json").write_text(json.dumps({**json.loads((src / "fits.json").read_text()), **charges}))
-    monkeypatch.setattr(glue_live.cal, "refit", lambda d, **kw: None)  # the refit itself is calibrate's
-    shape = load_model(read_profile(src).meta["model"]["name"])
-
-    def factors(way: str) -> tuple[float, float, float]:
-        c = ProfiledCost(
-            read_profile(glue_live.refit_copy(src, tmp_path / way, way)), shape, None, 1, pp=2, charge_level=True
-        )
-        return c.level_factor, c.depth_factor, c.corun_factor
-
-    assert factors("live") == pytest.approx((1.04, 1.03, 1.02))
-    assert factors("bare") == (1.0, 1.0, 1.0) == factors("bareheld")
-    assert set(charges) <= set(json.loads((src / "fits.json").read_text()))
-    assert set(glue_live.LIVE_CHARGES) == set(charges)
+    glue_live = importlib.import_module("experiments.validation.glue_live")
+    src = Path(_live_profile(tmp_path / "p"))  # its live step with the fields a real refit reads
+    rows = [{**r, "gap_s": 0.0, "repeats": 1} if r["split"] == "live1" else r for r in read_samples(src)]
+    (src / "samples.csv").write_text(samples_csv(rows))
+    for way, kind in (("live", "charged"), ("bare", "recorded"), ("bareheld", "recorded")):
+        d = glue_live.refit_copy(src, tmp_path / way, way)
+        assert json.loads((d / "meta.json").read_text())["live_charges"] == kind
+    assert "live_charges" not in json.loads((src / "meta.json").read_text())

@@ -1,20 +1,19 @@
-"""Two ways of fitting a calibration's stage model, compared on finished ``ppsim validate`` runs of it: by default
-the stage glue fitted on the grid alone against the grid and calibration's live steps timed alone
-(``calibrate.fit_layer_glue_live``, the default since 2026-12-05); ``--compare live:layers`` that default against
-the same with ``stage_layers`` charged (fitted first, pricing the live steps' stages in the glue's fit);
-``--compare waited:reqs`` today's defaults with the stage turnaround as before docs/validation.md part 21 (a
-constant, from the restarts whose input came 1 ms or more early) against the same by the step's requests;
-``--compare live:items`` today's glue (fitted without the grid's stage plans of many prefill items, timed since
-part 22) against it with them; ``--compare items:sq`` the glue with them against the same with a term on the plan's
-prefill items' tokens squared (part 22); ``--compare live:dec`` today's glue against the glue with the many-item
-plans and its request term over decode requests only (part 22); ``--compare waited:b2b`` the constant turnaround
-against a line by the step's requests through calibration's back-to-back restarts only (part 24; calibrations that
-kept their restarts one by one, ``turnaround_each``); ``--compare live:bare`` today's defaults against the same
-with none of the live charges (level, depth ratio, co-run: the fits ``live_stage``, ``live_depth`` and ``stage_corun``
-dropped from the refitted copy; part 25); ``--compare b2b:held`` and ``waited:held`` the line through the
-back-to-back restarts charged at no more requests than they had (``n_max``; part 25 (c)) against that line
-unheld and against the constant; ``--compare live:bareheld`` both changes together against today's defaults
-(part 25 (d)).
+"""Two ways of fitting a calibration's stage model, compared on finished ``ppsim validate`` runs of it: by default the
+stage glue fitted on the grid alone against the grid and calibration's live steps timed alone
+(``calibrate.fit_layer_glue_live``, the default since 2026-12-05); ``--compare live:layers`` that default against the
+same with ``stage_layers`` charged (fitted first, pricing the live steps' stages in the glue's fit); ``--compare
+waited:reqs`` today's defaults with the stage turnaround as before docs/validation.md part 21 (a constant, from the
+restarts whose input came 1 ms or more early) against the same by the step's requests; ``--compare live:items``
+today's glue (fitted without the grid's stage plans of many prefill items, timed since part 22) against it with them;
+``--compare items:sq`` the glue with them against the same with a term on the plan's prefill items' tokens squared
+(part 22); ``--compare live:dec`` today's glue against the glue with the many-item plans and its request term over
+decode requests only (part 22); ``--compare waited:b2b`` the constant turnaround against a line by the step's
+requests through calibration's back-to-back restarts only (part 24; calibrations that kept their restarts one by one,
+``turnaround_each``); ``--compare live:bare`` today's defaults against the same with none of the live charges (level,
+depth ratio, co-run: meta ``live_charges`` "recorded"; part 25; until its verdict the readings dropped those fits
+from the refitted copy, the same model); ``--compare b2b:held`` and ``waited:held`` the line through the back-to-back
+restarts charged at no more requests than they had (``n_max``; part 25 (c)) against that line unheld and against the
+constant; ``--compare live:bareheld`` both changes together against today's defaults (part 25 (d)).
 
 The profile is refitted from its own ``samples.csv`` both ways with today's code (copies under ``--work``; the
 validation runs take no part in either fit): ``grid`` (the glue on the grid's stages alone), ``live`` (``layer_glue``
@@ -34,7 +33,9 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 ``experiments/validation/multi_item_readings_{items,sq,dec}.csv`` those of part 22 (MoE rounds 33-35, seeds 71-73),
 ``experiments/validation/multi_item_readings_items_warm.csv`` those of part 23 (MoE rounds 37-42, seeds 74-75) and
 ``experiments/validation/turnaround_b2b_readings.csv`` those of part 24 (MoE rounds 38-42, seed 75), and
-``experiments/validation/turnaround_b2b_readings_after.csv`` its fresh readings after the verdict (rounds 43-44).
+``experiments/validation/turnaround_b2b_readings_after.csv`` its fresh readings after the verdict (rounds 43-50, seeds
+76-77: part 25 (a) reverted it); ``live_charges_readings.csv``, ``turnaround_held_readings_{b2b,waited}.csv`` and
+``bare_held_readings.csv`` those of part 25 (b), (c) and (d).
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
@@ -47,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import shutil
 import statistics
 import sys
@@ -66,14 +66,13 @@ from experiments.validation.runfiles import reading_run  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.cost.profiled import read_profile  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
-from ppsim.metrics.io import dumps  # noqa: E402
 from ppsim.outputs import check_apart  # noqa: E402
 from ppsim.validate.run import replay_with  # noqa: E402
 
 # way -> calibrate.refit's keywords
 WAYS: dict[str, dict[str, bool]] = {
     "grid": {"glue_live": False, "charge_stage_layers": False},
-    "live": {"glue_live": True, "charge_stage_layers": False},
+    "live": {"glue_live": True, "charge_stage_layers": False, "charge_live": True},  # the live charges charged
     "layers": {"glue_live": True, "charge_stage_layers": True},
     "waited": {"turnaround_by_reqs": False, "turnaround_b2b": False},  # the turnaround a constant (before part 24)
     "reqs": {"turnaround_by_reqs": True, "turnaround_b2b": False},  # the line through every restart (part 21)
@@ -81,13 +80,10 @@ WAYS: dict[str, dict[str, bool]] = {
     "items": {"multi_items": True},  # the glue also on the grid's plans of many prefill items (part 22)
     "sq": {"multi_items": True, "glue_sq": True},  # and a term on the prefill items' tokens squared (part 22)
     "dec": {"multi_items": True, "glue_per_decode": True},  # with them, the request term over decodes only
-    "bare": {},  # today's defaults, the simulator charging none of the live charges (part 25)
+    "bare": {"charge_live": False},  # the simulator charging none of the live charges (part 25 (b))
     "held": {"turnaround_b2b": True, "turnaround_held": True},  # b2b's line held at its restarts' requests (25 (c))
-    "bareheld": {"turnaround_b2b": True, "turnaround_held": True},  # both: held, and no live charges (25 (d))
+    "bareheld": {"turnaround_b2b": True, "turnaround_held": True, "charge_live": False},  # both (25 (d))
 }
-UNCHARGED = ("bare", "bareheld")  # the ways whose copies drop the live charges' fits
-# the fits the simulator's model reads its live charges from (level, depth ratio, co-run: ppsim.cost.profiled)
-LIVE_CHARGES = ("live_stage", "live_depth", "stage_corun")
 COMPARES = (
     "grid:live",
     "live:layers",
@@ -110,15 +106,11 @@ WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 
 
 
 def refit_copy(profile: Path, dst: Path, way: str) -> Path:
-    """``profile`` copied to ``dst`` and refitted with the glue fitted ``way``; ``bare`` then drops the fits of
-    the live charges (:data:`LIVE_CHARGES`), so the simulator's model charges level, depth ratio and co-run 1
-    (``bareheld`` too)."""
+    """``profile`` copied to ``dst`` and refitted with the glue fitted ``way`` (``bare`` and ``bareheld``: the live
+    charges recorded, not charged; ``live`` charged, as before part 25 (d))."""
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(profile, dst)
     cal.refit(str(dst), **WAYS[way])
-    if way in UNCHARGED:
-        fits = json.loads((dst / "fits.json").read_text())
-        (dst / "fits.json").write_text(dumps({k: v for k, v in fits.items() if k not in LIVE_CHARGES}))
     return dst
 
 

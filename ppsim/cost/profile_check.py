@@ -43,6 +43,10 @@ OP_FORMS = {
 # times (calibration/fit.py), a table of them or a ratio of them: a negative coefficient is a corrupt file.
 SIGNED_OPS = ("layer_glue", "first_glue", "last_glue", "handoff", "stage_idle")
 REFIT = "re-run ppsim calibrate (or ppsim import-vidur)"
+# meta.json ``live_charges``: whether the simulator charges the live fits (level, depth ratio, co-run) or a
+# calibration only recorded them (docs/validation.md part 25); a profile without the key charges them, as it did
+LIVE_CHARGED, LIVE_RECORDED = "charged", "recorded"
+LIVE_CHARGES_KINDS = (LIVE_CHARGED, LIVE_RECORDED)
 # The largest coefficient in magnitude: seconds (a call, a floor, a table's time), seconds per unit (token,
 # request, byte, context token) or a ratio. Measured ones are below 0.2 s (Vidur's slowest kernel, 0.14 s);
 # 1e3 keeps every step time of a bounded scenario finite (a few 1e21 s at most: 1e4 layers, 16 Mi tokens).
@@ -134,6 +138,8 @@ def meta_problem(meta: dict[str, Any]) -> str | None:
     for key in ("model", "moe"):
         if key in meta and not isinstance(meta[key], dict):
             return f"{key} is {_json_kind(meta[key])}, not an object"
+    if meta.get("live_charges", LIVE_CHARGED) not in LIVE_CHARGES_KINDS:
+        return f"live_charges = {meta['live_charges']!r} is not one of {', '.join(LIVE_CHARGES_KINDS)}"
     if not isinstance(meta.get("hardware", ""), str):
         return f"hardware is {_json_kind(meta['hardware'])}, not the name of a hardware preset"
     moe = meta.get("moe", {})

@@ -43,7 +43,10 @@ same step timed alone, and a ratio under 1 is the host's drift. Only the simulat
 timed alone) is the stages-alone model. ``stage_corun`` (``calibration/corun.py``: a stage's step with a second stage
 process computing on the host over the same step alone, paired) is :attr:`ProfiledCost.corun_factor` at PP > 1: the
 pipelines multiply every compute of a micro-batch that starts while an earlier one is still in the pipeline by it
-(:mod:`ppsim.sim.fast`); ``stage_time`` never includes it, as it depends on the pipeline's state.
+(:mod:`ppsim.sim.fast`); ``stage_time`` never includes it, as it depends on the pipeline's state. The simulator's
+model charges these three (level, depth ratio, co-run) only where the profile's ``meta.json`` marks them
+``live_charges: "charged"`` or has no mark (every calibration before docs/validation.md part 25 (d));
+``ppsim calibrate`` fits and reports them and marks them ``"recorded"`` since that verdict: the stages-alone model.
 
 ``stage_layers`` (:mod:`calibration.stage_layers`: a middle stage of ``n`` layers timed against one of the
 profiler's stack, per layer), where a profile's fits have it, multiplies a stage's layers by its ratio at the
@@ -80,7 +83,7 @@ from typing import Any
 
 from ppsim.cost.analytic import AnalyticCost
 from ppsim.cost.base import StageSpec
-from ppsim.cost.profile_check import REFIT, fit_problem, meta_problem
+from ppsim.cost.profile_check import LIVE_CHARGED, REFIT, fit_problem, meta_problem
 from ppsim.cost.scaled import draw
 from ppsim.errors import PPSimError
 from ppsim.hardware.presets import LinkSpec, resolve_link
@@ -344,6 +347,7 @@ class ProfiledCost:
         pp: int = 1,
         seed: int = 0,
         charge_level: bool = False,
+        charge_live: bool = True,
     ) -> None:
         self.p, self.shape, self.link, self.tp, self.tp_link = profile, shape, link, tp, tp_link
         # at PP > 1 the engine core puts a step message on every stage's queue (``launch_multi``)
@@ -366,11 +370,12 @@ class ProfiledCost:
         # beyond the same step alone. Its depth ratio is charged at PP > 1: every stage compute times
         # live_stage here over live_stage at one stage (over the level as charged, where it is: depth_ratio),
         # or the profile's live_depth in the simulator's model (depth_charged), what co-running stages
-        # cost each other
+        # cost each other. ``charge_live`` False (a profile that only records them, meta ``live_charges``;
+        # docs/validation.md part 25): level, depth ratio and co-run all 1
         live = self.p.fits.get("live_stage")
         self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
-        self.level_factor = live_level(live) if live is not None and charge_level else 1.0
-        self.depth_factor = depth_charged(self.p.fits, charge_level) if pp > 1 else 1.0
+        self.level_factor = live_level(live) if live is not None and charge_level and charge_live else 1.0
+        self.depth_factor = depth_charged(self.p.fits, charge_level) if pp > 1 and charge_live else 1.0
         # the live engine's step-to-step spread of stage computes (mean one, calibrate.fit_spread): at PP > 1
         # the pipelines multiply each compute by one ratio drawn by (seed, stage, step id), as in-flight
         # micro-batches pay for a slow step that a mean cannot show; at one stage it would move no mean
@@ -381,7 +386,7 @@ class ProfiledCost:
         # stages computing at once on the host's cores slow each other (calibration/corun.py): at PP > 1 the
         # pipelines multiply every compute of a micro-batch that starts while an earlier one is still in the
         # pipeline by this (ppsim/sim/fast.py); 1 without a measurement (a GPU's stages have their own devices)
-        corun = self.p.fits.get("stage_corun") if pp > 1 else None
+        corun = self.p.fits.get("stage_corun") if pp > 1 and charge_live else None
         self.corun_factor = corun_ratio(corun) if corun is not None else 1.0
         if tp > 1 and "all_reduce" not in profile.fits and tp_link is None:
             raise PPSimError("profile: no all_reduce operator and no tp_link preset; set cluster.tp_link")
@@ -663,6 +668,7 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
         pp=scenario.cluster.pipeline_parallel_size,
         seed=scenario.seed,
         charge_level=True,
+        charge_live=prof.meta.get("live_charges", LIVE_CHARGED) == LIVE_CHARGED,
     )
 
 
