@@ -120,7 +120,7 @@ def test_quick_calibrate_cli(quick_profile):
 
 
 def test_the_live_charges_recorded_by_default_and_charged_on_request(quick_profile, tmp_path):
-    """Part 25 (d): calibration fits the live charges (level, depth ratio, co-run) and records them; the simulator's
+    """Part 25 (b): calibration fits the live charges (level, depth ratio, co-run) and records them; the simulator's
     model at PP=2 charges none. The same samples fitted with ``charge_live=True`` (every calibration until part 25)
     mark them charged, and the model charges each, held at 1 or more; a profile without the mark charges them."""
     import shutil
@@ -250,7 +250,7 @@ def test_profile_of_this_host_predicts_fresh_engine_stages(quick_profile):
     s = build_scenario(None, {"model": "tiny", "cluster": one, "cost": cost_cfg})
     cost = load_profiled_cost(prof_dir, shape, s, None)
     assert cost.depth_factor == 1.0
-    # the live engine's level is recorded, not charged (docs/validation.md part 25 (d)): the stages-alone model
+    # the live engine's level is recorded, not charged (docs/validation.md part 25 (b)): the stages-alone model
     assert cost.p.meta["live_charges"] == "recorded" and cost.level_factor == 1.0
     clock = cost.p.meta["clock"]  # measure as the profile did ("thread": CPU time, robust to a loaded host)
     prof = OpProfiler(Layer(shape, "float32", "cpu"), Timer("cpu", clock, repeats=3, min_repeat_s=0.005), seed=7)

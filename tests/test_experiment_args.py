@@ -797,7 +797,7 @@ def test_committed_readings_give_the_verdicts_docs_validation_reports(name, verd
 
 def test_glue_live_ways_charge_the_live_charges_or_record_them(tmp_path):
     """``--compare live:bare`` (part 25): the ``live`` copy is refitted with the live charges charged (as every
-    calibration until part 25 (d)), ``bare`` and ``bareheld`` with them recorded only; the profile is untouched."""
+    calibration until part 25 (b)), ``bare`` and ``bareheld`` with them recorded only; the profile is untouched."""
     import json
 
     from calibration.artifact import read_samples, samples_csv

@@ -107,7 +107,7 @@ WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 
 
 def refit_copy(profile: Path, dst: Path, way: str) -> Path:
     """``profile`` copied to ``dst`` and refitted with the glue fitted ``way`` (``bare`` and ``bareheld``: the live
-    charges recorded, not charged; ``live`` charged, as before part 25 (d))."""
+    charges recorded, not charged; ``live`` charged, as before part 25 (b))."""
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(profile, dst)
     cal.refit(str(dst), **WAYS[way])

@@ -45,7 +45,7 @@ process computing on the host over the same step alone, paired) is :attr:`Profil
 pipelines multiply every compute of a micro-batch that starts while an earlier one is still in the pipeline by it
 (:mod:`ppsim.sim.fast`); ``stage_time`` never includes it, as it depends on the pipeline's state. The simulator's
 model charges these three (level, depth ratio, co-run) only where the profile's ``meta.json`` marks them
-``live_charges: "charged"`` or has no mark (every calibration before docs/validation.md part 25 (d));
+``live_charges: "charged"`` or has no mark (every calibration before docs/validation.md part 25 (b));
 ``ppsim calibrate`` fits and reports them and marks them ``"recorded"`` since that verdict: the stages-alone model.
 
 ``stage_layers`` (:mod:`calibration.stage_layers`: a middle stage of ``n`` layers timed against one of the
