@@ -33,7 +33,7 @@ from calibration.artifact import base_meta, check_output_dir, device_name, write
 from calibration.fit import fit_select, fit_to_json, predict
 from calibration.host_memory import check_memory
 from ppsim.cost.base import StageSpec
-from ppsim.cost.profile_check import LIVE_CHARGED, LIVE_RECORDED
+from ppsim.cost.profile_check import LIVE_CHARGED, LIVE_RECORDED, live_charged
 from ppsim.cost.profiled import (
     REQ_OPS,
     TOKEN_OPS,
@@ -954,11 +954,6 @@ def refit(profile_dir: str, **options: bool) -> dict[str, Any]:
 
 def pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
-
-
-def live_charged(meta: dict[str, Any]) -> bool:
-    """Whether the simulator charges this profile's live fits (meta ``live_charges``; a profile without it: yes)."""
-    return meta.get("live_charges", LIVE_CHARGED) == LIVE_CHARGED
 
 
 def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:

@@ -47,6 +47,13 @@ REFIT = "re-run ppsim calibrate (or ppsim import-vidur)"
 # calibration only recorded them (docs/validation.md part 25); a profile without the key charges them, as it did
 LIVE_CHARGED, LIVE_RECORDED = "charged", "recorded"
 LIVE_CHARGES_KINDS = (LIVE_CHARGED, LIVE_RECORDED)
+
+
+def live_charged(meta: dict[str, Any]) -> bool:
+    """Whether the simulator charges a profile's live fits (meta ``live_charges``; a profile without it: yes)."""
+    return meta.get("live_charges", LIVE_CHARGED) == LIVE_CHARGED
+
+
 # The largest coefficient in magnitude: seconds (a call, a floor, a table's time), seconds per unit (token,
 # request, byte, context token) or a ratio. Measured ones are below 0.2 s (Vidur's slowest kernel, 0.14 s);
 # 1e3 keeps every step time of a bounded scenario finite (a few 1e21 s at most: 1e4 layers, 16 Mi tokens).

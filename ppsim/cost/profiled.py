@@ -83,7 +83,7 @@ from typing import Any
 
 from ppsim.cost.analytic import AnalyticCost
 from ppsim.cost.base import StageSpec
-from ppsim.cost.profile_check import LIVE_CHARGED, REFIT, fit_problem, meta_problem
+from ppsim.cost.profile_check import REFIT, fit_problem, live_charged, meta_problem
 from ppsim.cost.scaled import draw
 from ppsim.errors import PPSimError
 from ppsim.hardware.presets import LinkSpec, resolve_link
@@ -668,7 +668,7 @@ def load_profiled_cost(profile_dir: str, shape: ModelShape, scenario: Any, link:
         pp=scenario.cluster.pipeline_parallel_size,
         seed=scenario.seed,
         charge_level=True,
-        charge_live=prof.meta.get("live_charges", LIVE_CHARGED) == LIVE_CHARGED,
+        charge_live=live_charged(prof.meta),
     )
 
 
