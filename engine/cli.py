@@ -52,7 +52,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
     print(format_summary(run.summary, "Engine Benchmark Result"))
     print(
         f"results written to {out_dir}/ (summary.json, requests.csv, tokens.csv, stage_ops.csv, "
-        "trace.json, actions.csv, config.json, engine.json, tokens.json, timeseries.csv, timeline.csv"
+        "trace.json, actions.csv, config.json, engine.json, tokens.json, stage_loop.csv, timeseries.csv, timeline.csv"
         f"{'' if args.no_dashboard else ', dashboard.png'})"
     )
     return report_rejections(*rejections_of(run.prep, run.requests, run.summary))

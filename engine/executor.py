@@ -87,6 +87,26 @@ class EngineResult:
     extra: dict[str, Any] = field(default_factory=dict)
     series: SeriesRecorder | None = None  # down-sampled busy/KV series and the timeline window
     actions: list = field(default_factory=list)  # (stage, plan) launched, in order (actions.csv)
+    loop: list = field(default_factory=list)  # the stage loop around each compute (stage_loop.csv: LOOP_FIELDS)
+
+
+# stage_loop.csv: one row per stage compute, engine-relative seconds (-1: none; docs/engine.md, "The stage loop")
+LOOP_FIELDS = [
+    "stage",
+    "step_id",
+    "num_tokens",
+    "num_reqs",
+    "ready_s",
+    "recv_done_s",
+    "start_s",
+    "end_s",
+    "ctrl_s",
+    "out_s",
+    "out_cpu_s",
+    "out_switched",
+    "cpu_s",
+    "preempted",
+]
 
 
 class EngineExecutor:
@@ -324,6 +344,26 @@ class EngineExecutor:
         ops.sort(key=lambda o: (o.start_s, o.track))
         return ops
 
+    def _stage_loop(self) -> list[tuple]:
+        """``LOOP_FIELDS`` rows: every stage compute of a launched step with the loop's readings around it,
+        its clock readings made engine-relative as the stage ops' are."""
+        rows = []
+        for rank, ts in enumerate(self.stage_times):
+            rel = self.offsets[rank] - self.t0
+
+            def at(x: float, rel: float = rel) -> float:
+                return x + rel if x >= 0 else -1.0
+
+            for t in ts:
+                p = self.launched.get(t.step_id)
+                if p is None:
+                    continue
+                times = (at(t.ready_s), at(t.recv_done_s), at(t.start_s), at(t.end_s))
+                loop = (t.ctrl_s, t.out_s, t.out_cpu_s, t.out_switched, t.cpu_s, t.preempted)
+                rows.append((rank, t.step_id, p.num_tokens, p.num_reqs, *times, *loop))
+        rows.sort(key=lambda r: (r[6], r[0]))
+        return rows
+
     def result(self, fault: str | None = None) -> EngineResult:
         self.driver.finish()
         self.ledger.close()
@@ -350,4 +390,5 @@ class EngineExecutor:
             },
             self.series,
             self.driver.launched or [],
+            self._stage_loop(),
         )

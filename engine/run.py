@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.checkpoint import check_checkpoint, has_checkpoint
-from engine.executor import EngineExecutor, EngineResult, data_path
+from engine.executor import LOOP_FIELDS, EngineExecutor, EngineResult, data_path
 from engine.launcher import StageFault, StageGroup, init_method
 from engine.preflight import check_cuda, check_kv_cap, check_memory, check_supported
 from engine.transport import DataPath, switch_interval
@@ -36,7 +36,7 @@ from ppsim.config import Scenario, scenario_json
 from ppsim.deployment import Prepared, kv_figures, prepare
 from ppsim.errors import PPSimError, Terminated
 from ppsim.live_engine import FAULT_FORM, LiveEngineConfig, parse_fault
-from ppsim.metrics.io import dumps, run_files
+from ppsim.metrics.io import csv_chunks, dumps, run_files
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
 from ppsim.models.shape import ModelShape
@@ -289,7 +289,8 @@ def _finish(
 
 
 def engine_files(run: EngineRun) -> dict[str, str | bytes]:
-    """The files of an engine run: the simulator's set plus engine.json, tokens.json and the series."""
+    """The files of an engine run: the simulator's set plus engine.json, tokens.json, stage_loop.csv and the
+    series."""
     res = run.result
     return {
         **run_files(
@@ -302,5 +303,6 @@ def engine_files(run: EngineRun) -> dict[str, str | bytes]:
         ),
         "engine.json": dumps(run.info),
         "tokens.json": dumps({str(k): v for k, v in res.tokens.items()}),
+        "stage_loop.csv": csv_chunks(LOOP_FIELDS, res.loop),
         **series_files(res.series),
     }

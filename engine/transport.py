@@ -152,6 +152,12 @@ class StageTimes:
     send_start_s: float  # isend of the outputs posted
     cpu_s: float = -1.0  # thread CPU time of the compute (start_s..end_s): wall minus time not running
     preempted: int = -1  # involuntary context switches of the stage thread during the compute
+    # the stage loop around the compute (stage_loop.csv; docs/engine.md, "The stage loop"):
+    ready_s: float = -1.0  # the step taken off the stage's queue, its sampled-token holes filled
+    ctrl_s: float = -1.0  # seconds reading control messages before it (blocking where none was queued)
+    out_s: float = -1.0  # seconds from end_s until the outputs were handed on (tokens put / send posted)
+    out_cpu_s: float = -1.0  # thread CPU time of that hand-on
+    out_switched: int = -1  # involuntary context switches of the stage thread during it
 
 
 HIDDEN, RESIDUAL, OUTPUTS = 0, 1, 2  # what a point-to-point message carries (the tag's low bits)

@@ -200,7 +200,9 @@ class Stage:
         if self.cfg.fault is not None and step_id >= self.cfg.fault[1]:
             os.kill(os.getpid(), signal.SIGKILL if self.cfg.fault[0] == "kill" else signal.SIGSTOP)
 
-    def step(self, msg: StepMsg, pending_recv: Any) -> None:
+    def step(self, msg: StepMsg, pending_recv: Any, ready: float = -1.0, ctrl: float = -1.0) -> None:
+        """Run one micro-batch: wait for its input, compute, hand the outputs on; ``ready`` (when the loop
+        took it) and ``ctrl`` (seconds reading control messages before) go into its record."""
         self._maybe_fault(msg.step_id)
         hidden = residual = None
         recv_done = -1.0
@@ -219,6 +221,7 @@ class Stage:
         end = send_start = time.perf_counter()
         cpu = time.thread_time() - cpu0
         preempted = _involuntary_switches() - switches0 if switches0 >= 0 else -1
+        out_cpu0, out_switches0 = time.thread_time(), _involuntary_switches()
         if self.is_last:
             self._tokens_out(msg.step_id, req_ids, toks)
             send_start = -1.0
@@ -229,7 +232,10 @@ class Stage:
             self.link.send(msg.step_id, hidden, residual)
             if self.bcast is not None:
                 self._join_broadcast(msg)
-        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start, cpu, preempted))
+        out = time.perf_counter() - end
+        switched = _involuntary_switches() - out_switches0 if out_switches0 >= 0 else -1
+        loop = (ready, ctrl, out, time.thread_time() - out_cpu0, switched)
+        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start, cpu, preempted, *loop))
         if len(self.times) >= FLUSH_EVERY:
             self.flush()
 
@@ -324,12 +330,15 @@ class Stage:
 
     def loop(self) -> None:
         while self.pending or not self.stopping:
+            taking = time.perf_counter()
             while not self.stopping and len(self.pending) < PREPOST:
                 if not self._take(block=not self.pending):
                     break
+            ctrl = time.perf_counter() - taking
             if self.pending:
                 msg, recv = self.pending.popleft()
-                self.step(self._fill_holes(msg), recv)
+                msg = self._fill_holes(msg)
+                self.step(msg, recv, time.perf_counter(), ctrl)
         self.link.wait_sends()
         self.link.wait_channel()
         for part in (self.ring_out, self.bcast, self.ring_in):

@@ -39,6 +39,7 @@ KNOWN_NAMES = {
     "requests.csv",
     "tokens.csv",
     "stage_ops.csv",
+    "stage_loop.csv",
     "trace.json",
     "config.json",
     "engine.json",

@@ -74,6 +74,29 @@ def test_pp2_matches_reference_and_simulator_schema(tmp_path):
     assert set(sim_x) == set(eng_x) and set(sim_x["args"]) == set(eng_x["args"])
     tokens = json.loads((eng_dir / "tokens.json").read_text())
     assert {int(k): v for k, v in tokens.items()} == reference(s)
+    check_stage_loop(eng_dir, compute)
+
+
+def check_stage_loop(eng_dir, compute) -> None:
+    """stage_loop.csv: one row per stage compute, the loop's readings in order around it, and the
+    experiment that splits the restarts reads it."""
+    from engine.executor import LOOP_FIELDS
+    from experiments.validation import stage_loop
+
+    with (eng_dir / "stage_loop.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == LOOP_FIELDS and len(rows) == len(compute)
+    ops = {(o.track, o.step_id): o for o in compute}
+    for r in rows:
+        x = {k: float(v) for k, v in r.items()}
+        o = ops[(f"stage{int(x['stage'])}", int(x["step_id"]))]
+        assert (x["start_s"], x["end_s"], x["num_reqs"]) == (o.start_s, o.end_s, o.num_reqs)
+        assert 0 <= x["ready_s"] <= x["start_s"] <= x["end_s"]
+        assert x["recv_done_s"] == -1 if x["stage"] == 0 else x["ready_s"] <= x["recv_done_s"] <= x["start_s"]
+        assert min(x["ctrl_s"], x["out_s"], x["out_cpu_s"], x["out_switched"]) >= 0
+    restarts = stage_loop.restarts(stage_loop.read_loop(eng_dir / "stage_loop.csv"), 1, [])
+    assert all(abs(sum(r[p] for p in stage_loop.PARTS) - r["restart"]) < 1e-9 for r in restarts)
+    assert stage_loop.main([str(eng_dir)]) == 0
 
 
 def test_pp1_matches_reference(monkeypatch):

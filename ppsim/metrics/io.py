@@ -143,6 +143,11 @@ def requests_csv(requests: Sequence[RequestRecord] | RequestColumns | Ledger) ->
     return "".join(requests_chunks(requests))
 
 
+def csv_chunks(header: list[str], rows: Iterable[Sequence[Any]]) -> Iterator[str]:
+    """A CSV file of ``header`` and ``rows``, as text chunks formatted while they are written."""
+    return _csv_chunks(header, rows)
+
+
 def ops_chunks(ops: Iterable[OpRecord]) -> Iterator[str]:
     return _csv_chunks(OP_FIELDS, (o.row() for o in ops))
 
