@@ -106,7 +106,6 @@ def test_bad_dirs_are_refused_in_one_line(tmp_path, capsys, make, message):
     assert message in err and err.count("\n") == 1
 
 
-
 def test_a_negative_stage_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         stage_loop.main(["--stage", "-1", str(tmp_path)])

@@ -14,7 +14,6 @@ Run: python experiments/validation/stage_loop.py [--stage K] RUN_DIR [...]
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import csv
 import statistics
