@@ -31,28 +31,32 @@ def loop_row(stage, step, reqs, ready, recv, start, end, ctrl, out, switched):
 
 
 # stage 1's computes: step 1 ends at 10.0 ms and hands on for 0.8 ms, switched out (a core record at
-# 10.2-10.5 ms); step 2's input was there when the loop took it (restart 1.2 ms); step 2 hands on in 0.1 ms,
-# step 3's input came 2 ms after the loop took it (a hand-over: left out); step 4 restarts on a waiting input.
+# 10.2-10.5 ms); stage 0 had computed step 2 by then (9.0 ms): a restart of 1.2 ms, its input arriving as the loop
+# took it; step 3 was computed on stage 0 after stage 1 freed (a hand-over: left out); step 4 restarts again.
 ROWS = [
     loop_row(1, 1, 8, 0.0050, 0.0051, 0.0052, 0.0100, 0.0, 0.0008, 1),
     loop_row(1, 2, 8, 0.0110, 0.0110, 0.0112, 0.0200, 0.0001, 0.0001, 0),
-    loop_row(1, 3, 32, 0.0202, 0.0222, 0.0223, 0.0300, 0.0001, 0.0001, 0),
-    loop_row(1, 4, 32, 0.0304, 0.0304, 0.0305, 0.0400, 0.0002, 0.0002, 0),
-    loop_row(0, 2, 8, 0.0040, -1.0, 0.0041, 0.0090, 0.0001, 0.0002, 0),
+    loop_row(1, 3, 32, 0.0202, 0.0212, 0.0213, 0.0300, 0.0001, 0.0001, 0),
+    loop_row(1, 4, 32, 0.0302, 0.0304, 0.0305, 0.0400, 0.0002, 0.0002, 0),
+    loop_row(0, 1, 8, 0.0001, -1.0, 0.0002, 0.0045, 0.0001, 0.0002, 0),
+    loop_row(0, 2, 8, 0.0048, -1.0, 0.0049, 0.0090, 0.0001, 0.0002, 0),
+    loop_row(0, 3, 32, 0.0200, -1.0, 0.0201, 0.0210, 0.0001, 0.0002, 0),
+    loop_row(0, 4, 32, 0.0212, -1.0, 0.0213, 0.0290, 0.0001, 0.0002, 0),
 ]
 CORE = [(0.0102, 0.0105), (0.0106, 0.0107)]
 
 
-def test_restarts_keep_waiting_inputs_and_split_them():
+def test_restarts_are_the_simulators_and_split():
     rs = stage_loop.restarts(ROWS, 1, CORE)
-    assert [r["reqs"] for r in rs] == [8, 32]  # step 3's input came after the loop took it
+    assert [r["reqs"] for r in rs] == [8, 32]  # step 3 was computed upstream after stage 1 freed
     first, second = rs
     assert first["restart"] == pytest.approx(0.0012) and first["out"] == pytest.approx(0.0008)
     assert first["ctrl"] == pytest.approx(0.0001) and first["wait"] == 0.0
     assert first["rest"] == pytest.approx(0.0003)
     assert first["switched"] and first["core"]
     assert not second["switched"] and not second["core"] and second["restart"] == pytest.approx(0.0005)
-    assert stage_loop.restarts(ROWS, 0, CORE) == []  # one compute on stage 0
+    assert second["wait"] == pytest.approx(0.0002)  # its input arrived after the loop took the step
+    assert len(stage_loop.restarts(ROWS, 0, CORE)) == 3  # the first stage: every compute after another
 
 
 def test_overlap_is_any_core_record_meeting_the_hand_on():

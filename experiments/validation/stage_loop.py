@@ -1,13 +1,14 @@
 """What a stage does between two computes, from the engine's own record of its loop (``stage_loop.csv``).
 
 Per engine run (an ``ppsim engine`` output dir, or each ``engine-N/`` of a ``ppsim validate`` dir) and per
-request count of the step: the restarts of a stage (``--stage``, default the last) whose input was already
-there when the loop took the step (its receive done within ``WAITING_S`` of that), split into the hand-on of
-the previous step's outputs (the last stage's put of the sampled tokens, another stage's send), reading the
-control messages, waiting for the input and the rest; then how often the stage thread was switched out during
-the hand-on, the restart with and without that, and how many of those hand-ons overlap a record of the engine
-core (``update`` / ``schedule`` in ``stage_ops.csv``): the core's work landing on the stage's core
-(docs/validation.md, What is left out: the stage turnaround).
+request count of the step: the restarts of a stage (``--stage``, default the last), as the simulator's
+``turnaround`` counts them (:func:`ppsim.validate.path.restart_margins`: the stage before had finished the step's
+compute before this stage freed; on the first stage every compute after another), split into the hand-on of the
+previous step's outputs (the last stage's put of the sampled tokens, another stage's send), reading the control
+messages, waiting for the input to arrive (the receive) and the rest; then how often the stage thread was
+switched out during the hand-on, the restart with and without that, and how many of those hand-ons overlap a
+record of the engine core (``update`` / ``schedule`` in ``stage_ops.csv``): the core's work landing on the
+stage's core (docs/validation.md, What is left out: the stage turnaround).
 
 Run: python experiments/validation/stage_loop.py [--stage K] RUN_DIR [...]
 """
@@ -29,7 +30,6 @@ from engine.executor import LOOP_FIELDS  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 
-WAITING_S = 2e-4  # a receive done this soon after the loop took the step: its input had been there
 PARTS = ("out", "ctrl", "wait", "rest")
 
 
@@ -64,16 +64,19 @@ def overlaps(spans: list[tuple[float, float]], a: float, b: float) -> bool:
 
 
 def restarts(rows: list[dict[str, float]], stage: int, core: list[tuple[float, float]]) -> list[dict[str, float]]:
-    """Each restart of ``stage`` on an input already there: its seconds, parts (``PARTS``), the step's
-    requests, whether the previous hand-on was switched out and whether it overlapped a core record."""
+    """Each restart of ``stage``: its seconds, parts (``PARTS``), the step's requests, whether the previous
+    hand-on was switched out and whether it overlapped a core record. A restart: the stage's compute after
+    another whose step the stage before had finished computing by the time this stage freed (any compute
+    after another on the first stage)."""
     mine = sorted((r for r in rows if int(r["stage"]) == stage), key=lambda r: r["start_s"])
+    upstream = {int(r["step_id"]): r["end_s"] for r in rows if int(r["stage"]) == stage - 1}
     out = []
     for prev, r in zip(mine, mine[1:], strict=False):
         if min(prev["end_s"], r["ready_s"], prev["out_s"], r["ctrl_s"]) < 0:
             continue  # a record without the loop's readings
+        if stage > 0 and upstream.get(int(r["step_id"]), float("inf")) > prev["end_s"]:
+            continue  # its input was computed after the stage freed: a hand-over, not a restart
         wait = r["recv_done_s"] - r["ready_s"] if r["recv_done_s"] >= 0 else 0.0
-        if wait > WAITING_S:
-            continue  # its input came later: a hand-over, not a restart
         total = r["start_s"] - prev["end_s"]
         handed = prev["end_s"] + prev["out_s"]
         parts = {"out": prev["out_s"], "ctrl": r["ctrl_s"], "wait": max(wait, 0.0)}
@@ -110,7 +113,7 @@ def lines_of(rs: list[dict[str, float]]) -> list[str]:
             f" {sum(r['core'] for r in sw)}), not {len(calm)} (restart {ms([r['restart'] for r in calm])},"
             f" over a core record {sum(r['core'] for r in calm)})"
         )
-    return out or ["    no restart on an input already there"]
+    return out or ["    no restart"]
 
 
 def run_dirs(d: Path) -> list[Path]:
@@ -130,7 +133,7 @@ def report(d: Path, stage: int | None) -> list[str]:
     for run in run_dirs(d):
         rows = read_loop(run / "stage_loop.csv")
         k = int(max((r["stage"] for r in rows), default=0)) if stage is None else stage
-        out.append(f"  {run.name}: stage {k}, restarts on an input already there, by the step's requests")
+        out.append(f"  {run.name}: stage {k}, restarts by the step's requests (ms; parts: medians)")
         out += lines_of(restarts(rows, k, core_spans(run / "stage_ops.csv")))
     return out
 
