@@ -56,6 +56,10 @@ SAMPLE_FIELDS = [
     "at_s",
     "prev_step_id",
     "after_handover",
+    "out_s",
+    "out_switched",
+    "ctrl_s",
+    "recv_wait_s",
 ]
 
 

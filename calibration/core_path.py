@@ -200,7 +200,7 @@ def rows_of(paths: dict[str, list[tuple[int, float]]], x: str = "n") -> list[dic
     return rows
 
 
-def each_restart(ops: list[Any], run: int) -> list[dict[str, Any]]:
+def each_restart(ops: list[Any], run: int, loop: list[tuple] | None = None) -> list[dict[str, Any]]:
     """One ``turnaround_each`` row (split ``record``: no fit reads it) per restart of the run with two
     micro-batches in flight, so that the sample's two modes can be told apart afterwards
     (:func:`ppsim.validate.path.restart_records`; ``experiments/validation/restarts.py --calibration``):
@@ -208,7 +208,12 @@ def each_restart(ops: list[Any], run: int) -> list[dict[str, Any]]:
     its input came), ``median_s`` (the restart), ``prev_s``, ``prev_prefill`` and ``prev_step_id`` (the stage's
     compute before: its seconds, prefill tokens and step), ``after_handover`` (1: that compute was not a restart),
     ``core_lag_s`` (the core's schedule of the step ended that long after the stage freed) and ``at_s`` (when the
-    stage freed, from the run's first compute)."""
+    stage freed, from the run's first compute). With ``loop`` (the run's ``stage_loop.csv`` rows,
+    :data:`ppsim.metrics.records.LOOP_FIELDS`), the restart's parts from the engine's stage-loop record as well:
+    ``out_s`` and ``out_switched`` (the hand-on of the stage's previous outputs, and whether its thread was switched
+    out in it), ``ctrl_s`` (reading control messages) and ``recv_wait_s`` (the input's receive) before the step
+    (``experiments/validation/stage_loop.py`` splits a run's restarts the same way)."""
+    parts = loop_parts(loop or [])
     rows = []
     for r in restart_records(ops):
         row = {
@@ -230,8 +235,27 @@ def each_restart(ops: list[Any], run: int) -> list[dict[str, Any]]:
         }
         if "core_lag_s" in r:
             row["core_lag_s"] = r["core_lag_s"]
+        stage = int(r["link"]) + 1
+        prev, this = parts.get((stage, int(r["prev_step_id"]))), parts.get((stage, int(r["step_id"])))
+        if prev is not None and this is not None:
+            row.update(out_s=prev["out_s"], out_switched=prev["out_switched"])
+            row.update(ctrl_s=this["ctrl_s"], recv_wait_s=this["recv_wait_s"])
         rows.append(row)
     return rows
+
+
+def loop_parts(loop: list[tuple]) -> dict[tuple[int, int], dict[str, float]]:
+    """(stage, step id) -> that compute's ``out_s``, ``out_switched``, ``ctrl_s`` and ``recv_wait_s`` (its receive
+    done after the loop took the step; 0 without a receive) from ``stage_loop.csv`` rows."""
+    from ppsim.metrics.records import LOOP_FIELDS
+
+    out = {}
+    for t in loop:
+        r = dict(zip(LOOP_FIELDS, t, strict=True))
+        wait = r["recv_done_s"] - r["ready_s"] if r["recv_done_s"] >= 0 and r["ready_s"] >= 0 else 0.0
+        keep = {"out_s": r["out_s"], "out_switched": r["out_switched"], "ctrl_s": r["ctrl_s"]}
+        out[(int(r["stage"]), int(r["step_id"]))] = {**keep, "recv_wait_s": max(wait, 0.0)}
+    return out
 
 
 def profile_core_path(
@@ -289,7 +313,7 @@ def profile_core_path(
         waited = [(i + 1, t) for i, ts in turnarounds(ops).items() for t in ts]
         turns = [p for ps in restarts(ops).values() for p in ps]
         rows = rows_of({"turnaround": turns}, x="reqs") + rows_of({"turnaround_waited": waited}, x="stage")
-        rows = [{**r, "split": "live"} for r in rows] + each_restart(ops, len(runs))
+        rows = [{**r, "split": "live"} for r in rows] + each_restart(ops, len(runs), queued.result.loop)
         return rows + live(queued)
 
     # one stage and two stages in turn, so that the host's drift over the minutes this takes falls on

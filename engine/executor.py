@@ -90,25 +90,6 @@ class EngineResult:
     loop: list = field(default_factory=list)  # the stage loop around each compute (stage_loop.csv: LOOP_FIELDS)
 
 
-# stage_loop.csv: one row per stage compute, engine-relative seconds (-1: none; docs/engine.md, "The stage loop")
-LOOP_FIELDS = [
-    "stage",
-    "step_id",
-    "num_tokens",
-    "num_reqs",
-    "ready_s",
-    "recv_done_s",
-    "start_s",
-    "end_s",
-    "ctrl_s",
-    "out_s",
-    "out_cpu_s",
-    "out_switched",
-    "cpu_s",
-    "preempted",
-]
-
-
 class EngineExecutor:
     """The live engine's backend for :class:`ppsim.driver.Driver`: real stage processes, wall-clock time."""
 

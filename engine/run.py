@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.checkpoint import check_checkpoint, has_checkpoint
-from engine.executor import LOOP_FIELDS, EngineExecutor, EngineResult, data_path
+from engine.executor import EngineExecutor, EngineResult, data_path
 from engine.launcher import StageFault, StageGroup, init_method
 from engine.preflight import check_cuda, check_kv_cap, check_memory, check_supported
 from engine.transport import DataPath, switch_interval
@@ -37,6 +37,7 @@ from ppsim.deployment import Prepared, kv_figures, prepare
 from ppsim.errors import PPSimError, Terminated
 from ppsim.live_engine import FAULT_FORM, LiveEngineConfig, parse_fault
 from ppsim.metrics.io import csv_chunks, dumps, run_files
+from ppsim.metrics.records import LOOP_FIELDS
 from ppsim.metrics.summary import summarize
 from ppsim.metrics.trace import chrome_trace
 from ppsim.models.shape import ModelShape

@@ -457,6 +457,29 @@ def test_each_restart_is_recorded_one_by_one_and_no_fit_reads_it(tmp_path):
     assert fit_turnaround(rows) is None
 
 
+def test_each_restart_carries_its_parts_from_the_stage_loop(tmp_path):
+    """With the run's stage-loop rows, each restart also carries the hand-on of the stage's previous outputs
+    (and whether it was switched out), the control messages and the input's receive before it."""
+    from calibration.artifact import read_samples, samples_csv
+    from calibration.core_path import each_restart
+    from ppsim.metrics.records import OpRecord
+
+    ms = 1e-3
+    ops = [OpRecord("stage0", "compute", 0, 0, 4 * ms, 1, 1), OpRecord("stage1", "compute", 9, 3 * ms, 6 * ms, 1, 2)]
+    ops += [OpRecord("stage1", "compute", 0, 6.2 * ms, 9 * ms, 1, 1)]
+    # LOOP_FIELDS: stage, step, tokens, reqs, ready, recv done, start, end, ctrl, out, out cpu, switched, cpu, preempted
+    loop = [(1, 9, 1, 2, 2.9 * ms, 2.95 * ms, 3 * ms, 6 * ms, 0.05 * ms, 0.1 * ms, 0.05 * ms, 1, 3 * ms, 0)]
+    loop += [(1, 0, 1, 1, 6.12 * ms, 6.15 * ms, 6.2 * ms, 9 * ms, 0.02 * ms, 0.1 * ms, 0.05 * ms, 0, 2.8 * ms, 0)]
+    loop += [(0, 0, 1, 1, 0.0, -1.0, 0.0, 4 * ms, 0.01 * ms, 0.2 * ms, 0.1 * ms, 0, 4 * ms, 0)]
+    (row,) = each_restart(ops, run=4, loop=loop)
+    assert row["median_s"] == pytest.approx(0.2 * ms)
+    assert (row["out_s"], row["out_switched"]) == (pytest.approx(0.1 * ms), 1)  # step 9's hand-on
+    assert row["ctrl_s"] == pytest.approx(0.02 * ms) and row["recv_wait_s"] == pytest.approx(0.03 * ms)
+    (tmp_path / "samples.csv").write_text(samples_csv([row]))
+    assert read_samples(tmp_path) == [pytest.approx(row)]
+    assert "out_s" not in each_restart(ops, run=4)[0]  # no stage-loop rows: no parts
+
+
 def test_turnaround_b2b_is_the_line_through_back_to_back_restarts_only():
     """Part 24: restarts right after a hand-over (the fast mode) are left out; the rest by requests give the
     line (0.5 ms + 0.02 ms a request here, the fast 0.2-ms ones at 8 requests ignored); rows without

@@ -85,6 +85,8 @@ def test_quick_calibrate_cli(quick_profile):
     each = [r for r in read_samples(out) if r["op"] == "turnaround_each"]  # the same restarts, one by one
     assert len(each) == sum(r["repeats"] for r in by_reqs) and {r["split"] for r in each} == {"record"}
     assert all(r["median_s"] >= 0 and r["gap_s"] >= 0 and r["prev_s"] > 0 and "core_lag_s" in r for r in each)
+    # and each restart's parts from the engine's stage-loop record (the hand-on, control messages, receive)
+    assert all(min(r["out_s"], r["ctrl_s"], r["recv_wait_s"], r["out_switched"]) >= 0 for r in each)
     # the live engine's stage computes at one and two stages, over the stage model: one factor per depth
     assert any(r.startswith("stage_full,live1") for r in rows) and any(r.startswith("stage_last,live2") for r in rows)
     alone = [r for r in read_samples(out) if str(r["split"]).startswith("live") and "alone_s" in r]

@@ -80,8 +80,8 @@ def test_pp2_matches_reference_and_simulator_schema(tmp_path):
 def check_stage_loop(eng_dir, compute) -> None:
     """stage_loop.csv: one row per stage compute, the loop's readings in order around it, and the
     experiment that splits the restarts reads it."""
-    from engine.executor import LOOP_FIELDS
     from experiments.validation import stage_loop
+    from ppsim.metrics.records import LOOP_FIELDS
 
     with (eng_dir / "stage_loop.csv").open() as f:
         rows = list(csv.DictReader(f))

@@ -480,6 +480,24 @@ def test_restarts_splits_a_calibrations_restarts_into_its_two_modes(tmp_path, ca
     assert "after a hand-over (1, fast 1) by requests: 1: 0.20 (1)" in out
 
 
+def test_restarts_shows_the_parts_a_calibration_recorded(tmp_path, capsys):
+    """Calibrations since 2026-12-06 carry each restart's parts from the stage-loop record: the medians by
+    requests, and the restarts whose hand-on was switched out apart."""
+    from calibration.artifact import read_samples, samples_csv
+    from experiments.validation import restarts
+
+    prof = _each_restart_profile(tmp_path / "p", [(8, 1.2, 10.0, 0), (8, 0.4, 10.0, 0), (8, 0.5, 10.0, 0)])
+    rows = read_samples(prof)
+    each = [r for r in rows if r["op"] == "turnaround_each"]
+    for r, (out, sw) in zip(each, [(0.8, 1), (0.1, 0), (0.2, 0)], strict=True):
+        r.update(out_s=out / 1e3, out_switched=sw, ctrl_s=0.1e-3, recv_wait_s=0.05e-3)
+    (prof / "samples.csv").write_text(samples_csv(rows))
+    assert restarts.main(["--calibration", str(prof)]) == 0
+    out = capsys.readouterr().out
+    assert "parts at 8 requests (3): restart 0.500 ms = hand-on 0.200 + control messages 0.100 + receive 0.050" in out
+    assert "hand-on switched out in 1 (restart 1.200), not in 2 (restart 0.450)" in out
+
+
 def test_restarts_refuses_a_calibration_without_its_restarts_one_by_one(inputs, capsys):
     from experiments.validation import restarts
 

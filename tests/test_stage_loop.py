@@ -7,8 +7,8 @@ import csv
 
 import pytest
 
-from engine.executor import LOOP_FIELDS
 from experiments.validation import stage_loop
+from ppsim.metrics.records import LOOP_FIELDS
 
 
 def loop_row(stage, step, reqs, ready, recv, start, end, ctrl, out, switched):

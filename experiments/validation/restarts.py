@@ -14,7 +14,9 @@ restart's fast or slow side (under or over
 the stage's compute before (seconds, prefill or not), when the core's schedule of the step ended, and when in
 the run it fell; then the restarts by requests, back-to-back (the stage's previous compute a restart too:
 ``calibrate.back_to_back``, what part 24's line is fitted on) apart from those right after a hand-over, where the
-fast mode sits.
+fast mode sits. Calibrations since 2026-12-06 also carry each restart's parts from the engine's stage-loop
+record (the hand-on of the previous outputs, switched out or not; the control messages; the receive), printed by
+requests (``experiments/validation/stage_loop.py`` gives the same split for an engine or validate run).
 
 Run: python experiments/validation/restarts.py [--profile DIR] [--calibration DIR] [RUN_DIR ...]
 """
@@ -130,12 +132,39 @@ def side_lines(rows: list[dict]) -> list[str]:
         f"{k}: {sum(t < FAST_MS for t in v) / len(v):.2f} ({len(v)})" for k, v in each_by_requests(rows).items()
     )
     lines.append(f"  fast share by requests: {share}")
+    lines += part_lines(rows)
     b2b = back_to_back(rows)
     ids = {id(r) for r in b2b}
     for name, sel in (("back-to-back", b2b), ("after a hand-over", [r for r in rows if id(r) not in ids])):
         fast = sum(r["median_s"] * 1e3 < FAST_MS for r in sel)
         lines.append(f"  {name} ({len(sel)}, fast {fast}) by requests: {cells(each_by_requests(sel))}")
     return lines
+
+
+def part_lines(rows: list[dict]) -> list[str]:
+    """The restarts' parts from the engine's stage-loop record (calibrations since 2026-12-06: ``out_s``,
+    ``out_switched``, ``ctrl_s``, ``recv_wait_s``), by requests: medians (ms), and the restarts whose hand-on
+    was switched out; none for rows without them."""
+    parts = [r for r in rows if "out_s" in r]
+    out = []
+    for n, sel in sorted(_by_reqs(parts).items()):
+        sw = [r["median_s"] * 1e3 for r in sel if r["out_switched"] > 0]
+        calm = [r["median_s"] * 1e3 for r in sel if r["out_switched"] <= 0]
+        med = {k: statistics.median(r[k] * 1e3 for r in sel) for k in ("median_s", "out_s", "ctrl_s", "recv_wait_s")}
+        out.append(
+            f"  parts at {n} requests ({len(sel)}): restart {med['median_s']:.3f} ms = hand-on {med['out_s']:.3f}"
+            f" + control messages {med['ctrl_s']:.3f} + receive {med['recv_wait_s']:.3f} + rest (medians);"
+            f" hand-on switched out in {len(sw)} (restart {statistics.median(sw) if sw else float('nan'):.3f}),"
+            f" not in {len(calm)} (restart {statistics.median(calm) if calm else float('nan'):.3f})"
+        )
+    return out
+
+
+def _by_reqs(rows: list[dict]) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = defaultdict(list)
+    for r in rows:
+        out[int(r["reqs"])].append(r)
+    return out
 
 
 def each_by_requests(rows: list[dict]) -> dict[int, list[float]]:

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.executor import LOOP_FIELDS  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.metrics.records import LOOP_FIELDS  # noqa: E402
 
 PARTS = ("out", "ctrl", "wait", "rest")
 

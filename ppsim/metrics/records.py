@@ -66,3 +66,23 @@ OP_FIELDS = [
     "num_decode_tokens",
     "nbytes",
 ]
+
+
+# the engine's stage_loop.csv: one row per stage compute, engine-relative seconds (-1: none; docs/engine.md, "The
+# stage loop"; written by engine/executor.py, read by experiments/validation/stage_loop.py without torch)
+LOOP_FIELDS = [
+    "stage",
+    "step_id",
+    "num_tokens",
+    "num_reqs",
+    "ready_s",
+    "recv_done_s",
+    "start_s",
+    "end_s",
+    "ctrl_s",
+    "out_s",
+    "out_cpu_s",
+    "out_switched",
+    "cpu_s",
+    "preempted",
+]
