@@ -154,10 +154,13 @@ def part_lines(rows: list[dict]) -> list[str]:
         out.append(
             f"  parts at {n} requests ({len(sel)}): restart {med['median_s']:.3f} ms = hand-on {med['out_s']:.3f}"
             f" + control messages {med['ctrl_s']:.3f} + receive {med['recv_wait_s']:.3f} + rest (medians);"
-            f" hand-on switched out in {len(sw)} (restart {statistics.median(sw) if sw else float('nan'):.3f}),"
-            f" not in {len(calm)} (restart {statistics.median(calm) if calm else float('nan'):.3f})"
+            f" hand-on switched out in {len(sw)} (restart {_med(sw)}), not in {len(calm)} (restart {_med(calm)})"
         )
     return out
+
+
+def _med(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.3f}" if xs else "-"
 
 
 def _by_reqs(rows: list[dict]) -> dict[int, list[dict]]:
