@@ -234,8 +234,9 @@ class Stage:
                 self._join_broadcast(msg)
         out = time.perf_counter() - end
         switched = _involuntary_switches() - out_switches0 if out_switches0 >= 0 else -1
-        loop = (ready, ctrl, out, time.thread_time() - out_cpu0, switched)
-        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start, cpu, preempted, *loop))
+        loop = {"ready_s": ready, "ctrl_s": ctrl, "out_s": out, "out_cpu_s": time.thread_time() - out_cpu0}
+        loop["out_switched"] = switched
+        self.times.append(StageTimes(msg.step_id, recv_done, start, end, send_start, cpu, preempted, **loop))
         if len(self.times) >= FLUSH_EVERY:
             self.flush()
 

@@ -172,7 +172,7 @@ def _by_reqs(rows: list[dict]) -> dict[int, list[dict]]:
 
 def each_by_requests(rows: list[dict]) -> dict[int, list[float]]:
     """Requests of the step -> restarts (ms) of ``turnaround_each`` rows, by request count."""
-    return by_requests([(0, int(r["reqs"]), 0.0, r["median_s"]) for r in rows])
+    return {n: [r["median_s"] * 1e3 for r in sel] for n, sel in sorted(_by_reqs(rows).items())}
 
 
 def show(args: argparse.Namespace) -> None:
