@@ -110,9 +110,6 @@ def restart_rows(profile: str) -> list[dict]:
 def side_lines(rows: list[dict]) -> list[str]:
     """Per side (fast / slow) the medians of what might set a restart, then the fast share by requests."""
 
-    def med(xs: list[float]) -> str:
-        return f"{statistics.median(xs):.3f}" if xs else "-"
-
     lines = [f"restarts {len(rows)}; fast (< {FAST_MS} ms) {sum(r['median_s'] * 1e3 < FAST_MS for r in rows)}"]
     for name, sel in (("fast", True), ("slow", False)):
         rs = [r for r in rows if (r["median_s"] * 1e3 < FAST_MS) == sel]
@@ -120,13 +117,13 @@ def side_lines(rows: list[dict]) -> list[str]:
             lines.append(f"  {name}: none")
             continue
         lags = [r["core_lag_s"] * 1e3 for r in rs if "core_lag_s" in r]
-        ms = {k: med([r[k] * 1e3 for r in rs]) for k in ("median_s", "gap_s", "prev_s")}
+        ms = {k: _med([r[k] * 1e3 for r in rs]) for k in ("median_s", "gap_s", "prev_s")}
         lines.append(
-            f"  {name}: {len(rs)}  restart {ms['median_s']} ms  reqs {med([r['reqs'] for r in rs])}"
+            f"  {name}: {len(rs)}  restart {ms['median_s']} ms  reqs {_med([r['reqs'] for r in rs])}"
             f"  input early by {ms['gap_s']} ms  compute before {ms['prev_s']} ms"
             f"  after a prefill {sum(r['prev_prefill'] > 0 for r in rs) / len(rs):.2f}"
             f"  prefill step {sum(r['chunk'] > 0 for r in rs) / len(rs):.2f}"
-            f"  core schedule end after free {med(lags)} ms  at {med([r['at_s'] for r in rs])} s"
+            f"  core schedule end after free {_med(lags)} ms  at {_med([r['at_s'] for r in rs])} s"
         )
     share = "  ".join(
         f"{k}: {sum(t < FAST_MS for t in v) / len(v):.2f} ({len(v)})" for k, v in each_by_requests(rows).items()
