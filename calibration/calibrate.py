@@ -379,8 +379,18 @@ def _turnaround_line(n: np.ndarray, y: np.ndarray, w: np.ndarray) -> OpFit:
     return OpFit("turnaround", "linear", "reqs", {"c0": float(np.median(np.repeat(y, w.astype(int)))), "c1": 0.0})
 
 
+def _line_by_reqs(each: list[dict[str, Any]]) -> OpFit:
+    """:func:`_turnaround_line` through restarts one by one: the median per request count, weighted by its count."""
+    by_n: dict[int, list[float]] = defaultdict(list)
+    for r in each:
+        by_n[int(r["reqs"])].append(float(r["median_s"]))
+    ks = sorted(by_n)
+    y = np.array([float(np.median(by_n[k])) for k in ks])
+    return _turnaround_line(np.array(ks, dtype=float), y, np.array([float(len(by_n[k])) for k in ks]))
+
+
 def fit_turnaround(
-    rows: list[dict[str, Any]], by_reqs: bool = False, b2b: bool = False, held: bool = False
+    rows: list[dict[str, Any]], by_reqs: bool = False, b2b: bool = False, held: bool = False, wide: bool = False
 ) -> OpFit | None:
     """``turnaround``: seconds between a stage's two computes where its next input was already sent
     (``calibration/core_path.py``). By default, and for an artifact from before 2026-12-05 (rows by ``stage``): the
@@ -392,16 +402,19 @@ def fit_turnaround(
     back-to-back restarts only (:func:`back_to_back`); the constant where a calibration has none (calibrations
     before 2026-12-05 evening). ``held`` (with ``b2b``; docs/validation.md part 25 (c): not adopted): the line's
     ``n_max``, the most requests those restarts had: the cost model charges a step of more requests the line's value
-    there, not an extrapolation. None without rows."""
+    there, not an extrapolation. ``wide`` (docs/validation.md part 26): the same line through every restart of
+    calibration's wide run (``turnaround_wide``: micro-batches of 1-32 requests, :data:`calibration.core_path.WIDE`),
+    by the step's requests; the constant where a calibration has none (calibrations before 2026-12-06). None without
+    rows."""
+    if wide and (each := [r for r in rows if r["op"] == "turnaround_wide"]):
+        return _line_by_reqs(each)
     if b2b and (each := back_to_back(rows)):
-        by_n: dict[int, list[float]] = defaultdict(list)
-        for r in each:
-            by_n[int(r["reqs"])].append(float(r["median_s"]))
-        ks = sorted(by_n)
-        n = np.array(ks, dtype=float)
-        y = np.array([float(np.median(by_n[k])) for k in ks])
-        line = _turnaround_line(n, y, np.array([float(len(by_n[k])) for k in ks]))
-        return OpFit(line.name, line.form, line.x, {**line.coef, "n_max": float(ks[-1])}) if held else line
+        line = _line_by_reqs(each)
+        return (
+            OpFit(line.name, line.form, line.x, {**line.coef, "n_max": max(float(r["reqs"]) for r in each)})
+            if held
+            else line
+        )
     by = [r for r in rows if r["op"] == "turnaround" and "reqs" in r]
     if not by_reqs or not by:
         old = [r for r in rows if r["op"] == ("turnaround_waited" if by else "turnaround")]
@@ -824,6 +837,7 @@ def analyse_and_write(
     turnaround_by_reqs: bool = False,
     turnaround_b2b: bool = False,
     turnaround_held: bool = False,
+    turnaround_wide: bool = False,
     charge_live: bool = False,
     glue_sq: bool = False,
     multi_items: bool = False,
@@ -837,7 +851,8 @@ def analyse_and_write(
     ``turnaround_b2b`` (the default from part 24's verdict until part 25 (a) reverted it on its fresh readings): the
     same line through the back-to-back restarts only, where the calibration kept them (else, and with it off, the
     constant); ``turnaround_held`` that line charged at no more requests than those restarts had (part 25 (c): not
-    adopted). ``charge_live``: the simulator charges the live fits (level, depth ratio, co-run; meta ``live_charges``
+    adopted); ``turnaround_wide`` the line through the restarts of calibration's wide run, 1-32 requests (part 26).
+    ``charge_live``: the simulator charges the live fits (level, depth ratio, co-run; meta ``live_charges``
     "charged"), as every calibration did until part 25 (b); by default they are fitted and recorded only
     ("recorded"). ``glue_sq``: ``layer_glue`` with a term on
     the plan's prefill items' tokens squared, else (1, tokens, requests); ``multi_items``: the glue also on the grid's
@@ -868,8 +883,8 @@ def analyse_and_write(
     handoff = fit_handoff(fits, [r for r in rows if r["op"] == "handoff"])
     if handoff is not None:
         fits["handoff"] = handoff
-    turns = [r for r in rows if r["op"] in ("turnaround", "turnaround_waited", "turnaround_each")]
-    turnaround = fit_turnaround(turns, turnaround_by_reqs, turnaround_b2b, turnaround_held)
+    turns = [r for r in rows if r["op"] in ("turnaround", "turnaround_waited", "turnaround_each", "turnaround_wide")]
+    turnaround = fit_turnaround(turns, turnaround_by_reqs, turnaround_b2b, turnaround_held, turnaround_wide)
     if turnaround is not None:
         fits["turnaround"] = turnaround
     cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
@@ -916,8 +931,10 @@ def analyse_and_write(
     if turnaround is not None:
         how = "a constant, its input 1 ms early or more"
         if turnaround.x == "reqs":
-            b2b = turnaround_b2b and bool(back_to_back(turns))
+            wide = turnaround_wide and any(r["op"] == "turnaround_wide" for r in turns)
+            b2b = turnaround_b2b and not wide and bool(back_to_back(turns))
             how = "by the step's requests" + (", through its back-to-back restarts (part 24)" if b2b else "")
+            how += ", through its wide run's restarts (part 26)" if wide else ""
         fj["turnaround"].update({"note": f"live engine's stage loop between computes, input waiting, seconds; {how}"})
     if live is not None:
         fj["live_stage"].update({"note": "live engine's stage compute / the same steps alone, by pipeline stages"})

@@ -38,6 +38,10 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
   constant: 0.24-0.96 ms over MoE rounds 25-28); that sample is kept as ``turnaround_waited`` and is
   what ``calibrate.fit_turnaround`` fits by default (a line by requests was tried in docs/validation.md
   part 21 and not adopted: this run's restarts are bimodal, and its few at small counts set the slope).
+* ``turnaround_wide``: every restart of one more run at two stages with four times the requests and running
+  sequences (:data:`WIDE`: micro-batches of 1-32 requests, where the run above has 1-8), one row each as
+  :func:`each_restart` gives them; ``calibrate.fit_turnaround(..., wide=True)`` fits a line by requests through
+  them (docs/validation.md part 26, on trial).
 * ``ring_launch`` and ``ring_return``: launch and return from a third run at two stages with the
   sampled-token ring (``trtllm-slots``: ``engine/datapath.py``'s ``RingSender`` -> rank 0's
   ``RingForwarder`` thread -> the core's queue): 0.64-0.88 ms per return in validation traces against
@@ -71,19 +75,29 @@ WORKLOAD = {
 }
 
 
+WIDE = 4  # the wide turnaround run: WIDE times the requests and running seqs (micro-batches of 1-32 at two stages)
+
+
 def calibration_scenario(  # noqa: ANN201
-    model: str, device: str, threads: int, pp: int = 1, policy: str = "vllm-sync", throttle: bool = False
+    model: str,
+    device: str,
+    threads: int,
+    pp: int = 1,
+    policy: str = "vllm-sync",
+    throttle: bool = False,
+    wide: int = 1,
 ):
     from ppsim.config import build_scenario
 
+    policy_cfg = {"kind": policy, **({"pp_throttle": True} if throttle else {})}
     return build_scenario(
         None,
         {
             "model": model,
             "seed": 0,
             "cluster": {"pipeline_parallel_size": pp},
-            "engine": {"policy": {"kind": policy, **({"pp_throttle": True} if throttle else {})}, "max_num_seqs": 16},
-            "workload": WORKLOAD,
+            "engine": {"policy": policy_cfg, "max_num_seqs": 16 * wide},
+            "workload": {**WORKLOAD, "num_prompts": WORKLOAD["num_prompts"] * wide},
             "live_engine": {"device": device, "threads_per_stage": threads},
         },
     )
@@ -325,6 +339,9 @@ def profile_core_path(
         rows += (rows_of(step_paths(list(run.ops))) if k == 0 else []) + live(run)
         if two_stages:
             rows += at_two(k)
+    if two_stages:  # the restarts over the requests a served micro-batch has (docs/validation.md part 26)
+        wide = serve(2, "vllm-batch-queue", True, WIDE)
+        rows += [{**r, "op": "turnaround_wide"} for r in each_restart(list(wide.ops), -1, wide.result.loop)]
     return rows
 
 

@@ -504,6 +504,30 @@ def test_turnaround_b2b_is_the_line_through_back_to_back_restarts_only():
     assert fit_turnaround(waited, b2b=True).coef == {"c0": pytest.approx(0.4e-3), "c1": 0.0}  # no rows: the constant
 
 
+def test_turnaround_wide_is_the_line_through_every_restart_of_the_wide_run():
+    """Part 26: ``wide`` fits the line by requests through all the wide run's restarts (``turnaround_wide``),
+    the fast ones too, each request count's median weighted by its count; the two-micro-batch run's rows take no
+    part; a calibration without the wide run keeps the constant; the default is the constant either way."""
+    from calibration.calibrate import fit_turnaround
+
+    def wide(sid, reqs, ms, after=0):
+        r = {"op": "turnaround_wide", "split": "record", "run": -1, "step_id": sid, "reqs": reqs}
+        return {**r, "median_s": ms * 1e-3, "after_handover": after}
+
+    rows = [wide(0, 1, 0.8), wide(1, 1, 0.8), wide(2, 32, 1.42), wide(3, 32, 1.42), wide(4, 16, 1.1, 1)]
+    rows += [wide(5, 16, 1.12, 1), wide(6, 16, 1.1)]  # per count, the median: 16 -> 1.1 ms (a fast one would count)
+    each = [{**r, "op": "turnaround_each", "reqs": 8, "median_s": 5e-3} for r in rows]  # not the wide run's
+    waited = [{"op": "turnaround_waited", "split": "live", "stage": 1, "median_s": 0.4e-3, "repeats": 9}]
+    waited += [{"op": "turnaround", "split": "live", "reqs": 8, "median_s": 0.7e-3, "repeats": 12}]  # by requests
+    f = fit_turnaround(rows + each + waited, wide=True)
+    assert f.x == "reqs" and f.coef == pytest.approx({"c0": 0.78e-3, "c1": 0.02e-3})
+    assert fit_turnaround(rows + each + waited).coef == {"c0": pytest.approx(0.4e-3), "c1": 0.0}  # the default
+    assert fit_turnaround(each + waited, wide=True).coef == {
+        "c0": pytest.approx(0.4e-3),
+        "c1": 0.0,
+    }  # none: the constant
+
+
 def test_turnaround_held_stops_the_line_at_the_most_requests_its_restarts_had():
     """Part 25 (c): ``held`` keeps the b2b line and records ``n_max``, the most requests among the back-to-back
     restarts; the model charges a step of more requests the line's value there (through the ring wrapper

@@ -87,6 +87,10 @@ def test_quick_calibrate_cli(quick_profile):
     assert all(r["median_s"] >= 0 and r["gap_s"] >= 0 and r["prev_s"] > 0 and "core_lag_s" in r for r in each)
     # and each restart's parts from the engine's stage-loop record (the hand-on, control messages, receive)
     assert all(min(r["out_s"], r["ctrl_s"], r["recv_wait_s"], r["out_switched"]) >= 0 for r in each)
+    # and one wide run's restarts (part 26): micro-batches of up to 32 requests (64 running, admitted 32 a step)
+    wide = [r for r in read_samples(out) if r["op"] == "turnaround_wide"]
+    assert wide and {r["split"] for r in wide} == {"record"} and max(r["reqs"] for r in wide) > 16
+    assert all(r["median_s"] >= 0 and r["reqs"] <= 32 and "recv_wait_s" in r for r in wide)
     # the live engine's stage computes at one and two stages, over the stage model: one factor per depth
     assert any(r.startswith("stage_full,live1") for r in rows) and any(r.startswith("stage_last,live2") for r in rows)
     alone = [r for r in read_samples(out) if str(r["split"]).startswith("live") and "alone_s" in r]
@@ -327,3 +331,18 @@ def test_shipped_profile_loads_with_this_schema():
     s = build_scenario(None, {"model": "tiny", "cost": {"kind": "profile", "profile_dir": str(SHIPPED)}})
     cost = load_profiled_cost(str(SHIPPED), load_model("tiny"), s, None)
     assert cost.layer_time(plan_of("0:16")) > 0
+
+
+def test_glue_live_replays_a_run_as_validate_did(validated_without_profile):
+    """``glue_live.py refit --replay`` (part 26's readings): a run predicted with its own profile gives back what
+    ``ppsim validate`` wrote, the prediction's errors and, with ``replay``, its speed-adjusted replay's (the factor
+    from the run's ``step_costs.csv``)."""
+    from experiments.validation.glue_live import predicted
+    from experiments.validation.replay_adjusted import pick
+
+    out, r = validated_without_profile
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    v = json.loads((out / "validation.json").read_text())
+    assert predicted(out, out / "profile") == pytest.approx(pick(v["rows"]))
+    replayed = predicted(out, out / "profile", replay=True)
+    assert replayed == pytest.approx(pick(v["speed_adjusted"]["rows"])) and replayed != pick(v["rows"])

@@ -407,6 +407,13 @@ def test_glue_live_compares_the_b2b_turnaround_only_on_a_calibration_with_its_re
     _refused(glue_live.main, argv, inputs, capsys, "has no back-to-back restarts one by one", [*INPUTS, "p"])
 
 
+def test_glue_live_compares_the_wide_turnaround_only_on_a_calibration_with_its_wide_run(monkeypatch, inputs, capsys):
+    """--compare waited:wide needs the wide run's restarts that calibration keeps since part 26."""
+    glue_live = _script(monkeypatch, "glue_live", "refit_copy")
+    argv = ["refit", "--compare", "waited:wide", "--profile", _live_profile(inputs / "p"), "{d}/run", "--work", "{d}/w"]
+    _refused(glue_live.main, argv, inputs, capsys, "has no wide run's restarts (turnaround_wide)", [*INPUTS, "p"])
+
+
 def test_glue_live_compares_the_turnaround_only_on_a_calibration_that_has_it(monkeypatch, inputs, capsys):
     """--compare waited:reqs needs the restarts by requests that calibration records since part 21."""
     glue_live = _script(monkeypatch, "glue_live", "refit_copy")

@@ -35,12 +35,16 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 ``experiments/validation/turnaround_b2b_readings.csv`` those of part 24 (MoE rounds 38-42, seed 75), and
 ``experiments/validation/turnaround_b2b_readings_after.csv`` its fresh readings after the verdict (rounds 43-50, seeds
 76-77: part 25 (a) reverted it); ``live_charges_readings.csv``, ``turnaround_held_readings_{b2b,waited}.csv`` and
-``bare_held_readings.csv`` those of part 25 (b), (c) and (d).
+``bare_held_readings.csv`` those of part 25 (b), (c) and (d). ``--compare waited:wide`` the constant against a line
+by the step's requests through the restarts of calibration's wide run (micro-batches of 1-32 requests, part 26);
+``--replay`` predicts each way's speed-adjusted replay instead (the runs' own compute speed: the host's drift between
+calibration and the runs falls on both ways alike and out of the reading; the comparison is written "... replay"),
+which part 26 is judged on.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
-                   b2b:held|waited:held|live:bareheld]
-         [--work DIR] [--csv FILE] [--reading run] RUN_DIR [...]
+                   b2b:held|waited:held|live:bareheld|waited:wide]
+         [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
 
@@ -61,13 +65,13 @@ if str(ROOT) not in sys.path:
 from calibration import calibrate as cal  # noqa: E402
 from calibration.artifact import read_samples  # noqa: E402
 from experiments.validation.glue_fit import check_refit_inputs  # noqa: E402
-from experiments.validation.replay_adjusted import COLUMNS, pick, prepared  # noqa: E402
+from experiments.validation.replay_adjusted import COLUMNS, pick, prepared, recorded_steps  # noqa: E402
 from experiments.validation.runfiles import reading_run  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.cost.profiled import read_profile  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.outputs import check_apart  # noqa: E402
-from ppsim.validate.run import replay_with  # noqa: E402
+from ppsim.validate.run import replay_with, speed_adjusted  # noqa: E402
 
 # way -> calibrate.refit's keywords
 WAYS: dict[str, dict[str, bool]] = {
@@ -83,6 +87,7 @@ WAYS: dict[str, dict[str, bool]] = {
     "bare": {"charge_live": False},  # the simulator charging none of the live charges (part 25 (b))
     "held": {"turnaround_b2b": True, "turnaround_held": True},  # b2b's line held at its restarts' requests (25 (c))
     "bareheld": {"turnaround_b2b": True, "turnaround_held": True, "charge_live": False},  # both (25 (d))
+    "wide": {"turnaround_wide": True},  # the line by requests through the wide run's restarts, 1-32 (part 26)
 }
 COMPARES = (
     "grid:live",
@@ -96,6 +101,7 @@ COMPARES = (
     "b2b:held",
     "waited:held",
     "live:bareheld",
+    "waited:wide",
 )
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
@@ -114,10 +120,17 @@ def refit_copy(profile: Path, dst: Path, way: str) -> Path:
     return dst
 
 
-def predicted(run: Path, profile: Path) -> dict[str, float]:
-    """The run's scenario simulated with ``profile``, its errors against the run's engine summaries."""
+def predicted(run: Path, profile: Path, replay: bool = False) -> dict[str, float]:
+    """The run's scenario simulated with ``profile``, its errors against the run's engine summaries; with ``replay``
+    the speed-adjusted replay instead (every stage compute times the runs' measured over recorded stage time, from the
+    run's ``step_costs.csv``: :func:`ppsim.validate.run.speed_adjusted`; the turnaround and the core path unscaled)."""
     v, prep = prepared(run, str(profile))
-    return pick(replay_with(prep, prep.cost, v["engine_summaries"])["rows"])
+    if not replay:
+        return pick(replay_with(prep, prep.cost, v["engine_summaries"])["rows"])
+    adjusted = speed_adjusted(prep, recorded_steps(run), v["engine_summaries"])
+    if adjusted is None:
+        raise PPSimError(f"{run}: no stage computes in step_costs.csv to take the runs' speed from; give finished runs")
+    return pick(adjusted["rows"])
 
 
 def check_inputs(args: argparse.Namespace) -> None:
@@ -142,6 +155,10 @@ def glue_live(args: argparse.Namespace) -> None:
     if "reqs" in args.compare and not any(r["op"] == "turnaround" and "reqs" in r for r in samples):
         raise PPSimError(
             f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
+        )
+    if "wide" in args.compare and not any(r["op"] == "turnaround_wide" for r in samples):
+        raise PPSimError(
+            f"--profile: {args.profile} has no wide run's restarts (turnaround_wide); calibrate with today's code"
         )
     if any(w in args.compare for w in ("b2b", "held")) and not cal.back_to_back(samples):  # bareheld too
         raise PPSimError(
@@ -168,12 +185,20 @@ def glue_live(args: argparse.Namespace) -> None:
     out = []
     for run in map(Path, args.runs):
         with reading_run(run, "runs"):
-            errs = {w: predicted(run, p) for w, p in profiles.items()}
+            errs = {w: predicted(run, p, args.replay) for w, p in profiles.items()}
         cells = "  ".join(f"{m} {abs(errs[base][m]):.3f}->{abs(errs[new][m]):.3f}" for m in COLUMNS if m in errs[base])
         print(f"{run.name}: {cells}")
         reading = f"{calibrated}:{run}" if args.reading == "run" else calibrated
         out += [
-            [args.compare, reading, args.profile, str(run), m, errs[base][m], errs[new][m]]
+            [
+                args.compare + (" replay" if args.replay else ""),
+                reading,
+                args.profile,
+                str(run),
+                m,
+                errs[base][m],
+                errs[new][m],
+            ]
             for m in COLUMNS
             if m in errs[base]
         ]
@@ -249,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("draw", "run"),
         default="draw",
         help="what judge counts as one reading: the calibration's runs together (a held-out draw) or each run (MoE)",
+    )
+    rf.add_argument(
+        "--replay",
+        action="store_true",
+        help="each way's speed-adjusted replay (the runs' compute speed) in place of its prediction (part 26)",
     )
     jg = sub.add_parser("judge", help="the pre-committed rule over the readings of a --csv file")
     jg.add_argument("file")

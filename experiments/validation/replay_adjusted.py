@@ -367,6 +367,20 @@ def class_adjusted(cost: object, steps: list[dict], factor: float) -> ClassScale
     return ClassScaledCompute(cost, factor, of(True), of(False))
 
 
+def recorded_steps(d: Path) -> list[dict]:
+    """A finished run's ``step_costs.csv``: each engine stage compute's measured and predicted seconds, and whether
+    it was a prefill (the speed factor's inputs, :func:`ppsim.validate.run.speed_adjusted`)."""
+    with (d / "step_costs.csv").open(newline="") as f:
+        return [
+            {
+                "measured_s": float(r["measured_s"]),
+                "predicted_s": float(r["predicted_s"]),
+                "prefill": int(r["num_prefill_tokens"]) > 0,
+            }
+            for r in csv.DictReader(f)
+        ]
+
+
 def replay(
     d: Path,
     draws: int = 0,
@@ -397,14 +411,7 @@ def replay(
         recorded = CorunAs(recorded, co_then)
     if float(v.get("level_factor", 1.0)) != level_factor_of(prep.cost):  # before the level was charged
         recorded = LevelAs(recorded, float(v.get("level_factor", 1.0)))
-    steps = [
-        {
-            "measured_s": float(r["measured_s"]),
-            "predicted_s": float(r["predicted_s"]),
-            "prefill": int(r["num_prefill_tokens"]) > 0,
-        }
-        for r in csv.DictReader((d / "step_costs.csv").open())
-    ]
+    steps = recorded_steps(d)
     rec = dataclasses.replace(prep, cost=recorded)
     adj = speed_adjusted(rec, steps, v["engine_summaries"])
     out = {"predicted": pick(v["rows"]), "adjusted": pick(adj["rows"]), "factor": adj["factor"]}

@@ -177,6 +177,9 @@ def show(args: argparse.Namespace) -> None:
         rows = restart_rows(args.calibration)
         print(f"== calibration {args.calibration}")
         print("\n".join(side_lines(rows)))
+        wide = [r for r in read_samples(Path(args.calibration)) if r["op"] == "turnaround_wide"]
+        if wide:  # calibrations since part 26: the wide run's restarts, micro-batches of 1-32 requests
+            print(f"  wide run ({len(wide)}) by requests: {cells(each_by_requests(wide))}")
     if args.profile is not None:
         t = read_profile(args.profile).fits.get("turnaround")
         coef = t.coef if t is not None else {"c0": 0.0, "c1": 0.0}
