@@ -199,6 +199,7 @@ def fit_stage_glue(
     live: list[dict[str, Any]] | None = None,
     sq: bool = False,
     per_decode: bool = False,
+    tok_prefill: bool = False,
 ) -> tuple[dict[str, OpFit], list[dict[str, Any]]]:
     """The glue between the operators and the engine's stage steps, in three least-squares fits on
     (1, tokens, requests): ``layer_glue`` per layer from middle stages (measured minus the operators'
@@ -211,7 +212,8 @@ def fit_stage_glue(
     draw's decodes 19% short; docs/calibration.md "The glue's fit",
     ``experiments/validation/glue_fit.py`` compares the two on finished runs. ``sq``: ``layer_glue`` also on
     the plan's prefill items' tokens squared; ``per_decode``: its request term over decode requests only
-    (:func:`_ols_tok_req`; docs/validation.md, part 22)."""
+    (:func:`_ols_tok_req`; docs/validation.md, part 22); ``tok_prefill``: with ``live``, its token term from the
+    grid's one-item prefill plans (:func:`fit_layer_glue_live`, part 27)."""
     out: dict[str, OpFit] = {}
     gaps: list[dict[str, Any]] = []
     for name, kind in (("layer_glue", "stage_mid"), ("first_glue", "stage_first"), ("last_glue", "stage_last")):
@@ -244,7 +246,9 @@ def fit_stage_glue(
             name, T, R, y, scale if relative else None, sq=with_sq, per_decode=per_decode and glue_fit
         )
     if live and "layer_glue" in out:
-        out["layer_glue"] = fit_layer_glue_live(fits, meta, shape, rows, live, stat, out, relative, sq, per_decode)
+        out["layer_glue"] = fit_layer_glue_live(
+            fits, meta, shape, rows, live, stat, out, relative, sq, per_decode, tok_prefill
+        )
     return out, gaps
 
 
@@ -259,6 +263,7 @@ def fit_layer_glue_live(
     relative: bool = True,
     sq: bool = False,
     per_decode: bool = False,
+    tok_prefill: bool = False,
 ) -> OpFit:
     """``layer_glue`` fitted on the grid's middle stages and on calibration's live engine steps timed alone
     (``alone_s``: whole stages of one and two-stage pipelines, ends included, priced with ``ends``' glues),
@@ -267,15 +272,18 @@ def fit_layer_glue_live(
     steps are the plans the engine forms itself (decodes of 1-32 requests at short contexts, prefills joining
     them), where a glue
     fitted on the grid alone came out 5-15% over the steps timed alone at one request and within a few
-    percent at 13-20 (docs/validation.md, part 18)."""
+    percent at 13-20 (docs/validation.md, part 18). ``tok_prefill`` (part 27, on trial): the token term first, from
+    the grid's plans of one prefill item alone (:func:`one_prefill`: 1 request, 64-512 tokens; relative least squares
+    on (1, tokens), held at 0 or more), then the constant and the request term on every sample with it held: the
+    decodes, most of the samples, have as many tokens as requests and cannot split the two."""
     zero = OpFit("layer_glue", "tok_req", "", {"c0": 0.0, "tok": 0.0, "req": 0.0})
     cost = ProfiledCost(Profile(meta, {**fits, **ends, "layer_glue": zero}), shape, None, 1)
     sets = (
         [(r, value(r, stat)) for r in rows if r["op"] == "stage_mid"],
         [(r, float(r["alone_s"])) for r in live if int(r.get("layers", 0)) > 0],
     )
-    T, R, y, scale, weight, S = [], [], [], [], [], []
-    for sel in sets:
+    T, R, y, scale, weight, S, alone = [], [], [], [], [], [], []
+    for k, sel in enumerate(sets):
         for r, measured in sel:
             spec, plan = stage_spec(r), plan_of(r["items"])
             per = spec.num_layers * stage_layers_ratio(fits.get("stage_layers"), spec.num_layers)  # where charged
@@ -285,7 +293,24 @@ def fit_layer_glue_live(
             y.append((measured - cost.stage_time(spec, plan)) / per)
             scale.append(measured / per)
             weight.append(1.0 / len(sel))
-    return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight, S if sq else None, per_decode)
+            alone.append(k == 0 and one_prefill(plan))
+    if not tok_prefill or sum(alone) < 2:
+        return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight, S if sq else None, per_decode)
+    pick = [i for i, a in enumerate(alone) if a]
+    first = _ols_tok_req(
+        "layer_glue", [T[i] for i in pick], [0.0] * len(pick), [y[i] for i in pick], [scale[i] for i in pick]
+    )
+    tok = max(first.coef["tok"], 0.0)
+    rest = _ols_tok_req(
+        "layer_glue", [0.0] * len(T), R, [v - tok * t for v, t in zip(y, T, strict=True)], scale, weight
+    )
+    return OpFit("layer_glue", "tok_req", "", {**rest.coef, "tok": tok})
+
+
+def one_prefill(plan: StepPlan) -> bool:
+    """Whether ``plan`` is one prefill item alone (the grid's ``P<c>@<p>`` plans): what ``tok_prefill`` fits the
+    glue's token term on."""
+    return len(plan.items) == 1 and plan.items[0].is_prefill
 
 
 def fit_glue(
@@ -842,6 +867,7 @@ def analyse_and_write(
     glue_sq: bool = False,
     multi_items: bool = False,
     glue_per_decode: bool = False,
+    glue_tok_prefill: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -858,7 +884,8 @@ def analyse_and_write(
     the plan's prefill items' tokens squared, else (1, tokens, requests); ``multi_items``: the glue also on the grid's
     stage plans of many prefill items, else without them, as calibrations before had none; ``glue_per_decode``: the
     glue's request term over decode requests only. The three were judged and not adopted (docs/validation.md, part 22);
-    ``experiments/validation/glue_live.py refit --compare`` reproduces them on any calibration since."""
+    ``experiments/validation/glue_live.py refit --compare`` reproduces them on any calibration since.
+    ``glue_tok_prefill``: the glue's token term from the grid's one-item prefill plans alone (part 27, on trial)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -867,7 +894,9 @@ def analyse_and_write(
     if any(r["split"] == "stage" for r in rows):
         stage_rows = [r for r in rows if r["split"] == "stage" and (multi_items or not multi_item(r))]
         alone = timed_alone(rows) if glue_live else None
-        glue, gaps = fit_stage_glue(fits, meta, shape, stage_rows, stat, relative_glue, alone, glue_sq, glue_per_decode)
+        glue, gaps = fit_stage_glue(
+            fits, meta, shape, stage_rows, stat, relative_glue, alone, glue_sq, glue_per_decode, glue_tok_prefill
+        )
         note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
         if not relative_glue:
             note = "OLS of the engine's stage steps minus the operators' prediction (calibration/stage_step.py)"

@@ -764,6 +764,25 @@ def test_live_glue_weighs_the_grid_and_the_live_steps_alike_however_many_of_each
     assert grid_only.coef["c0"] == pytest.approx(grid_c0, abs=1e-12)
 
 
+def test_tok_prefill_takes_the_glue_token_term_from_the_grids_one_item_prefills_alone():
+    """Part 27: ``tok_prefill`` fits the token term on the grid's plans of one prefill item (``0:64``, ``512:128``),
+    then the constant and request terms with it held. Where grid and live steps agree, the glue comes back; with the
+    live steps 15 us a layer cheaper, the token term stays the prefills' own while the joint fit's moves."""
+    from calibration.calibrate import one_prefill, plan_of
+
+    assert [one_prefill(plan_of(p)) for p in PLANS] == [False, True, False, False, False, True]
+    same = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean", live=_alone_rows(20e-6), tok_prefill=True)
+    assert same[0]["layer_glue"].coef == pytest.approx(TRUE["layer_glue"], abs=1e-12)
+    apart = _alone_rows(5e-6)
+    fixed = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean", live=apart, tok_prefill=True)[0]
+    joint = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean", live=apart)[0]
+    assert fixed["layer_glue"].coef["tok"] == pytest.approx(TRUE["layer_glue"]["tok"], abs=1e-12)
+    assert abs(joint["layer_glue"].coef["tok"] - TRUE["layer_glue"]["tok"]) > 1e-9
+    assert 5e-6 < fixed["layer_glue"].coef["c0"] < 20e-6  # the constant between the two sets, as before
+    grid_only = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean", tok_prefill=True)[0]
+    assert grid_only["layer_glue"].coef == pytest.approx(TRUE["layer_glue"], abs=1e-12)  # no live steps: as before
+
+
 def test_analyse_and_write_fits_the_layer_glue_on_the_live_steps_too_by_default(tmp_path):
     """``ppsim calibrate`` (and ``refit``) take the live steps timed alone into ``layer_glue`` and say so in its
     note; ``glue_live=False`` is the grid's fit alone."""

@@ -414,6 +414,15 @@ def test_glue_live_compares_the_wide_turnaround_only_on_a_calibration_with_its_w
     _refused(glue_live.main, argv, inputs, capsys, "has no wide run's restarts (turnaround_wide)", [*INPUTS, "p"])
 
 
+def test_glue_live_replays_only_where_the_two_ways_price_the_computes_alike(monkeypatch, inputs, capsys):
+    """--replay takes the runs' speed over the recorded predictions: a glue comparison would change those."""
+    glue_live = _script(monkeypatch, "glue_live", "refit_copy")
+    argv = ["refit", "--compare", "live:tokfix", "--replay", "--profile", _live_profile(inputs / "p"), "{d}/run"]
+    _refused(
+        glue_live.main, [*argv, "--work", "{d}/w"], inputs, capsys, "--replay: live:tokfix changes", [*INPUTS, "p"]
+    )
+
+
 def test_glue_live_compares_the_turnaround_only_on_a_calibration_that_has_it(monkeypatch, inputs, capsys):
     """--compare waited:reqs needs the restarts by requests that calibration records since part 21."""
     glue_live = _script(monkeypatch, "glue_live", "refit_copy")

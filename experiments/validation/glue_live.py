@@ -39,11 +39,14 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 by the step's requests through the restarts of calibration's wide run (micro-batches of 1-32 requests, part 26);
 ``--replay`` predicts each way's speed-adjusted replay instead (the runs' own compute speed: the host's drift between
 calibration and the runs falls on both ways alike and out of the reading; the comparison is written "... replay"),
-which part 26 is judged on.
+which part 26 is judged on. ``--compare live:tokfix`` today's glue against the same with its token term fitted
+first on the grid's plans of one prefill item alone, then the constant and request terms with it held (part 27;
+judged on median TTFT, the plain prediction: a glue changes the predicted computes the replay's factor is taken
+over).
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
-                   b2b:held|waited:held|live:bareheld|waited:wide]
+                   b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -88,6 +91,7 @@ WAYS: dict[str, dict[str, bool]] = {
     "held": {"turnaround_b2b": True, "turnaround_held": True},  # b2b's line held at its restarts' requests (25 (c))
     "bareheld": {"turnaround_b2b": True, "turnaround_held": True, "charge_live": False},  # both (25 (d))
     "wide": {"turnaround_wide": True},  # the line by requests through the wide run's restarts, 1-32 (part 26)
+    "tokfix": {"glue_tok_prefill": True},  # the glue's token term from the grid's one-item prefills (part 27)
 }
 COMPARES = (
     "grid:live",
@@ -102,10 +106,12 @@ COMPARES = (
     "waited:held",
     "live:bareheld",
     "waited:wide",
+    "live:tokfix",
 )
+TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide")  # the stage computes alike
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
-PRIMARY_OF = dict.fromkeys(("live:items", "items:sq", "live:dec"), "median_ttft_ms")  # judged on TTFT (part 22)
+PRIMARY_OF = dict.fromkeys(("live:items", "items:sq", "live:dec", "live:tokfix"), "median_ttft_ms")  # on TTFT (22, 27)
 BUBBLE = "pipeline_bubble_fraction"
 CLOSER = 0.005  # a reading moves "for" or "against" beyond half a point of TPOT
 WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 point, the bubble 0.01)
@@ -169,6 +175,11 @@ def glue_live(args: argparse.Namespace) -> None:
     if needs_many and not any(r["split"] == "stage" and cal.multi_item(r) for r in samples):
         raise PPSimError(
             f"--profile: {args.profile} has no stage plans of many prefill items; calibrate with today's code"
+        )
+    if args.replay and args.compare not in TURNAROUNDS:
+        raise PPSimError(
+            f"--replay: {args.compare} changes the predicted stage computes the replay's speed factor is taken over; "
+            f"drop --replay, or compare turnarounds ({', '.join(TURNAROUNDS)})"
         )
     base, new = args.compare.split(":")
     profiles = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in (base, new)}
