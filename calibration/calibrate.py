@@ -415,7 +415,12 @@ def _line_by_reqs(each: list[dict[str, Any]]) -> OpFit:
 
 
 def fit_turnaround(
-    rows: list[dict[str, Any]], by_reqs: bool = False, b2b: bool = False, held: bool = False, wide: bool = False
+    rows: list[dict[str, Any]],
+    by_reqs: bool = False,
+    b2b: bool = False,
+    held: bool = False,
+    wide: bool = False,
+    wide_b2b: bool = False,
 ) -> OpFit | None:
     """``turnaround``: seconds between a stage's two computes where its next input was already sent
     (``calibration/core_path.py``). By default, and for an artifact from before 2026-12-05 (rows by ``stage``): the
@@ -429,9 +434,14 @@ def fit_turnaround(
     ``n_max``, the most requests those restarts had: the cost model charges a step of more requests the line's value
     there, not an extrapolation. ``wide`` (docs/validation.md part 26): the same line through every restart of
     calibration's wide run (``turnaround_wide``: micro-batches of 1-32 requests, :data:`calibration.core_path.WIDE`),
-    by the step's requests; the constant where a calibration has none (calibrations before 2026-12-06). None without
-    rows."""
+    by the step's requests; the constant where a calibration has none (calibrations before 2026-12-06); calibration's
+    default since part 26's verdict. ``wide_b2b`` (with ``wide``; part 28, on trial): that line through the wide run's
+    back-to-back restarts only (``after_handover`` 0), leaving out the fast ones right after a hand-over, which in
+    round 56's wide run made all ten of its one-request restarts (0.18 ms) and the line's constant 0.19 ms. None
+    without rows."""
     if wide and (each := [r for r in rows if r["op"] == "turnaround_wide"]):
+        if wide_b2b and (b2b_each := [r for r in each if not int(r.get("after_handover", 0))]):
+            return _line_by_reqs(b2b_each)
         return _line_by_reqs(each)
     if b2b and (each := back_to_back(rows)):
         line = _line_by_reqs(each)
@@ -862,7 +872,8 @@ def analyse_and_write(
     turnaround_by_reqs: bool = False,
     turnaround_b2b: bool = False,
     turnaround_held: bool = False,
-    turnaround_wide: bool = False,
+    turnaround_wide: bool = True,
+    turnaround_wide_b2b: bool = False,
     charge_live: bool = False,
     glue_sq: bool = False,
     multi_items: bool = False,
@@ -877,7 +888,9 @@ def analyse_and_write(
     ``turnaround_b2b`` (the default from part 24's verdict until part 25 (a) reverted it on its fresh readings): the
     same line through the back-to-back restarts only, where the calibration kept them (else, and with it off, the
     constant); ``turnaround_held`` that line charged at no more requests than those restarts had (part 25 (c): not
-    adopted); ``turnaround_wide`` the line through the restarts of calibration's wide run, 1-32 requests (part 26).
+    adopted); ``turnaround_wide`` (the default since part 26's verdict; off: the constant, as before) the line through
+    the restarts of calibration's wide run, 1-32 requests, ``turnaround_wide_b2b`` through its back-to-back ones only
+    (part 28, on trial).
     ``charge_live``: the simulator charges the live fits (level, depth ratio, co-run; meta ``live_charges``
     "charged"), as every calibration did until part 25 (b); by default they are fitted and recorded only
     ("recorded"). ``glue_sq``: ``layer_glue`` with a term on
@@ -913,7 +926,9 @@ def analyse_and_write(
     if handoff is not None:
         fits["handoff"] = handoff
     turns = [r for r in rows if r["op"] in ("turnaround", "turnaround_waited", "turnaround_each", "turnaround_wide")]
-    turnaround = fit_turnaround(turns, turnaround_by_reqs, turnaround_b2b, turnaround_held, turnaround_wide)
+    turnaround = fit_turnaround(
+        turns, turnaround_by_reqs, turnaround_b2b, turnaround_held, turnaround_wide, turnaround_wide_b2b
+    )
     if turnaround is not None:
         fits["turnaround"] = turnaround
     cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
@@ -964,6 +979,7 @@ def analyse_and_write(
             b2b = turnaround_b2b and not wide and bool(back_to_back(turns))
             how = "by the step's requests" + (", through its back-to-back restarts (part 24)" if b2b else "")
             how += ", through its wide run's restarts (part 26)" if wide else ""
+            how += ", the back-to-back ones (part 28)" if wide and turnaround_wide_b2b else ""
         fj["turnaround"].update({"note": f"live engine's stage loop between computes, input waiting, seconds; {how}"})
     if live is not None:
         fj["live_stage"].update({"note": "live engine's stage compute / the same steps alone, by pipeline stages"})

@@ -526,6 +526,11 @@ def test_turnaround_wide_is_the_line_through_every_restart_of_the_wide_run():
         "c0": pytest.approx(0.4e-3),
         "c1": 0.0,
     }  # none: the constant
+    # part 28: through the back-to-back ones only (the two after a hand-over at 16 left out: 16 -> 1.1 ms still)
+    fast = [wide(7, 1, 0.18, 1), wide(8, 1, 0.18, 1), wide(9, 1, 0.18, 1)]  # round 56's fast one-request tail
+    assert fit_turnaround(rows + fast + waited, wide=True).coef["c0"] < 0.5e-3  # every restart: pulled down
+    b2b = fit_turnaround(rows + fast + waited, wide=True, wide_b2b=True)
+    assert b2b.coef == pytest.approx({"c0": 0.78e-3, "c1": 0.02e-3})
 
 
 def test_turnaround_held_stops_the_line_at_the_most_requests_its_restarts_had():

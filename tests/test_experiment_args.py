@@ -819,6 +819,13 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
             "bare_held_readings",
             "for 7, against 3, level 0; other targets worse: pipeline_bubble_fraction: not adopted",
         ),
+        ("turnaround_wide_readings_replay", "for 4, against 3, level 3; other targets worse: none: adopted"),  # 26
+        ("turnaround_wide_readings_plain", "for 4, against 3, level 3; other targets worse: none: adopted"),
+        (  # part 27
+            "glue_tokfix_readings",
+            "for 2, against 7, level 1; other targets worse: output_throughput, p99_ttft_ms, mean_tpot_ms, "
+            "median_e2el_ms, p99_e2el_ms: not adopted",
+        ),
     ],
 )
 def test_committed_readings_give_the_verdicts_docs_validation_reports(name, verdict, capsys):

@@ -22,12 +22,12 @@ run is predicted with both (the plain prediction, not a replay: ``replay_with`` 
 it refitted alike, the depth ratio over the model included), and the script prints, per run and metric, |error|
 base -> new; ``--csv`` appends one row per run and metric for the judgement over many calibrations.
 
-``judge FILE`` reads such a file and applies the rule fixed before the readings (docs/validation.md, parts 18 and
-19): a reading is a MoE scenario (``--reading run``: its |error|) or a held-out draw (``--reading draw``, the default:
-the median |error| over its scenarios); on TPOT (``live:items``, ``items:sq`` and ``live:dec``: median TTFT, the
-metric prefill steps make, fixed before their readings), "for" where the new way is closer by more than 0.5 points,
-"against" where further by more than 0.5, else level; adopted if "for" outnumbers "against" and, over all readings,
-no other target's median |error| worsens by more than 1 point (the bubble by more than 0.01).
+``judge FILE`` reads such a file and applies the rule fixed before the readings (docs/validation.md, parts 18 and 19): a
+reading is a MoE scenario (``--reading run``: its |error|) or a held-out draw (``--reading draw``, the default: the
+median |error| over its scenarios); on TPOT (``live:items``, ``items:sq`` and ``live:dec``: median TTFT, the metric
+prefill steps make, fixed before their readings), "for" where the new way is closer by more than 0.5 points, "against"
+where further by more than 0.5, else level; adopted if "for" outnumbers "against" and, over all readings, no other
+target's median |error| worsens by more than 1 point (the bubble by more than 0.01).
 ``experiments/validation/glue_live_readings.csv`` holds the readings part 18 was judged on (MoE rounds 19-24,
 ``dense-1024`` seeds 50-64), ``experiments/validation/stage_layers_readings.csv`` those of part 19,
 ``experiments/validation/multi_item_readings_{items,sq,dec}.csv`` those of part 22 (MoE rounds 33-35, seeds 71-73),
@@ -35,18 +35,20 @@ no other target's median |error| worsens by more than 1 point (the bubble by mor
 ``experiments/validation/turnaround_b2b_readings.csv`` those of part 24 (MoE rounds 38-42, seed 75), and
 ``experiments/validation/turnaround_b2b_readings_after.csv`` its fresh readings after the verdict (rounds 43-50, seeds
 76-77: part 25 (a) reverted it); ``live_charges_readings.csv``, ``turnaround_held_readings_{b2b,waited}.csv`` and
-``bare_held_readings.csv`` those of part 25 (b), (c) and (d). ``--compare waited:wide`` the constant against a line
-by the step's requests through the restarts of calibration's wide run (micro-batches of 1-32 requests, part 26);
-``--replay`` predicts each way's speed-adjusted replay instead (the runs' own compute speed: the host's drift between
-calibration and the runs falls on both ways alike and out of the reading; the comparison is written "... replay"),
-which part 26 is judged on. ``--compare live:tokfix`` today's glue against the same with its token term fitted
-first on the grid's plans of one prefill item alone, then the constant and request terms with it held (part 27;
-judged on median TTFT, the plain prediction: a glue changes the predicted computes the replay's factor is taken
-over).
+``bare_held_readings.csv`` those of part 25 (b), (c) and (d), ``turnaround_wide_readings_{replay,plain}.csv`` and
+``glue_tokfix_readings.csv`` those of parts 26 and 27 (MoE rounds 54-56, seed 79). ``--compare waited:wide`` the
+constant against a line by the step's requests through the restarts of calibration's wide run (micro-batches of 1-32
+requests, part 26); ``--replay`` predicts each way's speed-adjusted replay instead (the runs' own compute speed: the
+host's drift between calibration and the runs falls on both ways alike and out of the reading; the comparison is written
+"... replay"), which part 26 is judged on. ``--compare live:tokfix`` today's glue against the same with its token term
+fitted first on the grid's plans of one prefill item alone, then the constant and request terms with it held (part 27;
+judged on median TTFT, the plain prediction: a glue changes the predicted computes the replay's factor is taken over).
+``--compare wide:wideb2b`` the wide line (the default since part 26's verdict) against the same through the wide run's
+back-to-back restarts only (part 28).
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
-                   b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix]
+                   b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -81,16 +83,21 @@ WAYS: dict[str, dict[str, bool]] = {
     "grid": {"glue_live": False, "charge_stage_layers": False},
     "live": {"glue_live": True, "charge_stage_layers": False, "charge_live": True},  # the live charges charged
     "layers": {"glue_live": True, "charge_stage_layers": True},
-    "waited": {"turnaround_by_reqs": False, "turnaround_b2b": False},  # the turnaround a constant (before part 24)
-    "reqs": {"turnaround_by_reqs": True, "turnaround_b2b": False},  # the line through every restart (part 21)
-    "b2b": {"turnaround_b2b": True},  # the line by requests through back-to-back restarts only (part 24)
+    "waited": {
+        "turnaround_by_reqs": False,
+        "turnaround_b2b": False,
+        "turnaround_wide": False,
+    },  # a constant (< part 24)
+    "reqs": {"turnaround_by_reqs": True, "turnaround_b2b": False, "turnaround_wide": False},  # every restart (part 21)
+    "b2b": {"turnaround_b2b": True, "turnaround_wide": False},  # the line through back-to-back restarts (part 24)
     "items": {"multi_items": True},  # the glue also on the grid's plans of many prefill items (part 22)
     "sq": {"multi_items": True, "glue_sq": True},  # and a term on the prefill items' tokens squared (part 22)
     "dec": {"multi_items": True, "glue_per_decode": True},  # with them, the request term over decodes only
     "bare": {"charge_live": False},  # the simulator charging none of the live charges (part 25 (b))
-    "held": {"turnaround_b2b": True, "turnaround_held": True},  # b2b's line held at its restarts' requests (25 (c))
-    "bareheld": {"turnaround_b2b": True, "turnaround_held": True, "charge_live": False},  # both (25 (d))
+    "held": {"turnaround_b2b": True, "turnaround_held": True, "turnaround_wide": False},  # b2b's line held (25 (c))
+    "bareheld": {"turnaround_b2b": True, "turnaround_held": True, "charge_live": False, "turnaround_wide": False},
     "wide": {"turnaround_wide": True},  # the line by requests through the wide run's restarts, 1-32 (part 26)
+    "wideb2b": {"turnaround_wide": True, "turnaround_wide_b2b": True},  # its back-to-back restarts only (part 28)
     "tokfix": {"glue_tok_prefill": True},  # the glue's token term from the grid's one-item prefills (part 27)
 }
 COMPARES = (
@@ -107,8 +114,9 @@ COMPARES = (
     "live:bareheld",
     "waited:wide",
     "live:tokfix",
+    "wide:wideb2b",
 )
-TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide")  # the stage computes alike
+TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")  # computes alike
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 PRIMARY_OF = dict.fromkeys(("live:items", "items:sq", "live:dec", "live:tokfix"), "median_ttft_ms")  # on TTFT (22, 27)
@@ -162,7 +170,7 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
         )
-    if "wide" in args.compare and not any(r["op"] == "turnaround_wide" for r in samples):
+    if {"wide", "wideb2b"} & set(args.compare.split(":")) and not any(r["op"] == "turnaround_wide" for r in samples):
         raise PPSimError(
             f"--profile: {args.profile} has no wide run's restarts (turnaround_wide); calibrate with today's code"
         )
