@@ -435,7 +435,8 @@ def fit_turnaround(
     there, not an extrapolation. ``wide`` (docs/validation.md part 26): the same line through every restart of
     calibration's wide run (``turnaround_wide``: micro-batches of 1-32 requests, :data:`calibration.core_path.WIDE`),
     by the step's requests; the constant where a calibration has none (calibrations before 2026-12-06); calibration's
-    default since part 26's verdict. ``wide_b2b`` (with ``wide``; part 28, on trial): that line through the wide run's
+    default from part 26's verdict until part 28 (a) reverted it. ``wide_b2b`` (with ``wide``; part 28 (b), moot once
+    the line was reverted): that line through the wide run's
     back-to-back restarts only (``after_handover`` 0), leaving out the fast ones right after a hand-over, which in
     round 56's wide run made all ten of its one-request restarts (0.18 ms) and the line's constant 0.19 ms. None
     without rows."""
@@ -872,7 +873,7 @@ def analyse_and_write(
     turnaround_by_reqs: bool = False,
     turnaround_b2b: bool = False,
     turnaround_held: bool = False,
-    turnaround_wide: bool = True,
+    turnaround_wide: bool = False,
     turnaround_wide_b2b: bool = False,
     charge_live: bool = False,
     glue_sq: bool = False,
@@ -888,9 +889,9 @@ def analyse_and_write(
     ``turnaround_b2b`` (the default from part 24's verdict until part 25 (a) reverted it on its fresh readings): the
     same line through the back-to-back restarts only, where the calibration kept them (else, and with it off, the
     constant); ``turnaround_held`` that line charged at no more requests than those restarts had (part 25 (c): not
-    adopted); ``turnaround_wide`` (the default since part 26's verdict; off: the constant, as before) the line through
-    the restarts of calibration's wide run, 1-32 requests, ``turnaround_wide_b2b`` through its back-to-back ones only
-    (part 28, on trial).
+    adopted); ``turnaround_wide`` the line through the restarts of calibration's wide run, 1-32 requests (the default
+    from part 26's verdict until part 28 (a) reverted it on its fresh readings), ``turnaround_wide_b2b`` through its
+    back-to-back ones only (part 28 (b): moot once (a) reverted the line).
     ``charge_live``: the simulator charges the live fits (level, depth ratio, co-run; meta ``live_charges``
     "charged"), as every calibration did until part 25 (b); by default they are fitted and recorded only
     ("recorded"). ``glue_sq``: ``layer_glue`` with a term on

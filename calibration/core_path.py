@@ -41,7 +41,7 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
 * ``turnaround_wide``: every restart of one more run at two stages with four times the requests and running
   sequences (:data:`WIDE`: micro-batches of 1-32 requests, where the run above has 1-8), one row each as
   :func:`each_restart` gives them; ``calibrate.fit_turnaround(..., wide=True)`` fits a line by requests through
-  them (docs/validation.md part 26, on trial).
+  them (docs/validation.md part 26: adopted; part 28 (a): reverted on fresh readings, the constant charged again).
 * ``ring_launch`` and ``ring_return``: launch and return from a third run at two stages with the
   sampled-token ring (``trtllm-slots``: ``engine/datapath.py``'s ``RingSender`` -> rank 0's
   ``RingForwarder`` thread -> the core's queue): 0.64-0.88 ms per return in validation traces against

@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from calibration.artifact import read_samples  # noqa: E402
-from calibration.calibrate import _line_by_reqs, calibrate, plan_of, plan_of_seqs  # noqa: E402
+from calibration.calibrate import _line_by_reqs, calibrate, fit_turnaround, plan_of, plan_of_seqs  # noqa: E402
 from calibration.stage_layers import PLANS, layer_counts  # noqa: E402
 from ppsim.cli import main  # noqa: E402
 from ppsim.config import build_scenario  # noqa: E402
@@ -79,11 +79,8 @@ def test_quick_calibrate_cli(quick_profile):
     # every such restart by its step's requests (part 21: tried, not adopted), the 1 ms-early ones fitted
     turns = [r for r in read_samples(out) if r["op"] in ("turnaround", "turnaround_waited")]
     by_reqs = [r for r in turns if r["op"] == "turnaround"]
-    assert by_reqs and all(r["reqs"] >= 1 for r in by_reqs)
-    # the turnaround charged: the line by requests through the wide run's restarts (part 26's verdict), not the constant
-    assert (
-        fits["turnaround"]["x"] == "reqs" and "through its wide run's restarts (part 26)" in fits["turnaround"]["note"]
-    )
+    assert by_reqs and all(r["reqs"] >= 1 for r in by_reqs) and fits["turnaround"]["x"] == "stage"  # part 28 (a)
+    assert "a constant, its input 1 ms early or more" in fits["turnaround"]["note"]
     assert sum(r["repeats"] for r in by_reqs) >= sum(r["repeats"] for r in turns if r["op"] == "turnaround_waited")
     each = [r for r in read_samples(out) if r["op"] == "turnaround_each"]  # the same restarts, one by one
     assert len(each) == sum(r["repeats"] for r in by_reqs) and {r["split"] for r in each} == {"record"}
@@ -94,7 +91,8 @@ def test_quick_calibrate_cli(quick_profile):
     wide = [r for r in read_samples(out) if r["op"] == "turnaround_wide"]
     assert wide and {r["split"] for r in wide} == {"record"} and max(r["reqs"] for r in wide) > 16
     assert all(r["median_s"] >= 0 and r["reqs"] <= 32 and "recv_wait_s" in r for r in wide)
-    assert fits["turnaround"]["coef"] == pytest.approx(_line_by_reqs(wide).coef)
+    line = fit_turnaround(read_samples(out), wide=True)  # what turnaround_wide=True charges (parts 26, 28)
+    assert line.x == "reqs" and line.coef == pytest.approx(_line_by_reqs(wide).coef)
     # the live engine's stage computes at one and two stages, over the stage model: one factor per depth
     assert any(r.startswith("stage_full,live1") for r in rows) and any(r.startswith("stage_last,live2") for r in rows)
     alone = [r for r in read_samples(out) if str(r["split"]).startswith("live") and "alone_s" in r]

@@ -36,15 +36,16 @@ target's median |error| worsens by more than 1 point (the bubble by more than 0.
 ``experiments/validation/turnaround_b2b_readings_after.csv`` its fresh readings after the verdict (rounds 43-50, seeds
 76-77: part 25 (a) reverted it); ``live_charges_readings.csv``, ``turnaround_held_readings_{b2b,waited}.csv`` and
 ``bare_held_readings.csv`` those of part 25 (b), (c) and (d), ``turnaround_wide_readings_{replay,plain}.csv`` and
-``glue_tokfix_readings.csv`` those of parts 26 and 27 (MoE rounds 54-56, seed 79). ``--compare waited:wide`` the
-constant against a line by the step's requests through the restarts of calibration's wide run (micro-batches of 1-32
-requests, part 26); ``--replay`` predicts each way's speed-adjusted replay instead (the runs' own compute speed: the
-host's drift between calibration and the runs falls on both ways alike and out of the reading; the comparison is written
-"... replay"), which part 26 is judged on. ``--compare live:tokfix`` today's glue against the same with its token term
-fitted first on the grid's plans of one prefill item alone, then the constant and request terms with it held (part 27;
-judged on median TTFT, the plain prediction: a glue changes the predicted computes the replay's factor is taken over).
-``--compare wide:wideb2b`` the wide line (the default since part 26's verdict) against the same through the wide run's
-back-to-back restarts only (part 28).
+``glue_tokfix_readings.csv`` those of parts 26 and 27 (MoE rounds 54-56, seed 79),
+``turnaround_wide_readings_after.csv`` and ``turnaround_wideb2b_readings.csv`` those of part 28 (a) and (b) (rounds
+57-59). ``--compare waited:wide`` the constant against a line by the step's requests through the restarts of
+calibration's wide run (micro-batches of 1-32 requests, part 26); ``--replay`` predicts each way's speed-adjusted replay
+instead (the runs' own compute speed: the host's drift between calibration and the runs falls on both ways alike and out
+of the reading; the comparison is written "... replay"), which part 26 is judged on. ``--compare live:tokfix`` today's
+glue against the same with its token term fitted first on the grid's plans of one prefill item alone, then the constant
+and request terms with it held (part 27; judged on median TTFT, the plain prediction: a glue changes the predicted
+computes the replay's factor is taken over). ``--compare wide:wideb2b`` the wide line (the default from part 26's
+verdict until part 28 (a)) against the same through the wide run's back-to-back restarts only (part 28).
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
