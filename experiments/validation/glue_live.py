@@ -138,7 +138,10 @@ def refit_copy(profile: Path, dst: Path, way: str) -> Path:
 def predicted(run: Path, profile: Path, replay: bool = False) -> dict[str, float]:
     """The run's scenario simulated with ``profile``, its errors against the run's engine summaries; with ``replay``
     the speed-adjusted replay instead (every stage compute times the runs' measured over recorded stage time, from the
-    run's ``step_costs.csv``: :func:`ppsim.validate.run.speed_adjusted`; the turnaround and the core path unscaled)."""
+    run's ``step_costs.csv``: :func:`ppsim.validate.run.speed_adjusted`; the turnaround and the core path unscaled).
+    The factor is over the predictions the run recorded, so a run made with another compute model than the refit's
+    (another depth or level charge: ``replay_adjusted.py`` handles those) would be scaled off; every reading of parts
+    26 and 28 was a fresh run of its own calibration."""
     v, prep = prepared(run, str(profile))
     if not replay:
         return pick(replay_with(prep, prep.cost, v["engine_summaries"])["rows"])
