@@ -446,11 +446,9 @@ def fit_turnaround(
         return _line_by_reqs(each)
     if b2b and (each := back_to_back(rows)):
         line = _line_by_reqs(each)
-        return (
-            OpFit(line.name, line.form, line.x, {**line.coef, "n_max": max(float(r["reqs"]) for r in each)})
-            if held
-            else line
-        )
+        if held:
+            line = OpFit(line.name, line.form, line.x, {**line.coef, "n_max": max(float(r["reqs"]) for r in each)})
+        return line
     by = [r for r in rows if r["op"] == "turnaround" and "reqs" in r]
     if not by_reqs or not by:
         old = [r for r in rows if r["op"] == ("turnaround_waited" if by else "turnaround")]

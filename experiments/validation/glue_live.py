@@ -84,11 +84,7 @@ WAYS: dict[str, dict[str, bool]] = {
     "grid": {"glue_live": False, "charge_stage_layers": False},
     "live": {"glue_live": True, "charge_stage_layers": False, "charge_live": True},  # the live charges charged
     "layers": {"glue_live": True, "charge_stage_layers": True},
-    "waited": {
-        "turnaround_by_reqs": False,
-        "turnaround_b2b": False,
-        "turnaround_wide": False,
-    },  # a constant (< part 24)
+    "waited": {"turnaround_by_reqs": False, "turnaround_b2b": False, "turnaround_wide": False},  # the constant
     "reqs": {"turnaround_by_reqs": True, "turnaround_b2b": False, "turnaround_wide": False},  # every restart (part 21)
     "b2b": {"turnaround_b2b": True, "turnaround_wide": False},  # the line through back-to-back restarts (part 24)
     "items": {"multi_items": True},  # the glue also on the grid's plans of many prefill items (part 22)

@@ -91,12 +91,14 @@ def report(run: Path) -> list[str]:
     return lines
 
 
-def restart_rows(profile: str) -> list[dict]:
-    """The ``turnaround_each`` rows of a calibration's ``samples.csv``."""
+def restart_rows(profile: str) -> tuple[list[dict], list[dict]]:
+    """The ``turnaround_each`` rows of a calibration's ``samples.csv``, and its wide run's (``turnaround_wide``,
+    calibrations since docs/validation.md part 26; none before)."""
     d = Path(profile)
     if not (d / "samples.csv").is_file():
         raise PPSimError(f"--calibration {profile}: no samples.csv there; give a ppsim calibrate output dir")
-    rows = [r for r in read_samples(d) if r["op"] == "turnaround_each"]
+    samples = read_samples(d)
+    rows = [r for r in samples if r["op"] == "turnaround_each"]
     if not rows:
         raise PPSimError(
             f"--calibration {profile}: no turnaround_each rows (calibrations record them since 2026-12-05); "
@@ -104,7 +106,7 @@ def restart_rows(profile: str) -> list[dict]:
         )
     if missing := [c for c in EACH if any(c not in r for r in rows)]:
         raise PPSimError(f"--calibration {profile}: turnaround_each rows without {', '.join(missing)}; recalibrate")
-    return rows
+    return rows, [r for r in samples if r["op"] == "turnaround_wide"]
 
 
 def side_lines(rows: list[dict]) -> list[str]:
@@ -174,11 +176,10 @@ def each_by_requests(rows: list[dict]) -> dict[int, list[float]]:
 
 def show(args: argparse.Namespace) -> None:
     if args.calibration is not None:
-        rows = restart_rows(args.calibration)
+        rows, wide = restart_rows(args.calibration)
         print(f"== calibration {args.calibration}")
         print("\n".join(side_lines(rows)))
-        wide = [r for r in read_samples(Path(args.calibration)) if r["op"] == "turnaround_wide"]
-        if wide:  # calibrations since part 26: the wide run's restarts, micro-batches of 1-32 requests
+        if wide:  # the wide run's restarts, micro-batches of 1-32 requests
             print(f"  wide run ({len(wide)}) by requests: {cells(each_by_requests(wide))}")
     if args.profile is not None:
         t = read_profile(args.profile).fits.get("turnaround")
