@@ -272,7 +272,7 @@ def fit_layer_glue_live(
     steps are the plans the engine forms itself (decodes of 1-32 requests at short contexts, prefills joining
     them), where a glue
     fitted on the grid alone came out 5-15% over the steps timed alone at one request and within a few
-    percent at 13-20 (docs/validation.md, part 18). ``tok_prefill`` (part 27, on trial): the token term first, from
+    percent at 13-20 (docs/validation.md, part 18). ``tok_prefill`` (part 27, not adopted): the token term first, from
     the grid's plans of one prefill item alone (:func:`one_prefill`: 1 request, 64-512 tokens; relative least squares
     on (1, tokens), held at 0 or more), then the constant and the request term on every sample with it held: the
     decodes, most of the samples, have as many tokens as requests and cannot split the two."""
@@ -594,9 +594,19 @@ def fit_corun(rows: list[dict[str, Any]]) -> OpFit | None:
 
 
 SPREAD_QUANTILES = 32  # the stage_spread table: this many quantiles of the pooled ratios
+SPREAD_GAP_S = 0.005  # by_gap: a compute after a gap of at most this is "busy" (docs/validation.md, part 29)
 
 
-def fit_spread(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0) -> OpFit | None:
+def _spread_table(ratios: list[float]) -> list[float]:
+    """``SPREAD_QUANTILES`` quantiles of ``ratios`` over their mean, the table's mean exactly one."""
+    a = np.asarray(ratios) / float(np.mean(ratios))
+    ys = np.quantile(a, (np.arange(SPREAD_QUANTILES) + 0.5) / SPREAD_QUANTILES)
+    return (ys / float(np.mean(ys))).tolist()
+
+
+def fit_spread(
+    cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.0, by_gap: bool = False
+) -> OpFit | None:
     """``stage_spread``: the live engine's step-to-step spread of stage computes at two stages, mean one.
     Over ``live2`` rows that carry ``alone_s`` (as :func:`fit_live`): each step's (live - the idle
     charge) / the same step alone, over its run's ratio of sums (:func:`_live_ratio`: the run's level,
@@ -604,23 +614,36 @@ def fit_spread(cost: ProfiledCost, rows: list[dict[str, Any]], corun: float = 1.
     mean; the table keeps ``SPREAD_QUANTILES`` quantiles (``xs`` the levels, ``ys`` the ratios, mean
     exactly one). The pipelines multiply each compute at PP > 1 by one of them, drawn by (stage, step):
     with two or more micro-batches in flight a slow step holds the next stage and the micro-batch
-    behind it. None without such rows."""
-    ratios: list[float] = []
+    behind it. None without such rows.
+
+    ``by_gap`` (part 29): two tables, split by the gap before the step (``gap_s``) at ``SPREAD_GAP_S``: ``ys``
+    those of steps after a gap of at most that (a stage working back to back, as in the validation runs, gaps of
+    1-3 ms), ``ys_idle`` the others (calibration's one-micro-batch runs wait ~20 ms for the other stage, and their
+    steps spread twice as wide: cv 0.12-0.27 against 0.08-0.19 on MoE rounds 57-59); ``gap_s`` the split. The
+    pipelines draw a compute from the table of the gap before it. A class of fewer than ``SPREAD_QUANTILES`` ratios
+    takes the pooled table."""
+    ratios: list[tuple[float, float]] = []  # (ratio, the gap before the step)
     for sel in _live_runs(rows, 2):
         level = _live_ratio(cost, sel, corun)
         if level is None:
             continue
         for r in sel:
-            live = _uncharged(r, corun) - cost.idle_time(stage_spec(r), float(r["gap_s"]))
+            gap = float(r["gap_s"])
+            live = _uncharged(r, corun) - cost.idle_time(stage_spec(r), gap)
             if live > 0:
-                ratios.append(live / float(r["alone_s"]) / level)
+                ratios.append((live / float(r["alone_s"]) / level, gap))
     if len(ratios) < SPREAD_QUANTILES:
         return None
-    a = np.asarray(ratios) / float(np.mean(ratios))
-    levels = (np.arange(SPREAD_QUANTILES) + 0.5) / SPREAD_QUANTILES
-    ys = np.quantile(a, levels)
-    ys = ys / float(np.mean(ys))
-    return OpFit("stage_spread", "interp", "quantile", {"xs": levels.tolist(), "ys": ys.tolist()})
+    levels = ((np.arange(SPREAD_QUANTILES) + 0.5) / SPREAD_QUANTILES).tolist()
+    pooled = _spread_table([x for x, _ in ratios])
+    coef: dict[str, Any] = {"xs": levels, "ys": pooled}
+    if by_gap:
+        busy = [x for x, g in ratios if g <= SPREAD_GAP_S]
+        idle = [x for x, g in ratios if g > SPREAD_GAP_S]
+        coef["ys"] = _spread_table(busy) if len(busy) >= SPREAD_QUANTILES else pooled
+        coef["ys_idle"] = _spread_table(idle) if len(idle) >= SPREAD_QUANTILES else pooled
+        coef["gap_s"] = SPREAD_GAP_S
+    return OpFit("stage_spread", "interp", "quantile", coef)
 
 
 def timed_alone(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -878,6 +901,7 @@ def analyse_and_write(
     multi_items: bool = False,
     glue_per_decode: bool = False,
     glue_tok_prefill: bool = False,
+    spread_by_gap: bool = True,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -897,7 +921,9 @@ def analyse_and_write(
     stage plans of many prefill items, else without them, as calibrations before had none; ``glue_per_decode``: the
     glue's request term over decode requests only. The three were judged and not adopted (docs/validation.md, part 22);
     ``experiments/validation/glue_live.py refit --compare`` reproduces them on any calibration since.
-    ``glue_tok_prefill``: the glue's token term from the grid's one-item prefill plans alone (part 27, on trial)."""
+    ``glue_tok_prefill``: the glue's token term from the grid's one-item prefill plans alone (part 27: not adopted).
+    ``spread_by_gap``: ``stage_spread`` as two tables split by the gap before the step (:func:`fit_spread`; the default
+    since part 29's verdict, by its narrowest margin; ``False``: one pooled table, as before)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -947,7 +973,7 @@ def analyse_and_write(
     depth = fit_depth(cost, rows, charged)
     if depth is not None:
         fits["live_depth"] = depth
-    spread = fit_spread(cost, rows, charged)
+    spread = fit_spread(cost, rows, charged, spread_by_gap)
     if spread is not None:
         fits["stage_spread"] = spread
     whole = ("layer", *KINDS)
@@ -1066,7 +1092,11 @@ def format_report(meta: dict[str, Any], fits: dict[str, Any]) -> str:
         lines.append(
             f"live engine's step-to-step spread at two stages (stage_spread, charged at PP > 1): "
             f"sd {float(np.std(ys)):.3f}, from {ys[0]:.2f} to {ys[-1]:.2f}"
+            + (f" after gaps up to {spread['gap_s'] * 1e3:.0f} ms" if "ys_idle" in spread else "")
         )
+        if "ys_idle" in spread:
+            ys = spread["ys_idle"]
+            lines.append(f"  after longer gaps: sd {float(np.std(ys)):.3f}, from {ys[0]:.2f} to {ys[-1]:.2f}")
     scale = meta.get("stage_idle_live_scale")
     if scale is not None and scale < 1.0:
         lines.append(

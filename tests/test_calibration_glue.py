@@ -826,3 +826,46 @@ def test_live_glue_prices_a_smaller_stage_with_stage_layers_where_it_is_charged(
         assert got.coef[k] == pytest.approx(v, abs=1e-9), k
     recorded = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean", live=alone)[0]["layer_glue"]
     assert recorded.coef["c0"] < got.coef["c0"] - 1e-6
+
+
+def test_spread_by_gap_keeps_a_table_for_busy_steps_and_one_for_steps_after_longer_gaps():
+    """Part 29: ``fit_spread(by_gap=True)`` splits the live2 steps at ``SPREAD_GAP_S`` by the gap before them; the
+    pipelines' draw takes the table of the compute's own gap; a class too small for a table takes the pooled one;
+    fits.json's check refuses half a second table."""
+    from calibration.calibrate import SPREAD_GAP_S, SPREAD_QUANTILES, fit_spread, plan_of
+    from ppsim.cost.profile_check import fit_problem
+
+    cost = ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1)
+    spec, rows = StageSpec(1, 3, 6, False, True), []
+    # a busy run (gaps of 1 ms, steps 0.9x / 1.1x about its level) and a waiting one (20 ms, 0.6x / 1.4x)
+    for run, (gap, lo) in enumerate(((1e-3, 0.9), (20e-3, 0.6))):
+        for k in range(2 * SPREAD_QUANTILES):
+            items = PLANS[k % len(PLANS)]
+            alone = cost.stage_time(spec, plan_of(items))
+            row = {"op": "stage_last", "split": "live2", "items": items, "layers": 3, "start_layer": 3, "run": run}
+            rows.append({**row, "gap_s": gap, "median_s": (lo if k % 2 else 2 - lo) * alone, "alone_s": alone})
+    pooled, split = fit_spread(cost, rows), fit_spread(cost, rows, by_gap=True)
+    assert "ys_idle" not in pooled.coef and pooled.coef["ys"][0] == pytest.approx(0.6, abs=0.05)
+    busy, idle = split.coef["ys"], split.coef["ys_idle"]
+    assert split.coef["gap_s"] == SPREAD_GAP_S and len(busy) == len(idle) == SPREAD_QUANTILES
+    assert (busy[0], busy[-1]) == (pytest.approx(0.9, abs=0.02), pytest.approx(1.1, abs=0.02))
+    assert (idle[0], idle[-1]) == (pytest.approx(0.6, abs=0.02), pytest.approx(1.4, abs=0.02))
+    assert sum(busy) / len(busy) == pytest.approx(1.0) and sum(idle) / len(idle) == pytest.approx(1.0)
+    # 16 steps after a wait: too few for a table of their own
+    fewer = rows[: 2 * SPREAD_QUANTILES] + rows[-SPREAD_QUANTILES // 2 :]
+    assert fit_spread(cost, fewer, by_gap=True).coef["ys_idle"] == fit_spread(cost, fewer).coef["ys"]
+    two = ProfiledCost(Profile({}, {**base_fits(), "stage_spread": split}), SHAPE, None, 1, pp=2, seed=3)
+    after_busy = {two.spread(s, k, 2e-3) for s in (0, 1) for k in range(300)}
+    after_wait = {two.spread(s, k, 20e-3) for s in (0, 1) for k in range(300)}
+    assert after_busy <= set(busy) and after_wait <= set(idle) and min(after_wait) < min(after_busy)
+    assert two.spread(1, 7, SPREAD_GAP_S) == two.spread(1, 7)  # the split's own gap is busy; so is no gap given
+    old = ProfiledCost(Profile({}, {**base_fits(), "stage_spread": pooled}), SHAPE, None, 1, pp=2, seed=3)
+    assert [old.spread(0, k, 1.0) for k in range(50)] == [old.spread(0, k) for k in range(50)]  # one table: no split
+    d = {"form": "interp", "coef": dict(split.coef)}
+    assert fit_problem("stage_spread", d) is None
+    half = {"form": "interp", "coef": {k: v for k, v in split.coef.items() if k != "gap_s"}}
+    assert "ys_idle and gap_s come together" in fit_problem("stage_spread", half)
+    short = {"form": "interp", "coef": {**split.coef, "ys_idle": idle[:-1]}}
+    assert "xs and ys_idle as non-empty lists of equal length" in fit_problem("stage_spread", short)
+    bad_gap = {"form": "interp", "coef": {**split.coef, "gap_s": -1.0}}
+    assert "coef gap_s = -1.0" in fit_problem("stage_spread", bad_gap)

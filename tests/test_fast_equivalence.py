@@ -271,17 +271,19 @@ class SpreadCost:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def spread(self, stage: int, step_id: int) -> float:
+    def spread(self, stage: int, step_id: int, gap_s: float) -> float:
         from ppsim.cost.scaled import draw
 
-        return draw([0.6, 0.9, 1.0, 1.5], 5, stage, step_id)
+        ratios = [0.6, 0.9, 1.0, 1.5] if gap_s > 1e-3 else [0.95, 1.05]  # part 29: a table by the gap before it
+        return draw(ratios, 5, stage, step_id)
 
 
 @pytest.mark.parametrize("name", ["mixed-aborts", "pp2-offline"])
 @pytest.mark.parametrize("policy", POLICIES)
 def test_spread_computes_are_the_same_on_both_paths(policy: str, name: str) -> None:
-    """Drawn per (stage, step), the spread gives the closed form and the per-event reference one answer,
-    with the idle penalty charged on top (the gap follows the spread compute before it)."""
+    """Drawn per (stage, step) from a table chosen by the gap before the compute, the spread gives the closed form and
+    the per-event reference one answer, with the idle penalty charged on top (the gap follows the spread compute
+    before it)."""
     both = lambda c: SpreadCost(IdleCost(c))  # noqa: E731
     ref, rs = _run(policy, name, True, wrap=both)
     fast, fs = _run(policy, name, False, wrap=both)

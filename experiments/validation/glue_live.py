@@ -45,11 +45,15 @@ of the reading; the comparison is written "... replay"), which part 26 is judged
 glue against the same with its token term fitted first on the grid's plans of one prefill item alone, then the constant
 and request terms with it held (part 27; judged on median TTFT, the plain prediction: a glue changes the predicted
 computes the replay's factor is taken over). ``--compare wide:wideb2b`` the wide line (the default from part 26's
-verdict until part 28 (a)) against the same through the wide run's back-to-back restarts only (part 28).
+verdict until part 28 (a)) against the same through the wide run's back-to-back restarts only (part 28). ``--compare
+pooled:busy`` the step-to-step spread as one table against two split by the gap before the step
+(``calibrate.fit_spread(by_gap=True)``, part 29; a spread is mean one, so ``--replay`` holds for it);
+``experiments/validation/spread_gap_readings_{replay,plain}.csv`` hold its readings (MoE rounds 60-62) and
+``spread_gap_readings_insample.csv`` those of rounds 54-59, which the form was found on.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
-                   b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b]
+                   b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -96,6 +100,8 @@ WAYS: dict[str, dict[str, bool]] = {
     "wide": {"turnaround_wide": True},  # the line by requests through the wide run's restarts, 1-32 (part 26)
     "wideb2b": {"turnaround_wide": True, "turnaround_wide_b2b": True},  # its back-to-back restarts only (part 28)
     "tokfix": {"glue_tok_prefill": True},  # the glue's token term from the grid's one-item prefills (part 27)
+    "pooled": {"spread_by_gap": False},  # one step-to-step spread table (today's)
+    "busy": {"spread_by_gap": True},  # two, split by the gap before the step (part 29)
 }
 COMPARES = (
     "grid:live",
@@ -112,8 +118,10 @@ COMPARES = (
     "waited:wide",
     "live:tokfix",
     "wide:wideb2b",
+    "pooled:busy",
 )
-TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")  # computes alike
+TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
+REPLAYABLE = (*TURNAROUNDS, "pooled:busy")  # the mean stage computes alike: the replay's factor holds for both
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 PRIMARY_OF = dict.fromkeys(("live:items", "items:sq", "live:dec", "live:tokfix"), "median_ttft_ms")  # on TTFT (22, 27)
@@ -184,10 +192,10 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no stage plans of many prefill items; calibrate with today's code"
         )
-    if args.replay and args.compare not in TURNAROUNDS:
+    if args.replay and args.compare not in REPLAYABLE:
         raise PPSimError(
             f"--replay: {args.compare} changes the predicted stage computes the replay's speed factor is taken over; "
-            f"drop --replay, or compare turnarounds ({', '.join(TURNAROUNDS)})"
+            f"drop --replay, or compare turnarounds or spreads ({', '.join(REPLAYABLE)})"
         )
     base, new = args.compare.split(":")
     profiles = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in (base, new)}
@@ -200,6 +208,12 @@ def glue_live(args: argparse.Namespace) -> None:
         turn += f" up to {t.coef['n_max']:.0f} req" if t is not None and "n_max" in t.coef else ""
         share = f", sq {c['sq'] * 1e3:.3f} us per 1000 squared tokens" if "sq" in c else ""
         share += f", dreq {c['dreq']:6.2f} us a decode request" if "dreq" in c else ""
+        sp = fits.get("stage_spread")
+        if sp is not None and "ys_idle" in sp.coef:  # part 29's two tables
+            sds = (statistics.pstdev(sp.coef[k]) for k in ("ys", "ys_idle"))
+            turn += "; spread sd {:.3f} busy, {:.3f} after gaps".format(*sds)
+        elif sp is not None:
+            turn += f"; spread sd {statistics.pstdev(sp.coef['ys']):.3f}"
         print(f"layer_glue {w:6s}: c0 {c['c0']:7.1f} us, tok {c['tok']:6.2f} us, req {c['req']:6.2f} us{share}{turn}")
     out = []
     for run in map(Path, args.runs):

@@ -77,7 +77,7 @@ def fit_problem(name: str, d: Any) -> str | None:
         return f"form {form} needs coef {', '.join(missing)}, missing"
     signed = name in SIGNED_OPS
     if form == "interp":
-        return _table_problem(coef["xs"], coef["ys"], signed)
+        return _table_problem(coef["xs"], coef["ys"], signed) or _second_table_problem(coef, signed)
     for k in (*COEF_KEYS[form], *(k for k in OPTIONAL_KEYS.get(form, ()) if k in coef)):
         bad = _number_problem(coef[k], signed) or _size_problem(coef[k])
         if bad:
@@ -103,6 +103,20 @@ def _table_problem(xs: Any, ys: Any, signed: bool) -> str | None:
         if abs(slope) > MAX_COEF:
             return f"the table's last slope, {slope:g} per unit of x past xs[-1], {_size_problem(slope)}"
     return None
+
+
+def _second_table_problem(coef: dict[str, Any], signed: bool) -> str | None:
+    """What is wrong with a ``stage_spread`` table's second half (``ys_idle`` and its split ``gap_s``, part 29), or
+    None (also where there is none)."""
+    if "ys_idle" not in coef and "gap_s" not in coef:
+        return None
+    if "ys_idle" not in coef or "gap_s" not in coef:
+        return "coef ys_idle and gap_s come together (the table after longer gaps and its split), one is missing"
+    bad = _table_problem(coef["xs"], coef["ys_idle"], signed)
+    if bad:
+        return bad.replace("coef ys", "coef ys_idle").replace("xs and ys", "xs and ys_idle")
+    gap = _number_problem(coef["gap_s"], False)
+    return f"coef gap_s = {coef['gap_s']!r} {gap}" if gap else None
 
 
 def _size_problem(v: float) -> str | None:

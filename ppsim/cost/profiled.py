@@ -29,7 +29,9 @@ two computes where its next input was already there (charged at PP > 1 to every 
 ``stage_spread`` (``ppsim calibrate``'s
 live engine runs at two stages) is the live engine's step-to-step spread of stage computes about their
 mean, a mean-one table: at PP > 1 the pipelines multiply each compute by one of its ratios, drawn by
-(scenario seed, stage, step id) (:attr:`ProfiledCost.spread`); ``stage_time`` stays the mean.
+(scenario seed, stage, step id) (:attr:`ProfiledCost.spread`); ``stage_time`` stays the mean. A profile fitted
+``spread_by_gap`` (docs/validation.md part 29) has a second table, ``ys_idle``, for computes after a gap longer
+than its ``gap_s`` (the gap the idle charge reads).
 ``live_stage`` (the same runs, at one and two stages: the live engine's stage compute over the same
 steps timed alone) is charged twice over: its level, ``max(live_stage(1), 1)`` at every depth
 (:attr:`ProfiledCost.level_factor`: what the live engine's stage loop costs a step beyond the same step
@@ -379,8 +381,12 @@ class ProfiledCost:
         # the live engine's step-to-step spread of stage computes (mean one, calibrate.fit_spread): at PP > 1
         # the pipelines multiply each compute by one ratio drawn by (seed, stage, step id), as in-flight
         # micro-batches pay for a slow step that a mean cannot show; at one stage it would move no mean
+        # (part 29: a second table for computes after a longer gap than ``gap_s``, where the profile has one)
         spread = self.p.fits.get("stage_spread") if pp > 1 else None
         self.spread_ratios = [float(y) for y in spread.coef["ys"]] if spread is not None else []
+        idle = spread.coef.get("ys_idle") if spread is not None else None
+        self.spread_idle = [float(y) for y in idle] if idle else self.spread_ratios
+        self.spread_gap_s = float(spread.coef.get("gap_s", math.inf)) if idle else math.inf
         self.seed = seed
         self.spread = self._spread if self.spread_ratios else None
         # stages computing at once on the host's cores slow each other (calibration/corun.py): at PP > 1 the
@@ -567,9 +573,12 @@ class ProfiledCost:
                 last += f["last_glue"].tok_req(T, R)
         return nl, dense, moe, prep, emb, last, stage_layers_ratio(f.get("stage_layers"), nl)
 
-    def _spread(self, stage: int, step_id: int) -> float:
-        """The spread ratio the pipelines multiply stage ``stage``'s compute of step ``step_id`` by."""
-        return draw(self.spread_ratios, self.seed, stage, step_id)
+    def _spread(self, stage: int, step_id: int, gap_s: float = 0.0) -> float:
+        """The spread ratio the pipelines multiply stage ``stage``'s compute of step ``step_id`` by, ``gap_s`` after
+        the stage's previous compute ended: from the table of steps after longer gaps than the profile's ``gap_s``
+        where it has one (part 29)."""
+        ratios = self.spread_ratios if gap_s <= self.spread_gap_s else self.spread_idle
+        return draw(ratios, self.seed, stage, step_id)
 
     @property
     def has_idle(self) -> bool:

@@ -7,7 +7,7 @@ known and, stage by stage::
 
     start[m][s] = max(arrival[m][s], end[m-1][s] [+ turnaround if s > 0], token_ready(deps) if s == 0,
                       send_free[s] unless sends overlap compute)
-    end[m][s]   = start[m][s] + stage_time(s, m) [x spread(s, m)] [x corun if co[m]]
+    end[m][s]   = start[m][s] + stage_time(s, m) [x spread(s, m, gap)] [x corun if co[m]]
                   [+ idle_time(s, start[m][s] - end[m-1][s])]
     co[m]       = some end[j][last] > start[m][0], j < m     (an earlier micro-batch still in the pipeline)
     send[m][s]  = [max(end[m][s], send_free[s]), + link_time)   -> arrival[m][s+1] = its end
@@ -263,7 +263,7 @@ class FastPipeline:
                 co = bool(ends)
             dur = times[i] if times is not None else cost.stage_time(st, plan)
             if self.spread is not None:
-                dur *= self.spread(i, step)
+                dur *= self.spread(i, step, start - stage_free[i])
             if co:
                 dur *= corun
             if self.idle is not None:

@@ -12,7 +12,8 @@ send overlaps only the time until the next micro-batch arrives; with ``overlap_s
 TensorRT-LLM: they wait on the previous send only before the next send) the send overlaps the next
 compute. A link carries one send at a time, each taking ``cost.link_time(seam bytes)``. Where the cost
 model has a ``spread`` (a profile's ``stage_spread`` at PP > 1), each compute is ``stage_time`` times
-``spread(stage, step id)``: the live engine's step-to-step variation, drawn by the step alone. A stage
+``spread(stage, step id, gap)``: the live engine's step-to-step variation, drawn by the step alone (from a table
+chosen by the gap since the stage's previous compute, as the idle charge reads it). A stage
 past the first starts a compute no sooner than the cost model's ``turnaround_s`` (plus ``turnaround_per_req_s``
 per request of the plan) after its previous one
 ended (the live engine's stage loop between two computes, where the input was already there). Where
@@ -192,7 +193,7 @@ class PipelineSim:
                 self._corun_check(plan.step_id, start)
             dur = cost.stage_time(st, plan)
             if self.spread is not None:
-                dur *= self.spread(st.index, plan.step_id)
+                dur *= self.spread(st.index, plan.step_id, start - self.stage_end[i])
             if plan.step_id in self.co:
                 dur *= self.corun
             if self.idle is not None:  # a step after the stage idled costs more (a profile's stage_idle)
