@@ -826,6 +826,12 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
             "for 2, against 5, level 2; other targets worse: median_ttft_ms: not adopted",
         ),
         ("turnaround_wideb2b_readings", "for 3, against 0, level 6; other targets worse: none: adopted"),  # 28 (b)
+        ("spread_gap_readings_replay", "for 4, against 3, level 3; other targets worse: none: adopted"),  # 29
+        (
+            "spread_gap_readings_plain",
+            "for 3, against 4, level 3; other targets worse: median_ttft_ms: not adopted",
+        ),
+        ("spread_gap_readings_insample", "for 7, against 3, level 8; other targets worse: none: adopted"),
         (  # part 27
             "glue_tokfix_readings",
             "for 2, against 7, level 1; other targets worse: output_throughput, p99_ttft_ms, mean_tpot_ms, "
