@@ -901,7 +901,7 @@ def analyse_and_write(
     multi_items: bool = False,
     glue_per_decode: bool = False,
     glue_tok_prefill: bool = False,
-    spread_by_gap: bool = True,
+    spread_by_gap: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -923,7 +923,7 @@ def analyse_and_write(
     ``experiments/validation/glue_live.py refit --compare`` reproduces them on any calibration since.
     ``glue_tok_prefill``: the glue's token term from the grid's one-item prefill plans alone (part 27: not adopted).
     ``spread_by_gap``: ``stage_spread`` as two tables split by the gap before the step (:func:`fit_spread`; the default
-    since part 29's verdict, by its narrowest margin; ``False``: one pooled table, as before)."""
+    from part 29's verdict until part 29 (b) reverted it on its fresh readings; by default one pooled table)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
