@@ -832,6 +832,11 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
             "for 3, against 4, level 3; other targets worse: median_ttft_ms: not adopted",
         ),
         ("spread_gap_readings_insample", "for 7, against 3, level 8; other targets worse: none: adopted"),
+        ("spread_gap_readings_after", "for 3, against 3, level 3; other targets worse: none: not adopted"),  # 29 (b)
+        (
+            "spread_gap_readings_after_plain",
+            "for 2, against 3, level 4; other targets worse: median_e2el_ms, p99_e2el_ms: not adopted",
+        ),
         (  # part 27
             "glue_tokfix_readings",
             "for 2, against 7, level 1; other targets worse: output_throughput, p99_ttft_ms, mean_tpot_ms, "

@@ -48,8 +48,9 @@ computes the replay's factor is taken over). ``--compare wide:wideb2b`` the wide
 verdict until part 28 (a)) against the same through the wide run's back-to-back restarts only (part 28). ``--compare
 pooled:busy`` the step-to-step spread as one table against two split by the gap before the step
 (``calibrate.fit_spread(by_gap=True)``, part 29; a spread is mean one, so ``--replay`` holds for it);
-``experiments/validation/spread_gap_readings_{replay,plain}.csv`` hold its readings (MoE rounds 60-62) and
-``spread_gap_readings_insample.csv`` those of rounds 54-59, which the form was found on.
+``experiments/validation/spread_gap_readings_{replay,plain}.csv`` hold its readings (MoE rounds 60-62, seed 80),
+``spread_gap_readings_insample.csv`` those of rounds 54-59, which the form was found on, and
+``spread_gap_readings_after{,_plain}.csv`` the fresh readings of part 29 (b), rounds 63-65, which reverted it.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
@@ -101,7 +102,7 @@ WAYS: dict[str, dict[str, bool]] = {
     "wideb2b": {"turnaround_wide": True, "turnaround_wide_b2b": True},  # its back-to-back restarts only (part 28)
     "tokfix": {"glue_tok_prefill": True},  # the glue's token term from the grid's one-item prefills (part 27)
     "pooled": {"spread_by_gap": False},  # one step-to-step spread table (today's)
-    "busy": {"spread_by_gap": True},  # two, split by the gap before the step (part 29)
+    "busy": {"spread_by_gap": True},  # two, split by the gap before the step (part 29; reverted, 29 (b))
 }
 COMPARES = (
     "grid:live",
