@@ -869,3 +869,5 @@ def test_spread_by_gap_keeps_a_table_for_busy_steps_and_one_for_steps_after_long
     assert "xs and ys_idle as non-empty lists of equal length" in fit_problem("stage_spread", short)
     bad_gap = {"form": "interp", "coef": {**split.coef, "gap_s": -1.0}}
     assert "coef gap_s = -1.0" in fit_problem("stage_spread", bad_gap)
+    word = {"form": "interp", "coef": {**split.coef, "ys_idle": ["x", *idle[1:]]}}
+    assert fit_problem("stage_spread", word) == "coef ys_idle[0] = 'x' is not a number"

@@ -85,15 +85,15 @@ def fit_problem(name: str, d: Any) -> str | None:
     return None
 
 
-def _table_problem(xs: Any, ys: Any, signed: bool) -> str | None:
+def _table_problem(xs: Any, ys: Any, signed: bool, name: str = "ys") -> str | None:
     """What is wrong with an ``interp`` table, or None: non-empty lists of equal length, numbers, xs
-    strictly ascending (``_interp`` bisects them), ys times."""
+    strictly ascending (``_interp`` bisects them), ys times; ``name`` the ys' key in the coef."""
     if not isinstance(xs, list) or not isinstance(ys, list) or not xs or len(xs) != len(ys):
         got = f"{_json_kind(xs)} and {_json_kind(ys)}"
-        return f"interp needs coef xs and ys as non-empty lists of equal length, got {got}"
-    for key, vals, sign_ok in (("xs", xs, True), ("ys", ys, signed)):
+        return f"interp needs coef xs and {name} as non-empty lists of equal length, got {got}"
+    for key, vals, sign_ok in (("xs", xs, True), (name, ys, signed)):
         for i, v in enumerate(vals):
-            bad = _number_problem(v, sign_ok) or (_size_problem(v) if key == "ys" else None)
+            bad = _number_problem(v, sign_ok) or (_size_problem(v) if key == name else None)
             if bad:
                 return f"coef {key}[{i}] = {v!r} {bad}"
     if any(b <= a for a, b in zip(xs, xs[1:], strict=False)):
@@ -101,7 +101,8 @@ def _table_problem(xs: Any, ys: Any, signed: bool) -> str | None:
     if len(xs) > 1:  # ``_interp`` extends the table past its last point by the last slope
         slope = (float(ys[-1]) - float(ys[-2])) / (float(xs[-1]) - float(xs[-2]))
         if abs(slope) > MAX_COEF:
-            return f"the table's last slope, {slope:g} per unit of x past xs[-1], {_size_problem(slope)}"
+            table = "table" if name == "ys" else f"{name} table"
+            return f"the {table}'s last slope, {slope:g} per unit of x past xs[-1], {_size_problem(slope)}"
     return None
 
 
@@ -112,9 +113,9 @@ def _second_table_problem(coef: dict[str, Any], signed: bool) -> str | None:
         return None
     if "ys_idle" not in coef or "gap_s" not in coef:
         return "coef ys_idle and gap_s come together (the table after longer gaps and its split), one is missing"
-    bad = _table_problem(coef["xs"], coef["ys_idle"], signed)
+    bad = _table_problem(coef["xs"], coef["ys_idle"], signed, "ys_idle")
     if bad:
-        return bad.replace("coef ys", "coef ys_idle").replace("xs and ys", "xs and ys_idle")
+        return bad
     gap = _number_problem(coef["gap_s"], False)
     return f"coef gap_s = {coef['gap_s']!r} {gap}" if gap else None
 
