@@ -262,12 +262,13 @@ class FastPipeline:
                     ends.popleft()
                 co = bool(ends)
             dur = times[i] if times is not None else cost.stage_time(st, plan)
+            gap = start - stage_free[i]  # since the stage's previous compute: the spread's table, the idle charge
             if self.spread is not None:
-                dur *= self.spread(i, step, start - stage_free[i])
+                dur *= self.spread(i, step, gap)
             if co:
                 dur *= corun
             if self.idle is not None:
-                dur += self.idle(st, start - stage_free[i])
+                dur += self.idle(st, gap)
             end = start + dur
             stage_free[i] = end
             track, link_track = self.tracks[i]
