@@ -1,10 +1,11 @@
 """Starting, watching and stopping the stage processes.
 
-Processes are started with the ``spawn`` method (a fresh interpreter each; safe with torch
-threads), joined in a gloo/nccl group over a TCP rendezvous on a free local port. The group is a
-context manager: however the run ends (normal stop, stage fault, Ctrl-C), every stage is asked to
-stop, then sent SIGTERM, then SIGKILL (a SIGSTOPped stage only yields to SIGKILL), and joined.
-Every wait is bounded. A stage that exits or reports an error is a :class:`StageFault`.
+Processes are forked from a fork server that has torch and the stage code loaded
+(:func:`stage_context`; ``spawn``, a fresh interpreter each, where the platform has no fork server),
+joined in a gloo/nccl group over a TCP rendezvous on a free local port. The group is a context
+manager: however the run ends (normal stop, stage fault, Ctrl-C), every stage is asked to stop, then
+sent SIGTERM, then SIGKILL (a SIGSTOPped stage only yields to SIGKILL), and joined. Every wait is
+bounded. A stage that exits or reports an error is a :class:`StageFault`.
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ def startup_message(phase: dict[int, str], ready: set[int], timeout_s: float) ->
     return msg + "; raise --startup-timeout-s if the host is only slow"
 
 
+def stage_context() -> Any:
+    """``forkserver`` with torch and the stage code preloaded where the platform has it, else ``spawn``."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "engine.worker"])
+    return ctx
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -69,7 +79,7 @@ class StageGroup:
 
     def __init__(self, cfgs: list[StageConfig]) -> None:
         self.cfgs = cfgs
-        self.ctx = mp.get_context("spawn")
+        self.ctx = stage_context()
         self.results = DirectQueue(self.ctx)
         self.ctrls = [DirectQueue(self.ctx) for _ in cfgs]
         self.procs: list[Any] = []

@@ -9,6 +9,7 @@ would otherwise stay so forever.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -24,5 +25,37 @@ def die_with_parent() -> None:
     except OSError:
         return
     parent = multiprocessing.parent_process()  # None outside a multiprocessing child
-    if parent is not None and os.getppid() != parent.pid:  # it died before the request: nobody will signal
+    if parent is not None and not _still_there(parent.pid):  # it died before the request: nobody will signal
         os._exit(1)
+    _drop_fork_server_lifeline()
+
+
+def _drop_fork_server_lifeline() -> None:
+    """A ``forkserver`` child holds a copy of its starter's end of the pipe that keeps the fork server running
+    (so that it could start processes through the same server); while any child holds it the server outlives
+    its starter, and the children, whose parent it is, would outlive both. This project's children start none
+    that way: close it, so that the server exits when its starter does and the kernel then kills them."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is None or getattr(server, "_forkserver_pid", None) is not None:  # None: not a child; a pid: the starter
+        return
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    server._forkserver_alive_fd = None
+
+
+def _still_there(pid: int) -> bool:
+    """Whether the process that started this one (``pid``) is alive. A ``spawn`` child's parent is that process
+    itself; a ``forkserver`` child's is the fork server, which exits once that process has (its end of the server's
+    pipe closes), so the request above reached a live fork server if that process is still there afterwards."""
+    if os.getppid() == pid:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's (a reused pid: not ours, but not gone either)
+        return True
+    return True

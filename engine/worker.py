@@ -423,7 +423,7 @@ def idle_helpers(names: tuple[str, ...] = HELPER_THREADS) -> list[int]:
 
 
 def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
-    """Entry point of a stage process (``torch.multiprocessing`` spawn target)."""
+    """Entry point of a stage process (the target :func:`engine.launcher.stage_context` starts)."""
     die_with_parent()  # off Linux the parent-pid check in the control loop still ends the stage
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # its helper threads (engine/transport.py)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

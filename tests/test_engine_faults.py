@@ -223,3 +223,30 @@ def test_cli_bad_engine_option_is_one_line(capsys, tmp_path, flag, value):
     assert main(["engine", *FLAGS, flag, value, "--output-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {flag}: ") and err.count("\n") == 1, err
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_cli_killed_outright_leaves_no_stage_or_fork_server_behind(tmp_path):
+    """SIGKILL skips every clean-up of the CLI: its stages (children of the fork server that preloads torch,
+    engine/launcher.py::stage_context) and the fork server itself are gone within seconds: the server exits
+    when the CLI's end of its pipe closes, and the stages die with it (``PR_SET_PDEATHSIG``)."""
+    p = _cli("--output-dir", str(tmp_path))
+    try:
+        line = p.stdout.readline()
+        assert "stages ready" in line, line + p.stderr.read()
+        stages = _pids(line)
+        servers = {_ppid(pid) for pid in stages}
+        assert p.pid not in servers or servers == {p.pid}  # forked by a fork server where the platform has one
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=15)
+    finally:
+        p.kill()
+    left = [*stages, *(servers - {p.pid})]
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in left) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(pid) for pid in left)
