@@ -1,18 +1,20 @@
 """Starting, watching and stopping the stage processes.
 
-Processes are forked from a fork server that has torch and the stage code loaded
-(:func:`stage_context`; ``spawn``, a fresh interpreter each, where the platform has no fork server),
-joined in a gloo/nccl group over a TCP rendezvous on a free local port. The group is a context
-manager: however the run ends (normal stop, stage fault, Ctrl-C), every stage is asked to stop, then
-sent SIGTERM, then SIGKILL (a SIGSTOPped stage only yields to SIGKILL), and joined. Every wait is
+Processes are forked from a fork server that has torch loaded (:func:`stage_context`; ``spawn``, a fresh
+interpreter each, off Linux), joined in a gloo/nccl group over a TCP rendezvous on a free local port. The
+group is a context manager: however the run ends (normal stop, stage fault, Ctrl-C), every stage is asked to
+stop, then sent SIGTERM, then SIGKILL (a SIGSTOPped stage only yields to SIGKILL), and joined. Every wait is
 bounded. A stage that exits or reports an error is a :class:`StageFault`.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import socket
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch.multiprocessing as mp
@@ -56,12 +58,35 @@ def startup_message(phase: dict[int, str], ready: set[int], timeout_s: float) ->
 
 
 def stage_context() -> Any:
-    """``forkserver`` with torch and the stage code preloaded where the platform has it, else ``spawn``."""
-    if "forkserver" not in mp.get_all_start_methods():
+    """``forkserver`` with torch (and the stage code, :func:`server_preload`) preloaded on Linux, else ``spawn``.
+    Linux only: a stage's death with the driver goes through ``PR_SET_PDEATHSIG`` against the server
+    (engine/lifetime.py), which other platforms lack."""
+    if not sys.platform.startswith("linux"):
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "engine.worker"])
+    ctx.set_forkserver_preload(server_preload())
     return ctx
+
+
+def server_preload(cwd: str | None = None, pythonpath: str | None = None) -> list[str]:
+    """What the fork server imports once: torch, and ``engine.worker`` (0.2-0.6 s of each stage's start-up) where
+    the server would import this very file. The server is ``python -c`` in the driver's working directory and
+    environment, and imports before a stage takes the driver's ``sys.path``: a driver that put another checkout
+    first on its path (a script run from elsewhere) would get that checkout's stage code from the server. So the
+    stage code is preloaded only where the working directory or ``PYTHONPATH`` (``cwd``, ``pythonpath``: default,
+    this process's) resolve ``engine`` to this package; elsewhere each stage imports it from its own path."""
+    import importlib.machinery
+
+    import engine
+
+    cwd = os.getcwd() if cwd is None else cwd
+    pythonpath = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
+    paths = [cwd, *(p for p in pythonpath.split(os.pathsep) if p)]
+    spec = importlib.machinery.PathFinder.find_spec("engine", paths)
+    same = (
+        spec is not None and spec.origin is not None and Path(spec.origin).resolve() == Path(engine.__file__).resolve()
+    )
+    return ["torch", "torch.distributed", *(["engine.worker"] if same else [])]
 
 
 def free_port() -> int:

@@ -19,43 +19,35 @@ PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
-    """Call first thing in a child; off Linux it does nothing (the callers' own timeouts still end them)."""
+    """Call first thing in a child; off Linux it does nothing (the callers' own timeouts still end them).
+
+    A ``spawn`` child whose parent died before the request exits at once (nobody would signal it). A child of
+    the engine's fork server (:func:`engine.launcher.stage_context`) has that server for its parent: it gives up
+    its copy of the server's lifeline (:func:`_drop_fork_server_lifeline`), so the server exits once the driver
+    has, whenever that was, and the kernel then kills the child."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         return
+    if _drop_fork_server_lifeline():
+        return
     parent = multiprocessing.parent_process()  # None outside a multiprocessing child
-    if parent is not None and not _still_there(parent.pid):  # it died before the request: nobody will signal
+    if parent is not None and os.getppid() != parent.pid:  # it died before the request: nobody will signal
         os._exit(1)
-    _drop_fork_server_lifeline()
 
 
-def _drop_fork_server_lifeline() -> None:
+def _drop_fork_server_lifeline() -> bool:
     """A ``forkserver`` child holds a copy of its starter's end of the pipe that keeps the fork server running
     (so that it could start processes through the same server); while any child holds it the server outlives
     its starter, and the children, whose parent it is, would outlive both. This project's children start none
-    that way: close it, so that the server exits when its starter does and the kernel then kills them."""
+    that way: close it, so that the server exits when its starter does. Whether this is such a child."""
     from multiprocessing import forkserver
 
     server = getattr(forkserver, "_forkserver", None)
     fd = getattr(server, "_forkserver_alive_fd", None)
     if fd is None or getattr(server, "_forkserver_pid", None) is not None:  # None: not a child; a pid: the starter
-        return
+        return False
     with contextlib.suppress(OSError):
         os.close(fd)
     server._forkserver_alive_fd = None
-
-
-def _still_there(pid: int) -> bool:
-    """Whether the process that started this one (``pid``) is alive. A ``spawn`` child's parent is that process
-    itself; a ``forkserver`` child's is the fork server, which exits once that process has (its end of the server's
-    pipe closes), so the request above reached a live fork server if that process is still there afterwards."""
-    if os.getppid() == pid:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's (a reused pid: not ours, but not gone either)
-        return True
     return True
