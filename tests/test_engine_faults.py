@@ -240,7 +240,7 @@ def test_cli_killed_outright_leaves_no_stage_or_fork_server_behind(tmp_path):
         assert "stages ready" in line, line + p.stderr.read()
         stages = _pids(line)
         servers = {_ppid(pid) for pid in stages}
-        assert p.pid not in servers or servers == {p.pid}  # forked by a fork server where the platform has one
+        assert len(servers) == 1  # the fork server (the CLI itself where stages are spawned)
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=15)
     finally:
