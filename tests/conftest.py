@@ -59,6 +59,16 @@ def default_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first, then the parent's pid), None once the
+    process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie."""
     try:

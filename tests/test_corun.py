@@ -16,6 +16,7 @@ from ppsim.cost.profiled import OpFit, Profile, ProfiledCost
 from ppsim.cost.ring import RingReturnCost
 from ppsim.metrics.records import OpRecord
 from ppsim.validate.steps import corun_steps, model_factor, step_costs
+from tests.conftest import proc_stat
 from tests.test_calibration_glue import SHAPE, _live_rows, base_fits
 
 FIRST, LAST = StageSpec(0, 0, 2, True, False), StageSpec(1, 2, 4, False, True)
@@ -23,10 +24,8 @@ FIRST, LAST = StageSpec(0, 0, 2, True, False), StageSpec(1, 2, 4, False, True)
 
 def _state(pid: int) -> str | None:
     """A process's state letter (``/proc/PID/stat``), None once it is gone."""
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
+    fields = proc_stat(pid)
+    return fields[0] if fields else None
 
 
 def _stopped(pid: int, within_s: float = 10.0) -> bool:

@@ -21,7 +21,7 @@ from engine.run import EngineFault, EngineOptions, run_engine  # noqa: E402
 from ppsim.cli import main  # noqa: E402
 from ppsim.config import build_scenario, step_budget_fields  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
-from tests.conftest import alive, default_signals  # noqa: E402
+from tests.conftest import alive, default_signals, proc_stat  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = [
@@ -225,11 +225,6 @@ def test_cli_bad_engine_option_is_one_line(capsys, tmp_path, flag, value):
     assert err.startswith(f"error: {flag}: ") and err.count("\n") == 1, err
 
 
-def _ppid(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
 def test_cli_killed_outright_leaves_no_stage_or_fork_server_behind(tmp_path):
     """SIGKILL skips every clean-up of the CLI: its stages (children of the fork server that preloads torch,
     engine/launcher.py::stage_context) and the fork server itself are gone within seconds: the server exits
@@ -239,7 +234,7 @@ def test_cli_killed_outright_leaves_no_stage_or_fork_server_behind(tmp_path):
         line = p.stdout.readline()
         assert "stages ready" in line, line + p.stderr.read()
         stages = _pids(line)
-        servers = {_ppid(pid) for pid in stages}
+        servers = {int(proc_stat(pid)[1]) for pid in stages}
         assert len(servers) == 1  # the fork server (the CLI itself where stages are spawned)
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=15)
