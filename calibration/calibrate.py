@@ -103,14 +103,18 @@ def value(r: dict[str, Any], stat: str) -> float:
     return float(r["mean_s"]) if stat == "mean" and "mean_s" in r else float(r["median_s"])
 
 
-def fit_all(rows: list[dict[str, Any]], stat: str = "median") -> tuple[dict[str, OpFit], dict[str, dict[str, Any]]]:
+def fit_all(
+    rows: list[dict[str, Any]], stat: str = "median", attn_ctx: bool = False
+) -> tuple[dict[str, OpFit], dict[str, dict[str, Any]]]:
+    """Every operator's fit on its ``fit`` samples (``attn_ctx``: ``attn_prefill`` with its context term)."""
     fits, stats = {}, {}
     for op, (form, x) in FORMS.items():
         sel = [r for r in rows if r["op"] == op and r["split"] == "fit"]
         if not sel:
             continue
         forms = (form, "interp") if form == "linear_floor" else (form,)
-        fits[op], stats[op] = fit_select(op, forms, x, _feats(sel), np.array([value(r, stat) for r in sel]))
+        y = np.array([value(r, stat) for r in sel])
+        fits[op], stats[op] = fit_select(op, forms, x, _feats(sel), y, attn_ctx)
     return fits, stats
 
 
@@ -902,6 +906,7 @@ def analyse_and_write(
     glue_per_decode: bool = False,
     glue_tok_prefill: bool = False,
     spread_by_gap: bool = False,
+    attn_ctx: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -923,9 +928,10 @@ def analyse_and_write(
     ``experiments/validation/glue_live.py refit --compare`` reproduces them on any calibration since.
     ``glue_tok_prefill``: the glue's token term from the grid's one-item prefill plans alone (part 27: not adopted).
     ``spread_by_gap``: ``stage_spread`` as two tables split by the gap before the step (:func:`fit_spread`; the default
-    from part 29's verdict until part 29 (b) reverted it on its fresh readings; by default one pooled table)."""
+    from part 29's verdict until part 29 (b) reverted it on its fresh readings; by default one pooled table).
+    ``attn_ctx``: ``attn_prefill`` with a term on each item's context, chunk + prefix (part 30, on trial)."""
     stat = meta.get("statistic", "median")
-    fits, stats = fit_all(rows, stat)
+    fits, stats = fit_all(rows, stat, attn_ctx)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
     if layers is not None and charge_stage_layers:  # before the glue: the live steps' stages are priced with it
         fits["stage_layers"] = layers

@@ -7,7 +7,9 @@ non-negative (``scipy.optimize.nnls``) so no prediction goes below zero outside 
 - GEMMs and elementwise ops: ``linear_floor`` = max(floor, c0 + c1 x). Small token counts hit a
   floor (launch overhead / reading the weights once); past the knee time grows linearly. The knee is
   chosen among the measured x values by least relative error; ``floor`` is the median below it.
-- Prefill attention per chunk: call + tok c + cp c p + cc c^2 (the causal score matrix is c x (p + c/2)).
+- Prefill attention per chunk: call + tok c + cp c p + cc c^2 (the causal score matrix is c x (p + c/2));
+  with ``ctx``, plus ctx (c + p): the item's K/V gathered and expanded to every query head, once a call
+  (``engine/kvcache.py::paged_attention``; docs/validation.md part 30).
 - Decode attention per step: call + req B + ctx sum(context) (each decode reads its whole KV).
 - Grouped MoE experts: c0 + pair P + exp N (rows through the expert GEMMs; per-expert calls and
   weight reads).
@@ -64,13 +66,16 @@ def fit_interp(x: np.ndarray, y: np.ndarray) -> dict[str, list[float]]:
     return {"xs": [float(v) for v in xs], "ys": [float(np.median(y[x == v])) for v in xs]}
 
 
-def prefill_features(chunk: np.ndarray, prefix: np.ndarray) -> np.ndarray:
-    return np.column_stack([np.ones_like(chunk), chunk, chunk * prefix, chunk * chunk])
+def prefill_features(chunk: np.ndarray, prefix: np.ndarray, ctx: bool = False) -> np.ndarray:
+    cols = [np.ones_like(chunk), chunk, chunk * prefix, chunk * chunk]
+    return np.column_stack([*cols, chunk + prefix] if ctx else cols)
 
 
-def fit_prefill(chunk: np.ndarray, prefix: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    c = _wnnls(prefill_features(chunk, prefix), y)
-    return dict(zip(("call", "tok", "cp", "cc"), map(float, c), strict=True))
+def fit_prefill(chunk: np.ndarray, prefix: np.ndarray, y: np.ndarray, ctx: bool = False) -> dict[str, float]:
+    """``prefill_attn``'s coefficients; ``ctx``: with the term on the item's context, chunk + prefix."""
+    names = ("call", "tok", "cp", "cc", "ctx") if ctx else ("call", "tok", "cp", "cc")
+    c = _wnnls(prefill_features(chunk, prefix, ctx), y)
+    return dict(zip(names, map(float, c), strict=True))
 
 
 def fit_decode(batch: np.ndarray, ctx: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -83,7 +88,7 @@ def fit_decode(batch: np.ndarray, ctx: np.ndarray, y: np.ndarray) -> dict[str, f
 Fitter = Callable[[dict[str, np.ndarray], np.ndarray], dict[str, float]]
 
 
-def _fitter(form: str, x: str) -> Fitter:
+def _fitter(form: str, x: str, attn_ctx: bool = False) -> Fitter:
     if form == "linear":
         return lambda f, y: fit_linear(f[x], y)
     if form == "linear_floor":
@@ -91,7 +96,7 @@ def _fitter(form: str, x: str) -> Fitter:
     if form == "interp":
         return lambda f, y: fit_interp(f[x], y)
     if form == "prefill_attn":
-        return lambda f, y: fit_prefill(f["chunk"], f["prefix"], y)
+        return lambda f, y: fit_prefill(f["chunk"], f["prefix"], y, attn_ctx)
     if form == "decode_attn":
         return lambda f, y: fit_decode(f["batch"], f["ctx_tokens"], y)
     if form == "tok_exp":
@@ -115,9 +120,12 @@ def predict(fit: OpFit, feats: dict[str, np.ndarray], i: int) -> float:
     return fit.at(float(feats[fit.x][i]))
 
 
-def fit_op(name: str, form: str, x: str, feats: dict[str, np.ndarray], y: np.ndarray) -> tuple[OpFit, dict[str, Any]]:
-    """Fit ``name`` on all samples, and leave-one-out error statistics of the same form."""
-    fitter = _fitter(form, x)
+def fit_op(
+    name: str, form: str, x: str, feats: dict[str, np.ndarray], y: np.ndarray, attn_ctx: bool = False
+) -> tuple[OpFit, dict[str, Any]]:
+    """Fit ``name`` on all samples, and leave-one-out error statistics of the same form (``attn_ctx``:
+    ``prefill_attn`` with its context term)."""
+    fitter = _fitter(form, x, attn_ctx)
     fit = OpFit(name, form, x, fitter(feats, y))
     n = len(y)
     fold = np.arange(n) % MAX_FOLDS if n > MAX_FOLDS else np.arange(n)  # leave-one-out on small grids
@@ -153,7 +161,7 @@ def _answered_by_table(x: np.ndarray) -> np.ndarray:
 
 
 def fit_select(
-    name: str, forms: tuple[str, ...], x: str, feats: dict[str, np.ndarray], y: np.ndarray
+    name: str, forms: tuple[str, ...], x: str, feats: dict[str, np.ndarray], y: np.ndarray, attn_ctx: bool = False
 ) -> tuple[OpFit, dict[str, Any]]:
     """Fit each candidate form and keep the one with the least cross-validated median error.
 
@@ -164,7 +172,7 @@ def fit_select(
     best: tuple[OpFit, dict[str, Any]] | None = None
     cands = {}
     for form in forms:
-        fit, stats = fit_op(name, form, x, feats, y)
+        fit, stats = fit_op(name, form, x, feats, y, attn_ctx)
         cands[form] = stats["cv_median_abs_rel_err"]
         if best is None or (stats["cv_median_abs_rel_err"] or 0) < (best[1]["cv_median_abs_rel_err"] or 0) * 0.9:
             best = (fit, stats)

@@ -103,6 +103,8 @@ WAYS: dict[str, dict[str, bool]] = {
     "tokfix": {"glue_tok_prefill": True},  # the glue's token term from the grid's one-item prefills (part 27)
     "pooled": {"spread_by_gap": False},  # one step-to-step spread table (today's)
     "busy": {"spread_by_gap": True},  # two, split by the gap before the step (part 29; reverted, 29 (b))
+    "today": {},  # calibrate's defaults today (``live`` charges the live charges, as before part 25 (b))
+    "ctx": {"attn_ctx": True},  # attn_prefill with a term on each item's context (part 30)
 }
 COMPARES = (
     "grid:live",
@@ -120,12 +122,15 @@ COMPARES = (
     "live:tokfix",
     "wide:wideb2b",
     "pooled:busy",
+    "today:tokfix",
+    "today:ctx",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 REPLAYABLE = (*TURNAROUNDS, "pooled:busy")  # the mean stage computes alike: the replay's factor holds for both
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
-PRIMARY_OF = dict.fromkeys(("live:items", "items:sq", "live:dec", "live:tokfix"), "median_ttft_ms")  # on TTFT (22, 27)
+TTFT_JUDGED = ("live:items", "items:sq", "live:dec", "live:tokfix", "today:tokfix", "today:ctx")  # 22, 27, 30
+PRIMARY_OF = dict.fromkeys(TTFT_JUDGED, "median_ttft_ms")
 BUBBLE = "pipeline_bubble_fraction"
 CLOSER = 0.005  # a reading moves "for" or "against" beyond half a point of TPOT
 WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 point, the bubble 0.01)

@@ -66,7 +66,8 @@ summing to k), with ``cost.moe_routing_skew``. Dense layers of a MoE model keep 
 
 Fitted forms (seconds): ``linear`` c0 + c1 x; ``linear_floor`` max(floor, c0 + c1 x) (GEMMs: a
 launch/weight-read floor, then linear in tokens); ``prefill_attn`` per item
-call + tok c + cp c p + cc c^2; ``decode_attn`` call + req B + ctx sum(context);
+call + tok c + cp c p + cc c^2 (with ``ctx``, plus ctx (c + p): the item's K/V gathered, docs/validation.md part
+30); ``decode_attn`` call + req B + ctx sum(context);
 ``interp`` piecewise-linear through measured points (Vidur tables: exact at profiled points);
 ``tok_req`` c0 + tok T + req R (``layer_glue``: per-step and per-request work between kernels; with
 ``sq``, plus sq x the sum of each prefill item's tokens squared; with ``dreq``, plus dreq x the decode requests,
@@ -166,7 +167,8 @@ class OpFit:
     def prefill(self, chunk: int, prefix: int) -> float:
         """Seconds of prefill attention for one chunk of ``chunk`` tokens over ``prefix`` cached ones."""
         c = self.coef
-        return c["call"] + c["tok"] * chunk + c["cp"] * chunk * prefix + c["cc"] * chunk * chunk
+        t = c["call"] + c["tok"] * chunk + c["cp"] * chunk * prefix + c["cc"] * chunk * chunk
+        return t + c["ctx"] * (chunk + prefix) if "ctx" in c else t
 
     def tok_req(self, tokens: int, reqs: int) -> float:
         """Seconds for a step of ``tokens`` tokens over ``reqs`` requests (``layer_glue``)."""
