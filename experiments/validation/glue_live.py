@@ -100,11 +100,14 @@ WAYS: dict[str, dict[str, bool]] = {
     "bareheld": {"turnaround_b2b": True, "turnaround_held": True, "charge_live": False, "turnaround_wide": False},
     "wide": {"turnaround_wide": True},  # the line by requests through the wide run's restarts, 1-32 (part 26)
     "wideb2b": {"turnaround_wide": True, "turnaround_wide_b2b": True},  # its back-to-back restarts only (part 28)
-    "tokfix": {"glue_tok_prefill": True},  # the glue's token term from the grid's one-item prefills (part 27)
     "pooled": {"spread_by_gap": False},  # one step-to-step spread table (today's)
     "busy": {"spread_by_gap": True},  # two, split by the gap before the step (part 29; reverted, 29 (b))
     "today": {},  # calibrate's defaults today (``live`` charges the live charges, as before part 25 (b))
-    "ctx": {"attn_ctx": True},  # attn_prefill with a term on each item's context (part 30)
+    # part 30: before it, each of its two changes alone, both (explicit, whatever the defaults)
+    "before30": {"attn_ctx": False, "glue_tok_prefill": False},
+    "ctx": {"attn_ctx": True, "glue_tok_prefill": False},  # attn_prefill with a term on each item's context
+    "tokfix": {"glue_tok_prefill": True, "attn_ctx": False},  # part 27's glue token term (read again, part 30 (b))
+    "both": {"attn_ctx": True, "glue_tok_prefill": True},
 }
 COMPARES = (
     "grid:live",
@@ -122,14 +125,17 @@ COMPARES = (
     "live:tokfix",
     "wide:wideb2b",
     "pooled:busy",
-    "today:tokfix",
-    "today:ctx",
+    "before30:ctx",
+    "before30:tokfix",
+    "before30:both",
+    "ctx:both",
+    "tokfix:both",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 REPLAYABLE = (*TURNAROUNDS, "pooled:busy")  # the mean stage computes alike: the replay's factor holds for both
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
-TTFT_JUDGED = ("live:items", "items:sq", "live:dec", "live:tokfix", "today:tokfix", "today:ctx")  # 22, 27, 30
+TTFT_JUDGED = ("live:items", "items:sq", "live:dec", "live:tokfix", *(c for c in COMPARES if "both" in c or "30" in c))
 PRIMARY_OF = dict.fromkeys(TTFT_JUDGED, "median_ttft_ms")
 BUBBLE = "pipeline_bubble_fraction"
 CLOSER = 0.005  # a reading moves "for" or "against" beyond half a point of TPOT
