@@ -104,7 +104,7 @@ def value(r: dict[str, Any], stat: str) -> float:
 
 
 def fit_all(
-    rows: list[dict[str, Any]], stat: str = "median", attn_ctx: bool = True
+    rows: list[dict[str, Any]], stat: str = "median", attn_ctx: bool = False
 ) -> tuple[dict[str, OpFit], dict[str, dict[str, Any]]]:
     """Every operator's fit on its ``fit`` samples (``attn_ctx``: ``attn_prefill`` with its context term)."""
     fits, stats = {}, {}
@@ -906,7 +906,7 @@ def analyse_and_write(
     glue_per_decode: bool = False,
     glue_tok_prefill: bool = False,
     spread_by_gap: bool = False,
-    attn_ctx: bool = True,
+    attn_ctx: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -929,8 +929,8 @@ def analyse_and_write(
     ``glue_tok_prefill``: the glue's token term from the grid's one-item prefill plans alone (part 27: not adopted).
     ``spread_by_gap``: ``stage_spread`` as two tables split by the gap before the step (:func:`fit_spread`; the default
     from part 29's verdict until part 29 (b) reverted it on its fresh readings; by default one pooled table).
-    ``attn_ctx``: ``attn_prefill`` with a term on each item's context, chunk + prefix (the default since part 30's
-    verdict; ``False``: the form before it)."""
+    ``attn_ctx``: ``attn_prefill`` with a term on each item's context, chunk + prefix (part 30 (a): adopted; (c):
+    reverted on its fresh readings; by default the four-term form)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)

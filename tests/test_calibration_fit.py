@@ -49,6 +49,38 @@ def test_prefill_and_decode_attention_terms():
     assert (d["call"], d["req"], d["ctx"]) == pytest.approx((10e-6, 2e-6, 5e-9), rel=1e-4)
 
 
+def test_prefill_attention_context_term_recovers_work_once_a_call_over_the_items_context():
+    """``ctx`` (docs/validation.md part 30): the engine gathers each item's K/V and expands it to every query head
+    before its matmuls, work in chunk + prefix once a call; the four-term form has no such term and misses a small
+    chunk over a long prefix, the form with it recovers every coefficient."""
+    chunk = np.repeat(np.array([8, 32, 128, 512], float), 4)
+    prefix = np.tile(np.array([0, 128, 512, 2048], float), 4)
+    true = (4e-6, 1e-8, 3e-10, 2e-10, 2e-8)
+    y = true[0] + true[1] * chunk + true[2] * chunk * prefix + true[3] * chunk**2 + true[4] * (chunk + prefix)
+    c = fit_prefill(chunk, prefix, y, ctx=True)
+    assert (c["call"], c["tok"], c["cp"], c["cc"], c["ctx"]) == pytest.approx(true, rel=1e-4)
+    with_ctx = OpFit("attn_prefill", "prefill_attn", "", c)
+    four = OpFit("attn_prefill", "prefill_attn", "", fit_prefill(chunk, prefix, y))
+    assert "ctx" not in four.coef
+    assert with_ctx.prefill(8, 2048) == pytest.approx(y[3], rel=1e-4)
+    assert abs(four.prefill(8, 2048) / y[3] - 1) > 0.2
+    _, cv = fit_op("attn_prefill", "prefill_attn", "", {"chunk": chunk, "prefix": prefix}, y, attn_ctx=True)
+    assert cv["cv_median_abs_rel_err"] < 1e-4
+
+
+def test_a_prefill_fit_without_the_context_term_prices_as_before():
+    """A profile fitted before part 30 has no ``ctx``: its price is the four terms, bit for bit."""
+    coef = {"call": 4e-6, "tok": 1e-8, "cp": 3e-10, "cc": 2e-10}
+    old = OpFit("attn_prefill", "prefill_attn", "", coef)
+    zero = OpFit("attn_prefill", "prefill_attn", "", {**coef, "ctx": 0.0})
+    for c, p in ((1, 0), (16, 0), (8, 1536), (512, 512)):
+        assert old.prefill(c, p) == 4e-6 + 1e-8 * c + 3e-10 * c * p + 2e-10 * c * c
+        assert zero.prefill(c, p) == old.prefill(c, p)
+    assert OpFit("a", "prefill_attn", "", {**coef, "ctx": 1e-8}).prefill(8, 100) == pytest.approx(
+        old.prefill(8, 100) + 1e-8 * 108
+    )
+
+
 def test_cross_validation_reports_error_of_wrong_form():
     """A quadratic fitted as linear: leave-one-out error is large, exact data gives ~0."""
     x = np.array([1, 2, 4, 8, 16, 32, 64], float)

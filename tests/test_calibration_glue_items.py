@@ -115,6 +115,26 @@ def test_a_profile_whose_optional_glue_term_is_not_a_number_is_refused(key, bad)
     assert fit_problem("layer_glue", {**d, "coef": {**d["coef"], key: 1e-9}}) is None
 
 
+def test_calibrate_fits_the_prefill_attention_context_term_only_when_asked(tmp_path):
+    """Part 30 (c) reverted the context term on its fresh readings: ``ppsim calibrate`` fits ``attn_prefill``'s four
+    terms; ``attn_ctx=True`` (``glue_live.py``'s ``ctx`` way) adds ``ctx``."""
+    meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
+    rows = _rows(0.0) + operator_rows()
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "default"))
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "ctx"), attn_ctx=True)
+    coef = {d: json.loads((tmp_path / d / "fits.json").read_text())["attn_prefill"]["coef"] for d in ("default", "ctx")}
+    assert set(coef["default"]) == {"call", "tok", "cp", "cc"}
+    assert "ctx" in coef["ctx"] and coef["ctx"]["ctx"] >= 0
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1e-9, 1e300, "x"])
+def test_a_profile_whose_prefill_attention_context_term_is_not_a_time_is_refused(bad):
+    """``prefill_attn``'s optional ``ctx`` (part 30) is checked as its four terms are: a finite, non-negative size."""
+    d = {"form": "prefill_attn", "coef": {"call": 1e-5, "tok": 1e-7, "cp": 1e-10, "cc": 1e-10, "ctx": bad}}
+    assert "coef ctx" in fit_problem("attn_prefill", d)
+    assert fit_problem("attn_prefill", {**d, "coef": {**d["coef"], "ctx": 2e-8}}) is None
+
+
 def _dec_rows() -> list[dict]:
     """Stage samples of a model whose ``layer_glue`` charges 15 us a decode request and nothing a prefill item."""
     glue = _glue(0.0)

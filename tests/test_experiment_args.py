@@ -837,6 +837,11 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
             "spread_gap_readings_after_plain",
             "for 2, against 3, level 4; other targets worse: median_e2el_ms, p99_e2el_ms: not adopted",
         ),
+        ("attn_ctx_readings", "for 17, against 12, level 16; other targets worse: none: adopted"),  # part 30 (a)
+        ("glue_tokfix_readings_again", "for 17, against 15, level 13; other targets worse: none: adopted"),  # (b)
+        ("attn_ctx_tokfix_readings", "for 14, against 20, level 11; other targets worse: none: not adopted"),
+        ("attn_ctx_readings_after", "for 2, against 2, level 3; other targets worse: none: not adopted"),  # (c)
+        ("attn_ctx_tokfix_readings_after", "for 1, against 2, level 4; other targets worse: none: not adopted"),
         (  # part 27
             "glue_tokfix_readings",
             "for 2, against 7, level 1; other targets worse: output_throughput, p99_ttft_ms, mean_tpot_ms, "
@@ -852,17 +857,38 @@ def test_committed_readings_give_the_verdicts_docs_validation_reports(name, verd
     assert capsys.readouterr().out.strip().splitlines()[-1] == verdict
 
 
+def _refittable_profile(d: Path) -> Path:
+    """:func:`_live_profile` with its live step given the fields a real refit reads."""
+    from calibration.artifact import read_samples, samples_csv
+
+    src = Path(_live_profile(d))
+    rows = [{**r, "gap_s": 0.0, "repeats": 1} if r["split"] == "live1" else r for r in read_samples(src)]
+    (src / "samples.csv").write_text(samples_csv(rows))
+    return src
+
+
+def test_glue_live_part_30_ways_fit_the_attention_context_term_and_the_glue_token_term_as_named(tmp_path):
+    """Part 30's ways are explicit, whatever calibrate's defaults: ``before30`` and ``tokfix`` fit ``attn_prefill``
+    without ``ctx``, ``ctx`` and ``both`` with it; ``tokfix`` and ``both`` take the glue's token term from the grid's
+    one-item prefills (:func:`calibration.calibrate.fit_layer_glue_live`'s ``tok_prefill``)."""
+    import json
+
+    glue_live = importlib.import_module("experiments.validation.glue_live")
+    src = _refittable_profile(tmp_path / "p")
+    for way, ctx in (("before30", False), ("ctx", True), ("tokfix", False), ("both", True)):
+        d = glue_live.refit_copy(src, tmp_path / way, way)
+        assert ("ctx" in json.loads((d / "fits.json").read_text())["attn_prefill"]["coef"]) is ctx, way
+    assert glue_live.WAYS["today"] == {} and {"before30:ctx", "ctx:both"} <= set(glue_live.COMPARES)
+    assert glue_live.PRIMARY_OF["before30:ctx"] == glue_live.PRIMARY_OF["ctx:both"] == "median_ttft_ms"
+
+
 def test_glue_live_ways_charge_the_live_charges_or_record_them(tmp_path):
     """``--compare live:bare`` (part 25): the ``live`` copy is refitted with the live charges charged (as every
     calibration until part 25 (b)), ``bare`` and ``bareheld`` with them recorded only; the profile is untouched."""
     import json
 
-    from calibration.artifact import read_samples, samples_csv
-
     glue_live = importlib.import_module("experiments.validation.glue_live")
-    src = Path(_live_profile(tmp_path / "p"))  # its live step with the fields a real refit reads
-    rows = [{**r, "gap_s": 0.0, "repeats": 1} if r["split"] == "live1" else r for r in read_samples(src)]
-    (src / "samples.csv").write_text(samples_csv(rows))
+    src = _refittable_profile(tmp_path / "p")
     for way, kind in (("live", "charged"), ("bare", "recorded"), ("bareheld", "recorded")):
         d = glue_live.refit_copy(src, tmp_path / way, way)
         assert json.loads((d / "meta.json").read_text())["live_charges"] == kind

@@ -51,10 +51,18 @@ pooled:busy`` the step-to-step spread as one table against two split by the gap 
 ``experiments/validation/spread_gap_readings_{replay,plain}.csv`` hold its readings (MoE rounds 60-62, seed 80),
 ``spread_gap_readings_insample.csv`` those of rounds 54-59, which the form was found on, and
 ``spread_gap_readings_after{,_plain}.csv`` the fresh readings of part 29 (b), rounds 63-65, which reverted it.
+``--compare before30:ctx`` (part 30 (a)) the model before part 30 against ``attn_prefill`` with its context term
+(adopted by (a), reverted by (c) on its fresh readings, ``attn_ctx_readings_after.csv``); ``before30:tokfix`` part
+27's token term read again against the same base (part 30 (b): part 27's ``live:tokfix`` refitted its base with the
+live charges charged since part 25 (b), its new way without them); ``ctx:both`` the token term on top of the context
+term. Each way names both switches, so the readings hold
+whatever calibrate's defaults: ``attn_ctx_readings.csv``, ``glue_tokfix_readings_again.csv`` and
+``attn_ctx_tokfix_readings.csv`` (MoE rounds 54-67, seeds 79-81). ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
-                   b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy]
+                   b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
+                   before30:ctx|before30:tokfix|before30:both|ctx:both|tokfix:both]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
