@@ -54,15 +54,16 @@ pooled:busy`` the step-to-step spread as one table against two split by the gap 
 ``--compare before30:ctx`` (part 30 (a)) the model before part 30 against ``attn_prefill`` with its context term
 (adopted by (a), reverted by (c) on its fresh readings, ``attn_ctx_readings_after.csv``); ``before30:tokfix`` part
 27's token term read again against the same base (part 30 (b): part 27's ``live:tokfix`` refitted its base with the
-live charges charged since part 25 (b), its new way without them); ``ctx:both`` the token term on top of the context
-term. Each way names both switches, so the readings hold
-whatever calibrate's defaults: ``attn_ctx_readings.csv``, ``glue_tokfix_readings_again.csv`` and
-``attn_ctx_tokfix_readings.csv`` (MoE rounds 54-67, seeds 79-81). ``today`` is calibrate's defaults.
+live charges charged since part 25 (b), its new way without them); ``before30:both`` the two together and ``ctx:both``
+the token term on top of the context term. Each way names both switches, so the readings hold whatever calibrate's
+defaults: ``attn_ctx_readings.csv``, ``glue_tokfix_readings_again.csv`` and ``attn_ctx_tokfix_readings.csv`` (MoE
+rounds 54-67, seeds 79-81), ``attn_ctx_readings_after.csv`` and ``attn_ctx_tokfix_readings_after.csv`` (rounds 68-69,
+seed 82). ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
-                   before30:ctx|before30:tokfix|before30:both|ctx:both|tokfix:both]
+                   before30:ctx|before30:tokfix|before30:both|ctx:both]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -137,7 +138,6 @@ COMPARES = (
     "before30:tokfix",
     "before30:both",
     "ctx:both",
-    "tokfix:both",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 REPLAYABLE = (*TURNAROUNDS, "pooled:busy")  # the mean stage computes alike: the replay's factor holds for both
