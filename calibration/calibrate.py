@@ -141,6 +141,7 @@ def _ols_tok_req(
     weight: list[float] | None = None,
     sq: list[float] | None = None,
     per_decode: bool = False,
+    prefill_step: list[float] | None = None,
 ) -> OpFit:
     """Least squares of ``y`` on (1, tokens, requests): the ``tok_req`` form. With ``scale`` (one positive
     number per sample), the residuals are divided by it first: least squares of relative errors. With
@@ -148,8 +149,14 @@ def _ols_tok_req(
     items of their tokens squared), a fourth term ``sq`` x that, held at zero or more: where the fit gives it
     a negative coefficient it is refitted without it (``sq`` 0). ``per_decode``: ``R`` counts each sample's decode
     requests only, and its coefficient is ``dreq`` (``req`` 0): a prefill item costs no work of its own beyond its
-    operators and tokens (docs/validation.md, part 22)."""
-    cols = [np.ones(len(T)), np.array(T, dtype=float), np.array(R, dtype=float)]
+    operators and tokens (docs/validation.md, part 22). ``prefill_step`` (each sample 1 where its plan holds a prefill
+    item, else 0): least squares on (1, decode requests ``R``, that) instead, coefficients ``c0``, ``dreq`` and
+    ``pstep`` (``tok`` and ``req`` 0): a step's prefill items cost one charge, their tokens none beyond their
+    operators (part 31)."""
+    if prefill_step is None:
+        cols = [np.ones(len(T)), np.array(T, dtype=float), np.array(R, dtype=float)]
+    else:
+        cols = [np.ones(len(R)), np.array(R, dtype=float), np.array(prefill_step, dtype=float)]
     if sq is not None:
         cols.append(np.array(sq, dtype=float))
     A = np.column_stack(cols)
@@ -160,6 +167,10 @@ def _ols_tok_req(
     if scale is not None or weight is not None:
         A, b = A * w[:, None], b * w
     c, *_ = np.linalg.lstsq(A, b, rcond=None)
+    if prefill_step is not None:
+        return OpFit(
+            name, "tok_req", "", {"c0": float(c[0]), "tok": 0.0, "req": 0.0, "dreq": float(c[1]), "pstep": float(c[2])}
+        )
     if sq is not None and c[3] < 0:
         c = [*np.linalg.lstsq(A[:, :3], b, rcond=None)[0], 0.0]
     coef = {"c0": float(c[0]), "tok": float(c[1]), "req": float(c[2])}
@@ -168,6 +179,11 @@ def _ols_tok_req(
     if sq is not None:
         coef["sq"] = float(c[3])
     return OpFit(name, "tok_req", "", coef)
+
+
+def has_prefill(plan: StepPlan) -> float:
+    """1 where ``plan`` holds a prefill item, else 0: what ``layer_glue``'s ``pstep`` term counts (part 31)."""
+    return 1.0 if any(it.is_prefill for it in plan.items) else 0.0
 
 
 def prefill_sq(plan: StepPlan) -> float:
@@ -204,6 +220,7 @@ def fit_stage_glue(
     sq: bool = False,
     per_decode: bool = False,
     tok_prefill: bool = False,
+    prefill_step: bool = False,
 ) -> tuple[dict[str, OpFit], list[dict[str, Any]]]:
     """The glue between the operators and the engine's stage steps, in three least-squares fits on
     (1, tokens, requests): ``layer_glue`` per layer from middle stages (measured minus the operators'
@@ -217,7 +234,8 @@ def fit_stage_glue(
     ``experiments/validation/glue_fit.py`` compares the two on finished runs. ``sq``: ``layer_glue`` also on
     the plan's prefill items' tokens squared; ``per_decode``: its request term over decode requests only
     (:func:`_ols_tok_req`; docs/validation.md, part 22); ``tok_prefill``: with ``live``, its token term from the
-    grid's one-item prefill plans (:func:`fit_layer_glue_live`, part 27)."""
+    grid's one-item prefill plans (:func:`fit_layer_glue_live`, part 27); ``prefill_step``: ``layer_glue`` on (1, decode
+    requests, holds a prefill item) instead (:func:`_ols_tok_req`, part 31)."""
     out: dict[str, OpFit] = {}
     gaps: list[dict[str, Any]] = []
     for name, kind in (("layer_glue", "stage_mid"), ("first_glue", "stage_first"), ("last_glue", "stage_last")):
@@ -226,14 +244,15 @@ def fit_stage_glue(
             continue
         cost = ProfiledCost(Profile(meta, {**fits, **out}), shape, None, 1)
         glue_fit = name == "layer_glue"
-        T, R, y, scale, S = [], [], [], [], []
+        T, R, y, scale, S, P = [], [], [], [], [], []
         for r in sel:
             spec, plan, measured = stage_spec(r), plan_of(r["items"]), value(r, stat)
             pred = cost.stage_time(spec, plan)
             per = spec.num_layers if glue_fit else 1
             T.append(r["tokens"])
-            R.append(decode_reqs(plan) if per_decode and glue_fit else r["reqs"])
+            R.append(decode_reqs(plan) if (per_decode or prefill_step) and glue_fit else r["reqs"])
             S.append(prefill_sq(plan))
+            P.append(has_prefill(plan))
             y.append((measured - pred) / per)
             scale.append(measured / per)  # residual / scale = the stage step's relative error
             gaps.append(
@@ -247,11 +266,18 @@ def fit_stage_glue(
             )
         with_sq = S if sq and glue_fit else None
         out[name] = _ols_tok_req(
-            name, T, R, y, scale if relative else None, sq=with_sq, per_decode=per_decode and glue_fit
+            name,
+            T,
+            R,
+            y,
+            scale if relative else None,
+            sq=with_sq,
+            per_decode=per_decode and glue_fit,
+            prefill_step=P if prefill_step and glue_fit else None,
         )
     if live and "layer_glue" in out:
         out["layer_glue"] = fit_layer_glue_live(
-            fits, meta, shape, rows, live, stat, out, relative, sq, per_decode, tok_prefill
+            fits, meta, shape, rows, live, stat, out, relative, sq, per_decode, tok_prefill, prefill_step
         )
     return out, gaps
 
@@ -268,6 +294,7 @@ def fit_layer_glue_live(
     sq: bool = False,
     per_decode: bool = False,
     tok_prefill: bool = False,
+    prefill_step: bool = False,
 ) -> OpFit:
     """``layer_glue`` fitted on the grid's middle stages and on calibration's live engine steps timed alone
     (``alone_s``: whole stages of one and two-stage pipelines, ends included, priced with ``ends``' glues),
@@ -279,25 +306,29 @@ def fit_layer_glue_live(
     percent at 13-20 (docs/validation.md, part 18). ``tok_prefill`` (part 27, not adopted): the token term first, from
     the grid's plans of one prefill item alone (:func:`one_prefill`: 1 request, 64-512 tokens; relative least squares
     on (1, tokens), held at 0 or more), then the constant and the request term on every sample with it held: the
-    decodes, most of the samples, have as many tokens as requests and cannot split the two."""
+    decodes, most of the samples, have as many tokens as requests and cannot split the two. ``prefill_step`` (part 31):
+    on (1, decode requests, holds a prefill item) instead, at the same weights."""
     zero = OpFit("layer_glue", "tok_req", "", {"c0": 0.0, "tok": 0.0, "req": 0.0})
     cost = ProfiledCost(Profile(meta, {**fits, **ends, "layer_glue": zero}), shape, None, 1)
     sets = (
         [(r, value(r, stat)) for r in rows if r["op"] == "stage_mid"],
         [(r, float(r["alone_s"])) for r in live if int(r.get("layers", 0)) > 0],
     )
-    T, R, y, scale, weight, S, alone = [], [], [], [], [], [], []
+    T, R, y, scale, weight, S, alone, P = [], [], [], [], [], [], [], []
     for k, sel in enumerate(sets):
         for r, measured in sel:
             spec, plan = stage_spec(r), plan_of(r["items"])
             per = spec.num_layers * stage_layers_ratio(fits.get("stage_layers"), spec.num_layers)  # where charged
             T.append(plan.num_tokens)
-            R.append(decode_reqs(plan) if per_decode else plan.num_reqs)
+            R.append(decode_reqs(plan) if per_decode or prefill_step else plan.num_reqs)
             S.append(prefill_sq(plan))
+            P.append(has_prefill(plan))
             y.append((measured - cost.stage_time(spec, plan)) / per)
             scale.append(measured / per)
             weight.append(1.0 / len(sel))
             alone.append(k == 0 and one_prefill(plan))
+    if prefill_step:
+        return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight, prefill_step=P)
     if not tok_prefill or sum(alone) < 2:
         return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight, S if sq else None, per_decode)
     pick = [i for i, a in enumerate(alone) if a]
@@ -907,6 +938,7 @@ def analyse_and_write(
     glue_tok_prefill: bool = False,
     spread_by_gap: bool = False,
     attn_ctx: bool = False,
+    glue_prefill_step: bool = True,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -930,7 +962,10 @@ def analyse_and_write(
     ``spread_by_gap``: ``stage_spread`` as two tables split by the gap before the step (:func:`fit_spread`; the default
     from part 29's verdict until part 29 (b) reverted it on its fresh readings; by default one pooled table).
     ``attn_ctx``: ``attn_prefill`` with a term on each item's context, chunk + prefix (part 30 (a): adopted; (c):
-    reverted on its fresh readings; by default the four-term form)."""
+    reverted on its fresh readings; by default the four-term form). ``glue_prefill_step`` (the default from part 31
+    (a)'s verdict): ``layer_glue`` charges a step holding a prefill item once (``pstep``) and its decode requests
+    (``dreq``), no token term; ``False`` the (1, tokens, requests) glue before it, as ``glue_sq``, ``glue_per_decode``
+    and ``glue_tok_prefill`` each do."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -940,7 +975,17 @@ def analyse_and_write(
         stage_rows = [r for r in rows if r["split"] == "stage" and (multi_items or not multi_item(r))]
         alone = timed_alone(rows) if glue_live else None
         glue, gaps = fit_stage_glue(
-            fits, meta, shape, stage_rows, stat, relative_glue, alone, glue_sq, glue_per_decode, glue_tok_prefill
+            fits,
+            meta,
+            shape,
+            stage_rows,
+            stat,
+            relative_glue,
+            alone,
+            glue_sq,
+            glue_per_decode,
+            glue_tok_prefill,
+            glue_prefill_step and not (glue_sq or glue_per_decode or glue_tok_prefill),  # those name their own form
         )
         note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
         if not relative_glue:

@@ -19,6 +19,10 @@ TRUE = {
     "first_glue": {"c0": 50e-6, "tok": 0.1e-6, "req": 1e-6},
     "last_glue": {"c0": 300e-6, "tok": 0.0, "req": 25e-6},
 }
+PRESTEP = {  # part 31's layer glue: decode requests and one charge a step holding a prefill item, no token term
+    **TRUE,
+    "layer_glue": {"c0": 20e-6, "tok": 0.0, "req": 0.0, "dreq": 6e-6, "pstep": 400e-6},
+}
 
 
 def base_fits() -> dict[str, OpFit]:
@@ -26,11 +30,11 @@ def base_fits() -> dict[str, OpFit]:
     return {k: fit_from_json(k, v) for k, v in _fits().items() if k != "layer_glue"}
 
 
-def synthetic_rows(stat_key: str = "mean_s") -> list[dict]:
-    """Stage samples as a profile with the TRUE glue predicts them, for 3 layers from layer 0."""
+def synthetic_rows(stat_key: str = "mean_s", true: dict[str, dict[str, float]] = TRUE) -> list[dict]:
+    """Stage samples as a profile with the ``true`` glue (TRUE) predicts them, for 3 layers from layer 0."""
     from calibration.calibrate import KINDS, plan_of
 
-    glue = {k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}
+    glue = {k: OpFit(k, "tok_req", "", c) for k, c in true.items()}
     cost = ProfiledCost(Profile({}, {**base_fits(), **glue}), SHAPE, None, 1)
     rows = []
     for kind in ("stage_first", "stage_mid", "stage_last"):
@@ -138,12 +142,53 @@ def test_analyse_and_write_fits_the_glue_from_stage_rows(tmp_path):
     meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
     rows = synthetic_rows() + operator_rows()
     out = tmp_path / "out"
-    analyse_and_write(rows, SHAPE, meta, str(out))
+    analyse_and_write(rows, SHAPE, meta, str(out), glue_prefill_step=False)  # the glue before part 31
     prof = read_profile(out)
     assert {"first_glue", "last_glue", "layer_glue"} <= set(prof.fits)
     assert prof.meta["layer_gap"]["plans"][0]["stage"] == "stage_mid"
     for name, coef in TRUE.items():  # refitted operators reproduce the synthetic ones: so does the glue
         assert prof.fits[name].coef["c0"] == pytest.approx(coef["c0"], rel=0.05, abs=2e-6), name
+
+
+def test_analyse_and_write_fits_the_prefill_step_glue_by_default():
+    """Part 31 (a): by default ``layer_glue`` is c0 + dreq x decode requests + pstep on a step holding a prefill item
+    (no token term); from stage steps made with such a glue it recovers its three terms and the ends' glue."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        meta = dict(read_profile(_write(Path(d) / "src")).meta, statistic="mean")
+        analyse_and_write(synthetic_rows(true=PRESTEP) + operator_rows(), SHAPE, meta, str(Path(d) / "out"))
+        fits = read_profile(Path(d) / "out").fits
+    got = fits["layer_glue"].coef
+    assert got["tok"] == got["req"] == 0.0
+    for k in ("c0", "dreq", "pstep"):
+        assert got[k] == pytest.approx(PRESTEP["layer_glue"][k], rel=0.05, abs=1e-7), k
+    for name in ("first_glue", "last_glue"):
+        assert fits[name].coef["c0"] == pytest.approx(PRESTEP[name]["c0"], rel=0.05, abs=2e-6), name
+
+
+def test_the_prefill_step_glue_is_charged_once_a_step_that_holds_a_prefill_item():
+    """``pstep`` is charged once a layer on a step with any prefill item, however many items or tokens it holds, and
+    not on a decode-only step; ``dreq`` on each decode request; a glue without ``pstep`` prices as before."""
+    from calibration.calibrate import plan_of
+
+    stage = StageSpec(0, 0, 3, False, False)
+
+    def cost(coef: dict[str, float]) -> ProfiledCost:
+        glue = OpFit("layer_glue", "tok_req", "", coef)
+        return ProfiledCost(Profile({}, {**base_fits(), "layer_glue": glue}), SHAPE, None, 1)
+
+    base = {"c0": 20e-6, "tok": 0.0, "req": 0.0, "dreq": 6e-6}
+    with_step, without = cost({**base, "pstep": 400e-6}), cost(base)
+    for items in ("0:16", "0:16;" * 31 + "0:16", "0:512", "0:32;300:1;77:1"):
+        plan = plan_of(items)
+        extra = with_step.stage_time(stage, plan) - without.stage_time(stage, plan)
+        assert extra == pytest.approx(3 * 400e-6), items
+    decodes = plan_of("127:1;200:1;50:1")
+    assert with_step.stage_time(stage, decodes) == without.stage_time(stage, decodes)
+    no_dreq = cost({"c0": 20e-6, "tok": 0.0, "req": 0.0})
+    assert without.stage_time(stage, decodes) - no_dreq.stage_time(stage, decodes) == pytest.approx(3 * 3 * 6e-6)
 
 
 def test_idle_fit_is_per_layer_extra_time_over_back_to_back_and_never_decreases():

@@ -100,7 +100,7 @@ def test_fits_without_the_many_item_plans_leave_them_out_of_the_glue(tmp_path):
     meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
     rows = _rows(2e-9) + operator_rows()
     analyse_and_write(rows, SHAPE, meta, str(tmp_path / "all"), glue_sq=True, multi_items=True)
-    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "single"))
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "single"), glue_prefill_step=False)
     plans = {d: {g["plan"] for g in read_profile(tmp_path / d).meta["layer_gap"]["plans"]} for d in ("all", "single")}
     assert set(MANY[:2]) <= plans["all"] and not plans["single"] & {MANY[0], MANY[1], MANY[4]}
     coef = {d: json.loads((tmp_path / d / "fits.json").read_text())["layer_glue"]["coef"] for d in ("all", "single")}

@@ -842,6 +842,7 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("attn_ctx_tokfix_readings", "for 14, against 20, level 11; other targets worse: none: not adopted"),
         ("attn_ctx_readings_after", "for 2, against 2, level 3; other targets worse: none: not adopted"),  # (c)
         ("attn_ctx_tokfix_readings_after", "for 1, against 2, level 4; other targets worse: none: not adopted"),
+        ("prestep_readings", "for 25, against 23, level 4; other targets worse: none: adopted"),  # part 31 (a)
         (  # part 27
             "glue_tokfix_readings",
             "for 2, against 7, level 1; other targets worse: output_throughput, p99_ttft_ms, mean_tpot_ms, "
@@ -880,6 +881,33 @@ def test_glue_live_part_30_ways_fit_the_attention_context_term_and_the_glue_toke
         assert ("ctx" in json.loads((d / "fits.json").read_text())["attn_prefill"]["coef"]) is ctx, way
     assert glue_live.WAYS["today"] == {} and {"before30:ctx", "ctx:both"} <= set(glue_live.COMPARES)
     assert glue_live.PRIMARY_OF["before30:ctx"] == glue_live.PRIMARY_OF["ctx:both"] == "median_ttft_ms"
+
+
+def test_glue_live_part_31_ways_fit_the_glue_before_it_or_the_prefill_step_glue(tmp_path):
+    """Part 31: ``prestep`` fits ``layer_glue`` with ``pstep`` and ``dreq`` and no token term; ``before31`` and every
+    earlier way the (1, tokens, requests) glue their readings were taken with; ``today`` calibrate's default."""
+    import json
+
+    from calibration.calibrate import analyse_and_write
+    from ppsim.cost.profiled import read_profile
+    from tests.test_calibration_glue import PRESTEP, SHAPE, operator_rows, synthetic_rows
+    from tests.test_calibration_profiled import _write
+
+    glue_live = importlib.import_module("experiments.validation.glue_live")
+    meta = dict(read_profile(_write(tmp_path / "ops")).meta, statistic="mean")
+    src = tmp_path / "p"  # stage steps of the grid (the shipped profile has none)
+    analyse_and_write(synthetic_rows(true=PRESTEP) + operator_rows(), SHAPE, meta, str(src))
+
+    def glue(way: str) -> dict[str, float]:
+        d = glue_live.refit_copy(src, tmp_path / way, way)
+        return json.loads((d / "fits.json").read_text())["layer_glue"]["coef"]
+
+    new = glue("prestep")
+    assert "pstep" in new and "dreq" in new and new["tok"] == new["req"] == 0.0
+    for way in ("before31", "live", "before30", "grid"):
+        assert "pstep" not in glue(way), way
+    assert "pstep" in glue("today")  # the default since part 31 (a)
+    assert glue_live.PRIMARY_OF["before31:prestep"] == "median_ttft_ms"
 
 
 def test_glue_live_ways_charge_the_live_charges_or_record_them(tmp_path):

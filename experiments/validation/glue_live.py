@@ -58,12 +58,14 @@ live charges charged since part 25 (b), its new way without them); ``before30:bo
 the token term on top of the context term. Each way names both switches, so the readings hold whatever calibrate's
 defaults: ``attn_ctx_readings.csv``, ``glue_tokfix_readings_again.csv`` and ``attn_ctx_tokfix_readings.csv`` (MoE
 rounds 54-67, seeds 79-81), ``attn_ctx_readings_after.csv`` and ``attn_ctx_tokfix_readings_after.csv`` (rounds 68-69,
-seed 82). ``today`` is calibrate's defaults.
+seed 82). ``--compare before31:prestep`` (part 31) the glue before it against ``layer_glue`` charging a step that holds
+a prefill item once and its decode requests, no token term (``calibrate.analyse_and_write(...,
+glue_prefill_step=True)``). ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
-                   before30:ctx|before30:tokfix|before30:both|ctx:both]
+                   before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -117,6 +119,9 @@ WAYS: dict[str, dict[str, bool]] = {
     "ctx": {"attn_ctx": True, "glue_tok_prefill": False},  # attn_prefill with a term on each item's context
     "tokfix": {"glue_tok_prefill": True, "attn_ctx": False},  # part 27's glue token term (read again, part 30 (b))
     "both": {"attn_ctx": True, "glue_tok_prefill": True},
+    # part 31: the glue as before it, and charging a step with a prefill item once (no token term)
+    "before31": {"attn_ctx": False, "glue_tok_prefill": False, "glue_prefill_step": False},
+    "prestep": {"attn_ctx": False, "glue_tok_prefill": False, "glue_prefill_step": True},
 }
 COMPARES = (
     "grid:live",
@@ -138,12 +143,20 @@ COMPARES = (
     "before30:tokfix",
     "before30:both",
     "ctx:both",
+    "before31:prestep",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 REPLAYABLE = (*TURNAROUNDS, "pooled:busy")  # the mean stage computes alike: the replay's factor holds for both
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
-TTFT_JUDGED = ("live:items", "items:sq", "live:dec", "live:tokfix", *(c for c in COMPARES if "both" in c or "30" in c))
+TTFT_JUDGED = (
+    "live:items",
+    "items:sq",
+    "live:dec",
+    "live:tokfix",
+    *(c for c in COMPARES if "both" in c or "30" in c),
+    "before31:prestep",
+)
 PRIMARY_OF = dict.fromkeys(TTFT_JUDGED, "median_ttft_ms")
 BUBBLE = "pipeline_bubble_fraction"
 CLOSER = 0.005  # a reading moves "for" or "against" beyond half a point of TPOT
@@ -152,10 +165,12 @@ WORSE = {BUBBLE: 0.01}  # how far another target's median |error| may worsen (1 
 
 def refit_copy(profile: Path, dst: Path, way: str) -> Path:
     """``profile`` copied to ``dst`` and refitted with the glue fitted ``way`` (``bare`` and ``bareheld``: the live
-    charges recorded, not charged; ``live`` charged, as before part 25 (b))."""
+    charges recorded, not charged; ``live`` charged, as before part 25 (b)). Every way but ``today`` and those that
+    name it fits the (1, tokens, requests) glue its readings were taken with, not part 31's ``prestep``."""
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(profile, dst)
-    cal.refit(str(dst), **WAYS[way])
+    before31 = {} if way == "today" else {"glue_prefill_step": False}
+    cal.refit(str(dst), **{**before31, **WAYS[way]})
     return dst
 
 
@@ -228,6 +243,7 @@ def glue_live(args: argparse.Namespace) -> None:
         turn += f" up to {t.coef['n_max']:.0f} req" if t is not None and "n_max" in t.coef else ""
         share = f", sq {c['sq'] * 1e3:.3f} us per 1000 squared tokens" if "sq" in c else ""
         share += f", dreq {c['dreq']:6.2f} us a decode request" if "dreq" in c else ""
+        share += f", pstep {c['pstep']:7.1f} us a prefill step" if "pstep" in c else ""
         sp = fits.get("stage_spread")
         if sp is not None and "ys_idle" in sp.coef:  # part 29's two tables
             sds = (statistics.pstdev(sp.coef[k]) for k in ("ys", "ys_idle"))

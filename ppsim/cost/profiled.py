@@ -71,7 +71,7 @@ call + tok c + cp c p + cc c^2 (with ``ctx``, plus ctx (c + p): the item's K/V g
 ``interp`` piecewise-linear through measured points (Vidur tables: exact at profiled points);
 ``tok_req`` c0 + tok T + req R (``layer_glue``: per-step and per-request work between kernels; with
 ``sq``, plus sq x the sum of each prefill item's tokens squared; with ``dreq``, plus dreq x the decode requests,
-docs/validation.md part 22);
+docs/validation.md part 22; with ``pstep``, plus pstep on a step holding a prefill item, part 31);
 ``tok_exp`` c0 + pair P + exp N (``moe_experts``: P (token, expert) pairs over N distinct experts).
 """
 
@@ -406,6 +406,7 @@ class ProfiledCost:
         tok_req = glue is not None and glue.form == "tok_req"
         self._glue_sq = glue.coef.get("sq", 0.0) if tok_req else 0.0
         self._glue_dreq = glue.coef.get("dreq", 0.0) if tok_req else 0.0  # seconds per decode request (part 22)
+        self._glue_pstep = glue.coef.get("pstep", 0.0) if tok_req else 0.0  # seconds per prefill step (part 31)
         self.moe_skew = moe_skew
         self.expert_load: list[float] = []
         self._touched: dict[int, float] = {}
@@ -488,6 +489,8 @@ class ProfiledCost:
                     n_dec += 1
             if self._glue_sq:
                 t += self._glue_sq * sq
+            if self._glue_pstep:
+                t += self._glue_pstep
         else:  # no prefill item (a prefill item has at least one token)
             n_dec = R
         if n_dec:
