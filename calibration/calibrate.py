@@ -938,7 +938,7 @@ def analyse_and_write(
     glue_tok_prefill: bool = False,
     spread_by_gap: bool = False,
     attn_ctx: bool = False,
-    glue_prefill_step: bool = True,
+    glue_prefill_step: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -962,10 +962,10 @@ def analyse_and_write(
     ``spread_by_gap``: ``stage_spread`` as two tables split by the gap before the step (:func:`fit_spread`; the default
     from part 29's verdict until part 29 (b) reverted it on its fresh readings; by default one pooled table).
     ``attn_ctx``: ``attn_prefill`` with a term on each item's context, chunk + prefix (part 30 (a): adopted; (c):
-    reverted on its fresh readings; by default the four-term form). ``glue_prefill_step`` (the default from part 31
-    (a)'s verdict): ``layer_glue`` charges a step holding a prefill item once (``pstep``) and its decode requests
-    (``dreq``), no token term; ``False`` the (1, tokens, requests) glue before it, as ``glue_sq``, ``glue_per_decode``
-    and ``glue_tok_prefill`` each do."""
+    reverted on its fresh readings; by default the four-term form). ``glue_prefill_step``: ``layer_glue`` charges a step
+    holding a prefill item once (``pstep``) and its decode requests (``dreq``), no token term (part 31 (a): adopted;
+    (c): reverted on its fresh readings; by default the (1, tokens, requests) glue, as ``glue_sq``, ``glue_per_decode``
+    and ``glue_tok_prefill`` each name their own form)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)

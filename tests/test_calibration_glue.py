@@ -150,16 +150,20 @@ def test_analyse_and_write_fits_the_glue_from_stage_rows(tmp_path):
         assert prof.fits[name].coef["c0"] == pytest.approx(coef["c0"], rel=0.05, abs=2e-6), name
 
 
-def test_analyse_and_write_fits_the_prefill_step_glue_by_default():
-    """Part 31 (a): by default ``layer_glue`` is c0 + dreq x decode requests + pstep on a step holding a prefill item
-    (no token term); from stage steps made with such a glue it recovers its three terms and the ends' glue."""
+def test_analyse_and_write_fits_the_prefill_step_glue_where_asked():
+    """Part 31: with ``glue_prefill_step`` ``layer_glue`` is c0 + dreq x decode requests + pstep on a step holding a
+    prefill item (no token term); from stage steps made with such a glue it recovers its three terms and the ends'
+    glue. By default (part 31 (c)) the (1, tokens, requests) glue: no ``pstep``."""
     import tempfile
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as d:
         meta = dict(read_profile(_write(Path(d) / "src")).meta, statistic="mean")
-        analyse_and_write(synthetic_rows(true=PRESTEP) + operator_rows(), SHAPE, meta, str(Path(d) / "out"))
+        rows = synthetic_rows(true=PRESTEP) + operator_rows()
+        analyse_and_write(rows, SHAPE, meta, str(Path(d) / "out"), glue_prefill_step=True)
+        analyse_and_write(rows, SHAPE, meta, str(Path(d) / "default"))
         fits = read_profile(Path(d) / "out").fits
+        assert "pstep" not in read_profile(Path(d) / "default").fits["layer_glue"].coef
     got = fits["layer_glue"].coef
     assert got["tok"] == got["req"] == 0.0
     for k in ("c0", "dreq", "pstep"):

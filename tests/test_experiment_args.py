@@ -843,6 +843,10 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("attn_ctx_readings_after", "for 2, against 2, level 3; other targets worse: none: not adopted"),  # (c)
         ("attn_ctx_tokfix_readings_after", "for 1, against 2, level 4; other targets worse: none: not adopted"),
         ("prestep_readings", "for 25, against 23, level 4; other targets worse: none: adopted"),  # part 31 (a)
+        (  # part 31 (c)
+            "prestep_readings_after",
+            "for 3, against 3, level 1; other targets worse: median_e2el_ms: not adopted",
+        ),
         (  # part 27
             "glue_tokfix_readings",
             "for 2, against 7, level 1; other targets worse: output_throughput, p99_ttft_ms, mean_tpot_ms, "
@@ -885,7 +889,8 @@ def test_glue_live_part_30_ways_fit_the_attention_context_term_and_the_glue_toke
 
 def test_glue_live_part_31_ways_fit_the_glue_before_it_or_the_prefill_step_glue(tmp_path):
     """Part 31: ``prestep`` fits ``layer_glue`` with ``pstep`` and ``dreq`` and no token term; ``before31`` and every
-    earlier way the (1, tokens, requests) glue their readings were taken with; ``today`` calibrate's default."""
+    earlier way the (1, tokens, requests) glue their readings were taken with; ``today`` calibrate's default (part 31
+    (c): the (1, tokens, requests) glue again)."""
     import json
 
     from calibration.calibrate import analyse_and_write
@@ -906,7 +911,7 @@ def test_glue_live_part_31_ways_fit_the_glue_before_it_or_the_prefill_step_glue(
     assert "pstep" in new and "dreq" in new and new["tok"] == new["req"] == 0.0
     for way in ("before31", "live", "before30", "grid"):
         assert "pstep" not in glue(way), way
-    assert "pstep" in glue("today")  # the default since part 31 (a)
+    assert "pstep" not in glue("today")  # the default again since part 31 (c)
     assert glue_live.PRIMARY_OF["before31:prestep"] == "median_ttft_ms"
 
 
@@ -921,3 +926,88 @@ def test_glue_live_ways_charge_the_live_charges_or_record_them(tmp_path):
         d = glue_live.refit_copy(src, tmp_path / way, way)
         assert json.loads((d / "meta.json").read_text())["live_charges"] == kind
     assert "live_charges" not in json.loads((src / "meta.json").read_text())
+
+
+# --- experiments/validation/class_balance.py ------------------------------------------------------------
+
+
+def test_class_balance_reads_the_plans_the_engine_launched_into_stage_0(tmp_path):
+    """``actions.csv`` as step id -> plan: a prefill plan's items are prefills, a mixed plan's one-token items after
+    a prefix decodes, later stages' rows skipped."""
+    cb = importlib.import_module("experiments.validation.class_balance")
+    path = tmp_path / "actions.csv"
+    path.write_text(
+        "step,stage,kind,requests,tokens\n"
+        "0,0,prefill,0:0:16 1:0:16,32\n"
+        "1,0,mixed,0:16:1 2:0:8,9\n"
+        "1,1,mixed,0:16:1 2:0:8,9\n"
+        "2,0,decode,0:17:1 1:16:1,2\n"
+    )
+    plans = cb.launched_plans(path)
+    assert sorted(plans) == [0, 1, 2]
+    assert [it.is_prefill for it in plans[0].items] == [True, True]
+    assert [it.is_prefill for it in plans[1].items] == [False, True] and plans[1].num_prefill_tokens == 8
+    assert plans[2].num_prefill_tokens == 0 and plans[2].num_reqs == 2
+
+
+def test_class_balance_is_each_ways_prefill_speed_over_its_decode_speed():
+    """Measured over predicted per class, prefill over decode, each way's prediction the recorded one moved by its
+    stage time minus the run profile's; a way that prices the prefill computes 2 ms dearer halves their speed here."""
+    from calibration.calibrate import plan_of
+
+    cb = importlib.import_module("experiments.validation.class_balance")
+
+    class Cost:
+        def __init__(self, prefill_s: float) -> None:
+            self.prefill_s = prefill_s
+
+        def stage_time(self, stage: int, plan) -> float:
+            return self.prefill_s if plan.num_prefill_tokens else 0.001
+
+    plans = {0: {0: plan_of("0:16"), 1: plan_of("16:1"), 2: plan_of("17:1")}}
+    steps = [
+        {
+            "run": "0",
+            "stage": "0",
+            "step_id": "0",
+            "num_prefill_tokens": "16",
+            "measured_s": "0.004",
+            "predicted_s": "0.002",
+        },
+        {
+            "run": "0",
+            "stage": "0",
+            "step_id": "1",
+            "num_prefill_tokens": "0",
+            "measured_s": "0.002",
+            "predicted_s": "0.001",
+        },
+        {
+            "run": "0",
+            "stage": "0",
+            "step_id": "2",
+            "num_prefill_tokens": "0",
+            "measured_s": "0.002",
+            "predicted_s": "0.001",
+        },
+        {
+            "run": "1",
+            "stage": "0",
+            "step_id": "0",
+            "num_prefill_tokens": "16",
+            "measured_s": "9.0",
+            "predicted_s": "1.0",
+        },
+    ]  # run 1 has no plans: skipped
+    got = cb.balance(steps, plans, [0], {"same": Cost(0.002), "dearer": Cost(0.004)}, Cost(0.002))
+    assert got["same"] == pytest.approx(1.0) and got["dearer"] == pytest.approx(0.5)
+    assert cb.balance(steps[1:3], plans, [0], {"same": Cost(0.002)}, Cost(0.002)) == {"same": None}
+
+
+def test_class_balance_refuses_a_run_without_its_engine_plans_before_any_refit(monkeypatch, inputs, capsys):
+    """A run dir whose ``step_costs.csv`` names an engine repeat without ``actions.csv``: one line naming the run,
+    exit 2, nothing written (no ``--work`` copies)."""
+    cb = _script(monkeypatch, "class_balance", "refit_copy")
+    (inputs / "run" / "step_costs.csv").write_text("run,measured_s,predicted_s\n0,0.1,0.1\n")
+    argv = ["--profile", PROFILE, "--work", "{d}/w", "{d}/run"]
+    _refused(cb.main, argv, inputs, capsys, "runs: {d}/run: no engine-0/actions.csv", INPUTS)

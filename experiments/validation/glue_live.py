@@ -60,7 +60,8 @@ defaults: ``attn_ctx_readings.csv``, ``glue_tokfix_readings_again.csv`` and ``at
 rounds 54-67, seeds 79-81), ``attn_ctx_readings_after.csv`` and ``attn_ctx_tokfix_readings_after.csv`` (rounds 68-69,
 seed 82). ``--compare before31:prestep`` (part 31) the glue before it against ``layer_glue`` charging a step that holds
 a prefill item once and its decode requests, no token term (``calibrate.analyse_and_write(...,
-glue_prefill_step=True)``). ``today`` is calibrate's defaults.
+glue_prefill_step=True)``; adopted by (a), reverted by (c)): ``prestep_readings.csv`` (MoE rounds 54-69, seeds 79-82)
+and ``prestep_readings_after.csv`` (rounds 70-71, seed 83). ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
