@@ -1011,3 +1011,22 @@ def test_class_balance_refuses_a_run_without_its_engine_plans_before_any_refit(m
     (inputs / "run" / "step_costs.csv").write_text("run,measured_s,predicted_s\n0,0.1,0.1\n")
     argv = ["--profile", PROFILE, "--work", "{d}/w", "{d}/run"]
     _refused(cb.main, argv, inputs, capsys, "runs: {d}/run: no engine-0/actions.csv", INPUTS)
+
+
+def test_class_balance_grid_prices_the_calibrations_own_stage_plans_each_way(tmp_path):
+    """``--grid``: each way's (measured - predicted) / measured on the grid's middle stages. Stage steps made with a
+    ``prestep`` glue: that way's refit prices every plan within rounding, the (1, tokens, requests) glue misses some."""
+    from calibration.calibrate import analyse_and_write
+    from ppsim.cost.profiled import read_profile
+    from tests.test_calibration_glue import PLANS, PRESTEP, SHAPE, operator_rows, synthetic_rows
+    from tests.test_calibration_profiled import _write
+
+    cb = importlib.import_module("experiments.validation.class_balance")
+    meta = dict(read_profile(_write(tmp_path / "ops")).meta, statistic="mean")
+    src = tmp_path / "p"
+    analyse_and_write(synthetic_rows(true=PRESTEP) + operator_rows(), SHAPE, meta, str(src))
+    refits = {w: cb.refit_copy(src, tmp_path / w, w) for w in ("before31", "prestep")}
+    got = cb.grid_errors(src, refits)
+    assert [plan for plan, _, _ in got] == PLANS and not any(many for _, many, _ in got)
+    assert max(abs(e["prestep"]) for _, _, e in got) < 1e-6
+    assert max(abs(e["before31"]) for _, _, e in got) > 0.01

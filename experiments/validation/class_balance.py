@@ -12,13 +12,19 @@ and co-run charges included) plus that way's ``stage_time`` of the plan minus th
 engine's (``engine-N/actions.csv``, every stage computing the plan that entered stage 0; an item of one token after
 a prefix is read as a decode).
 
+``--grid`` prints, instead of runs, each way's error on the calibration's own middle-stage plans ((measured -
+predicted) / measured; ``*``: a plan of many prefill items, which the glue's fit leaves out): where part 31 found the
+(1, tokens, requests) glue pricing ``P16@0x32`` over on every MoE calibration, without any validation run.
+
 Run: python experiments/validation/class_balance.py --profile DIR [--compare before31:prestep] [--work DIR] RUN_DIR...
+     python experiments/validation/class_balance.py --profile DIR --grid [--compare ...] [--work DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,11 +33,15 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from calibration.artifact import read_samples  # noqa: E402
+from calibration.calibrate import multi_item, plan_of, stage_spec, value  # noqa: E402
 from experiments.validation.glue_fit import check_refit_inputs  # noqa: E402
 from experiments.validation.glue_live import COMPARES, refit_copy  # noqa: E402
 from experiments.validation.replay_adjusted import prepared  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
+from ppsim.cost.profiled import ProfiledCost, read_profile  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
+from ppsim.models.shape import ModelShape  # noqa: E402
 from ppsim.policy.plan import PlanItem, StepPlan, make_plan  # noqa: E402
 
 
@@ -96,12 +106,38 @@ def run_balance(run: Path, steps: list[dict[str, str]], profile: Path, refits: d
     return balance(steps, plans, prep.topology.stages, costs, prep.cost)
 
 
+def grid_errors(profile: Path, refits: dict[str, Path]) -> list[tuple[str, bool, dict[str, float]]]:
+    """Per middle-stage plan of ``profile``'s grid: its name, whether it holds many prefill items, and way -> (measured
+    - predicted) / measured under that way's refit."""
+    meta = json.loads((profile / "meta.json").read_text())
+    shape, stat = ModelShape(**meta["model"]), meta.get("statistic", "median")
+    costs = {w: ProfiledCost(read_profile(p), shape, None, 1) for w, p in refits.items()}
+    out = []
+    for r in read_samples(profile):
+        if r["op"] != "stage_mid" or r["split"] != "stage":
+            continue
+        spec, plan, measured = stage_spec(r), plan_of(r["items"]), value(r, stat)
+        errs = {w: (measured - c.stage_time(spec, plan)) / measured for w, c in costs.items()}
+        out.append((str(r["plan"]), multi_item(r), errs))
+    return out
+
+
 def class_balance(args: argparse.Namespace) -> None:
     ways = tuple(args.compare.split(":"))
+    if not args.runs and not args.grid:
+        raise PPSimError("runs: none given; give ppsim validate output dirs of the calibration, or --grid")
     check_refit_inputs(args, ways, ("validation.json", "step_costs.csv"), "a calibration with live runs")
     steps = {run: recorded(run) for run in map(Path, args.runs)}
     refits = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in ways}
-    print("prefill computes' measured / predicted over the decodes' (1: priced alike)")
+    if args.grid:
+        print(
+            "the grid's middle-stage plans, (measured - predicted) / measured (*: many prefill items, out of the fit)"
+        )
+        for plan, many, errs in grid_errors(Path(args.profile), refits):
+            shown = ", ".join(f"{w} {e:+.1%}" for w, e in errs.items())
+            print(f"{plan}{' *' if many else ''}: {shown}")
+    if steps:
+        print("prefill computes' measured / predicted over the decodes' (1: priced alike)")
     for run, rows in steps.items():
         got = run_balance(run, rows, Path(args.profile), refits)
         shown = ", ".join(f"{w} {'-' if v is None else f'{v:.3f}'}" for w, v in got.items())
@@ -110,10 +146,11 @@ def class_balance(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="experiments/validation/class_balance.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help="ppsim validate output dirs of one calibration")
+    ap.add_argument("runs", nargs="*", help="ppsim validate output dirs of one calibration")
     ap.add_argument("--profile", required=True, help="that calibration")
     ap.add_argument("--compare", choices=COMPARES, default="before31:prestep", help="the two ways, base:new")
     ap.add_argument("--work", default="/tmp/ppsim-class-balance", help="where the two refitted copies go")
+    ap.add_argument("--grid", action="store_true", help="also each way's error on the calibration's own stage plans")
     args = ap.parse_args(argv)
     return run_main(lambda: class_balance(args))
 
