@@ -1030,3 +1030,8 @@ def test_class_balance_grid_prices_the_calibrations_own_stage_plans_each_way(tmp
     assert [plan for plan, _, _ in got] == PLANS and not any(many for _, many, _ in got)
     assert max(abs(e["prestep"]) for _, _, e in got) < 1e-6
     assert max(abs(e["before31"]) for _, _, e in got) > 0.01
+
+
+def test_class_balance_without_runs_or_grid_is_refused_in_one_line(monkeypatch, inputs, capsys):
+    cb = _script(monkeypatch, "class_balance", "refit_copy")
+    _refused(cb.main, ["--profile", PROFILE, "--work", "{d}/w"], inputs, capsys, "runs: none given", INPUTS)
