@@ -43,6 +43,7 @@ from ppsim.cost.profiled import (
     corun_ratio,
     depth_charged,
     fit_from_json,
+    largest_prefill_log2,
     live_level,
     stage_layers_ratio,
 )
@@ -142,6 +143,7 @@ def _ols_tok_req(
     sq: list[float] | None = None,
     per_decode: bool = False,
     prefill_step: list[float] | None = None,
+    prefill_log: list[float] | None = None,
 ) -> OpFit:
     """Least squares of ``y`` on (1, tokens, requests): the ``tok_req`` form. With ``scale`` (one positive
     number per sample), the residuals are divided by it first: least squares of relative errors. With
@@ -152,11 +154,14 @@ def _ols_tok_req(
     operators and tokens (docs/validation.md, part 22). ``prefill_step`` (each sample 1 where its plan holds a prefill
     item, else 0): least squares on (1, decode requests ``R``, that) instead, coefficients ``c0``, ``dreq`` and
     ``pstep`` (``tok`` and ``req`` 0): a step's prefill items cost one charge, their tokens none beyond their
-    operators (part 31)."""
+    operators (part 31). ``prefill_log`` with it (each sample's log2 of its largest prefill item's tokens, 0 without
+    one): a fourth column, coefficient ``plog`` (part 32)."""
     if prefill_step is None:
         cols = [np.ones(len(T)), np.array(T, dtype=float), np.array(R, dtype=float)]
     else:
         cols = [np.ones(len(R)), np.array(R, dtype=float), np.array(prefill_step, dtype=float)]
+        if prefill_log is not None:
+            cols.append(np.array(prefill_log, dtype=float))
     if sq is not None:
         cols.append(np.array(sq, dtype=float))
     A = np.column_stack(cols)
@@ -168,9 +173,10 @@ def _ols_tok_req(
         A, b = A * w[:, None], b * w
     c, *_ = np.linalg.lstsq(A, b, rcond=None)
     if prefill_step is not None:
-        return OpFit(
-            name, "tok_req", "", {"c0": float(c[0]), "tok": 0.0, "req": 0.0, "dreq": float(c[1]), "pstep": float(c[2])}
-        )
+        coef = {"c0": float(c[0]), "tok": 0.0, "req": 0.0, "dreq": float(c[1]), "pstep": float(c[2])}
+        if prefill_log is not None:
+            coef["plog"] = float(c[3])
+        return OpFit(name, "tok_req", "", coef)
     if sq is not None and c[3] < 0:
         c = [*np.linalg.lstsq(A[:, :3], b, rcond=None)[0], 0.0]
     coef = {"c0": float(c[0]), "tok": float(c[1]), "req": float(c[2])}
@@ -221,6 +227,7 @@ def fit_stage_glue(
     per_decode: bool = False,
     tok_prefill: bool = False,
     prefill_step: bool = False,
+    prefill_log: bool = False,
 ) -> tuple[dict[str, OpFit], list[dict[str, Any]]]:
     """The glue between the operators and the engine's stage steps, in three least-squares fits on
     (1, tokens, requests): ``layer_glue`` per layer from middle stages (measured minus the operators'
@@ -235,7 +242,8 @@ def fit_stage_glue(
     the plan's prefill items' tokens squared; ``per_decode``: its request term over decode requests only
     (:func:`_ols_tok_req`; docs/validation.md, part 22); ``tok_prefill``: with ``live``, its token term from the
     grid's one-item prefill plans (:func:`fit_layer_glue_live`, part 27); ``prefill_step``: ``layer_glue`` on (1, decode
-    requests, holds a prefill item) instead (:func:`_ols_tok_req`, part 31)."""
+    requests, holds a prefill item) instead (:func:`_ols_tok_req`, part 31); ``prefill_log`` with it, and log2 of its
+    largest prefill item's tokens (part 32)."""
     out: dict[str, OpFit] = {}
     gaps: list[dict[str, Any]] = []
     for name, kind in (("layer_glue", "stage_mid"), ("first_glue", "stage_first"), ("last_glue", "stage_last")):
@@ -244,7 +252,7 @@ def fit_stage_glue(
             continue
         cost = ProfiledCost(Profile(meta, {**fits, **out}), shape, None, 1)
         glue_fit = name == "layer_glue"
-        T, R, y, scale, S, P = [], [], [], [], [], []
+        T, R, y, scale, S, P, PL = [], [], [], [], [], [], []
         for r in sel:
             spec, plan, measured = stage_spec(r), plan_of(r["items"]), value(r, stat)
             pred = cost.stage_time(spec, plan)
@@ -253,6 +261,7 @@ def fit_stage_glue(
             R.append(decode_reqs(plan) if (per_decode or prefill_step) and glue_fit else r["reqs"])
             S.append(prefill_sq(plan))
             P.append(has_prefill(plan))
+            PL.append(largest_prefill_log2(plan))
             y.append((measured - pred) / per)
             scale.append(measured / per)  # residual / scale = the stage step's relative error
             gaps.append(
@@ -274,10 +283,11 @@ def fit_stage_glue(
             sq=with_sq,
             per_decode=per_decode and glue_fit,
             prefill_step=P if prefill_step and glue_fit else None,
+            prefill_log=PL if prefill_step and prefill_log and glue_fit else None,
         )
     if live and "layer_glue" in out:
         out["layer_glue"] = fit_layer_glue_live(
-            fits, meta, shape, rows, live, stat, out, relative, sq, per_decode, tok_prefill, prefill_step
+            fits, meta, shape, rows, live, stat, out, relative, sq, per_decode, tok_prefill, prefill_step, prefill_log
         )
     return out, gaps
 
@@ -295,6 +305,7 @@ def fit_layer_glue_live(
     per_decode: bool = False,
     tok_prefill: bool = False,
     prefill_step: bool = False,
+    prefill_log: bool = False,
 ) -> OpFit:
     """``layer_glue`` fitted on the grid's middle stages and on calibration's live engine steps timed alone
     (``alone_s``: whole stages of one and two-stage pipelines, ends included, priced with ``ends``' glues),
@@ -307,14 +318,15 @@ def fit_layer_glue_live(
     the grid's plans of one prefill item alone (:func:`one_prefill`: 1 request, 64-512 tokens; relative least squares
     on (1, tokens), held at 0 or more), then the constant and the request term on every sample with it held: the
     decodes, most of the samples, have as many tokens as requests and cannot split the two. ``prefill_step`` (part 31):
-    on (1, decode requests, holds a prefill item) instead, at the same weights."""
+    on (1, decode requests, holds a prefill item) instead, at the same weights; ``prefill_log`` (part 32): and log2 of
+    its largest prefill item's tokens."""
     zero = OpFit("layer_glue", "tok_req", "", {"c0": 0.0, "tok": 0.0, "req": 0.0})
     cost = ProfiledCost(Profile(meta, {**fits, **ends, "layer_glue": zero}), shape, None, 1)
     sets = (
         [(r, value(r, stat)) for r in rows if r["op"] == "stage_mid"],
         [(r, float(r["alone_s"])) for r in live if int(r.get("layers", 0)) > 0],
     )
-    T, R, y, scale, weight, S, alone, P = [], [], [], [], [], [], [], []
+    T, R, y, scale, weight, S, alone, P, PL = [], [], [], [], [], [], [], [], []
     for k, sel in enumerate(sets):
         for r, measured in sel:
             spec, plan = stage_spec(r), plan_of(r["items"])
@@ -323,12 +335,16 @@ def fit_layer_glue_live(
             R.append(decode_reqs(plan) if per_decode or prefill_step else plan.num_reqs)
             S.append(prefill_sq(plan))
             P.append(has_prefill(plan))
+            PL.append(largest_prefill_log2(plan))
             y.append((measured - cost.stage_time(spec, plan)) / per)
             scale.append(measured / per)
             weight.append(1.0 / len(sel))
             alone.append(k == 0 and one_prefill(plan))
     if prefill_step:
-        return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight, prefill_step=P)
+        logs = PL if prefill_log else None
+        return _ols_tok_req(
+            "layer_glue", T, R, y, scale if relative else None, weight, prefill_step=P, prefill_log=logs
+        )
     if not tok_prefill or sum(alone) < 2:
         return _ols_tok_req("layer_glue", T, R, y, scale if relative else None, weight, S if sq else None, per_decode)
     pick = [i for i, a in enumerate(alone) if a]
@@ -939,6 +955,7 @@ def analyse_and_write(
     spread_by_gap: bool = False,
     attn_ctx: bool = False,
     glue_prefill_step: bool = False,
+    glue_prefill_log: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -965,7 +982,9 @@ def analyse_and_write(
     reverted on its fresh readings; by default the four-term form). ``glue_prefill_step``: ``layer_glue`` charges a step
     holding a prefill item once (``pstep``) and its decode requests (``dreq``), no token term (part 31 (a): adopted;
     (c): reverted on its fresh readings; by default the (1, tokens, requests) glue, as ``glue_sq``, ``glue_per_decode``
-    and ``glue_tok_prefill`` each name their own form)."""
+    and ``glue_tok_prefill`` each name their own form). ``glue_prefill_log``: that charge growing with log2 of the
+    step's largest prefill item's tokens (``pstep`` + ``plog`` log2 M; part 32: not the default unless its fresh
+    readings adopt it)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -985,7 +1004,8 @@ def analyse_and_write(
             glue_sq,
             glue_per_decode,
             glue_tok_prefill,
-            glue_prefill_step and not (glue_sq or glue_per_decode or glue_tok_prefill),  # those name their own form
+            (glue_prefill_step or glue_prefill_log) and not (glue_sq or glue_per_decode or glue_tok_prefill),
+            glue_prefill_log,
         )
         note = "relative least squares: the engine's stage steps minus the operators (calibration/stage_step.py)"
         if not relative_glue:

@@ -4,6 +4,8 @@ no torch, no timing."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from calibration.calibrate import analyse_and_write, fit_stage_glue, statistic, value
@@ -22,6 +24,10 @@ TRUE = {
 PRESTEP = {  # part 31's layer glue: decode requests and one charge a step holding a prefill item, no token term
     **TRUE,
     "layer_glue": {"c0": 20e-6, "tok": 0.0, "req": 0.0, "dreq": 6e-6, "pstep": 400e-6},
+}
+PRELOG = {  # part 32's: that charge growing with log2 of the step's largest prefill item
+    **TRUE,
+    "layer_glue": {"c0": 20e-6, "tok": 0.0, "req": 0.0, "dreq": 6e-6, "pstep": 100e-6, "plog": 60e-6},
 }
 
 
@@ -172,6 +178,17 @@ def test_analyse_and_write_fits_the_prefill_step_glue_where_asked():
         assert fits[name].coef["c0"] == pytest.approx(PRESTEP[name]["c0"], rel=0.05, abs=2e-6), name
 
 
+def test_analyse_and_write_fits_the_prefill_log_glue_where_asked(tmp_path):
+    """Part 32: with ``glue_prefill_log`` the glue's prefill charge is pstep + plog x log2 of the step's largest prefill
+    item; from stage steps made with such a glue it recovers its four terms."""
+    meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
+    rows = synthetic_rows(true=PRELOG) + operator_rows()
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "out"), glue_prefill_log=True)
+    got = read_profile(tmp_path / "out").fits["layer_glue"].coef
+    for k in ("c0", "dreq", "pstep", "plog"):
+        assert got[k] == pytest.approx(PRELOG["layer_glue"][k], rel=0.05, abs=1e-7), k
+
+
 def test_the_prefill_step_glue_is_charged_once_a_step_that_holds_a_prefill_item():
     """``pstep`` is charged once a layer on a step with any prefill item, however many items or tokens it holds, and
     not on a decode-only step; ``dreq`` on each decode request; a glue without ``pstep`` prices as before."""
@@ -191,6 +208,12 @@ def test_the_prefill_step_glue_is_charged_once_a_step_that_holds_a_prefill_item(
         assert extra == pytest.approx(3 * 400e-6), items
     decodes = plan_of("127:1;200:1;50:1")
     assert with_step.stage_time(stage, decodes) == without.stage_time(stage, decodes)
+    with_log = cost({**base, "pstep": 400e-6, "plog": 50e-6})  # part 32: + plog x log2 of the largest prefill item
+    for items, largest in (("0:16", 16), ("0:16;" * 31 + "0:16", 16), ("0:512", 512), ("0:32;300:1;77:1", 32)):
+        plan = plan_of(items)
+        extra = with_log.stage_time(stage, plan) - with_step.stage_time(stage, plan)
+        assert extra == pytest.approx(3 * 50e-6 * math.log2(largest)), items
+    assert with_log.stage_time(stage, decodes) == without.stage_time(stage, decodes)
     no_dreq = cost({"c0": 20e-6, "tok": 0.0, "req": 0.0})
     assert without.stage_time(stage, decodes) - no_dreq.stage_time(stage, decodes) == pytest.approx(3 * 3 * 6e-6)
 

@@ -843,6 +843,7 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("attn_ctx_readings_after", "for 2, against 2, level 3; other targets worse: none: not adopted"),  # (c)
         ("attn_ctx_tokfix_readings_after", "for 1, against 2, level 4; other targets worse: none: not adopted"),
         ("prestep_readings", "for 25, against 23, level 4; other targets worse: none: adopted"),  # part 31 (a)
+        ("prelog_readings", "for 25, against 27, level 7; other targets worse: none: not adopted"),  # part 32 (a)
         (  # part 31 (c)
             "prestep_readings_after",
             "for 3, against 3, level 1; other targets worse: median_e2el_ms: not adopted",
@@ -912,6 +913,8 @@ def test_glue_live_part_31_ways_fit_the_glue_before_it_or_the_prefill_step_glue(
     for way in ("before31", "live", "before30", "grid"):
         assert "pstep" not in glue(way), way
     assert "pstep" not in glue("today")  # the default again since part 31 (c)
+    logged = glue("prelog")  # part 32: the step's charge growing with log2 of its largest prefill item
+    assert "plog" in logged and "pstep" in logged and "plog" not in new
     assert glue_live.PRIMARY_OF["before31:prestep"] == "median_ttft_ms"
 
 

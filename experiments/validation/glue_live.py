@@ -61,12 +61,15 @@ rounds 54-67, seeds 79-81), ``attn_ctx_readings_after.csv`` and ``attn_ctx_tokfi
 seed 82). ``--compare before31:prestep`` (part 31) the glue before it against ``layer_glue`` charging a step that holds
 a prefill item once and its decode requests, no token term (``calibrate.analyse_and_write(...,
 glue_prefill_step=True)``; adopted by (a), reverted by (c)): ``prestep_readings.csv`` (MoE rounds 54-69, seeds 79-82)
-and ``prestep_readings_after.csv`` (rounds 70-71, seed 83). ``today`` is calibrate's defaults.
+and ``prestep_readings_after.csv`` (rounds 70-71, seed 83). ``--compare before31:prelog`` (part 32) that charge
+growing with log2 of the step's largest prefill item (``glue_prefill_log=True``; (a) did not call for fresh
+runs): ``prelog_readings.csv`` (rounds 54-71, seeds 79-83). ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
-                   before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep]
+                   before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep|
+                   before31:prelog]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -123,6 +126,8 @@ WAYS: dict[str, dict[str, bool]] = {
     # part 31: the glue as before it, and charging a step with a prefill item once (no token term)
     "before31": {"attn_ctx": False, "glue_tok_prefill": False, "glue_prefill_step": False},
     "prestep": {"attn_ctx": False, "glue_tok_prefill": False, "glue_prefill_step": True},
+    # part 32: that charge growing with log2 of the step's largest prefill item
+    "prelog": {"attn_ctx": False, "glue_tok_prefill": False, "glue_prefill_step": True, "glue_prefill_log": True},
 }
 COMPARES = (
     "grid:live",
@@ -145,6 +150,7 @@ COMPARES = (
     "before30:both",
     "ctx:both",
     "before31:prestep",
+    "before31:prelog",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 REPLAYABLE = (*TURNAROUNDS, "pooled:busy")  # the mean stage computes alike: the replay's factor holds for both
@@ -157,6 +163,7 @@ TTFT_JUDGED = (
     "live:tokfix",
     *(c for c in COMPARES if "both" in c or "30" in c),
     "before31:prestep",
+    "before31:prelog",
 )
 PRIMARY_OF = dict.fromkeys(TTFT_JUDGED, "median_ttft_ms")
 BUBBLE = "pipeline_bubble_fraction"
@@ -245,6 +252,7 @@ def glue_live(args: argparse.Namespace) -> None:
         share = f", sq {c['sq'] * 1e3:.3f} us per 1000 squared tokens" if "sq" in c else ""
         share += f", dreq {c['dreq']:6.2f} us a decode request" if "dreq" in c else ""
         share += f", pstep {c['pstep']:7.1f} us a prefill step" if "pstep" in c else ""
+        share += f", plog {c['plog']:7.1f} us x log2 largest item" if "plog" in c else ""
         sp = fits.get("stage_spread")
         if sp is not None and "ys_idle" in sp.coef:  # part 29's two tables
             sds = (statistics.pstdev(sp.coef[k]) for k in ("ys", "ys_idle"))

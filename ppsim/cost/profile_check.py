@@ -24,7 +24,7 @@ COEF_KEYS = {
 # Coefficients a form reads where present: ``layer_glue``'s cost per squared prefill-item token and per decode
 # request (docs/validation.md, part 22); ``prefill_attn``'s per context token (part 30); the turnaround line's most
 # requests charged (``n_max``, part 25 (c)).
-OPTIONAL_KEYS = {"tok_req": ("sq", "dreq", "pstep"), "linear": ("n_max",), "prefill_attn": ("ctx",)}
+OPTIONAL_KEYS = {"tok_req": ("sq", "dreq", "pstep", "plog"), "linear": ("n_max",), "prefill_attn": ("ctx",)}
 # Operators the cost model times through a form of their own; every other one is one-dimensional.
 OP_FORMS = {
     "attn_prefill": ("prefill_attn",),

@@ -71,7 +71,8 @@ call + tok c + cp c p + cc c^2 (with ``ctx``, plus ctx (c + p): the item's K/V g
 ``interp`` piecewise-linear through measured points (Vidur tables: exact at profiled points);
 ``tok_req`` c0 + tok T + req R (``layer_glue``: per-step and per-request work between kernels; with
 ``sq``, plus sq x the sum of each prefill item's tokens squared; with ``dreq``, plus dreq x the decode requests,
-docs/validation.md part 22; with ``pstep``, plus pstep on a step holding a prefill item, part 31);
+docs/validation.md part 22; with ``pstep``, plus pstep on a step holding a prefill item, part 31, and with ``plog``
+plus plog x log2 of its largest prefill item's tokens, part 32);
 ``tok_exp`` c0 + pair P + exp N (``moe_experts``: P (token, expert) pairs over N distinct experts).
 """
 
@@ -330,6 +331,12 @@ def check_shape(profile: Profile, shape: ModelShape, where: str) -> None:
         )
 
 
+def largest_prefill_log2(plan: StepPlan) -> float:
+    """log2 of ``plan``'s largest prefill item's tokens, 0 without one (``layer_glue``'s ``plog``, part 32)."""
+    largest = max((it.num_tokens for it in plan.items if it.is_prefill), default=0)
+    return math.log2(largest) if largest else 0.0
+
+
 class ProfiledCost:
     """CostModel over a :class:`Profile`: stage time = sum of per-operator predictions.
 
@@ -407,6 +414,7 @@ class ProfiledCost:
         self._glue_sq = glue.coef.get("sq", 0.0) if tok_req else 0.0
         self._glue_dreq = glue.coef.get("dreq", 0.0) if tok_req else 0.0  # seconds per decode request (part 22)
         self._glue_pstep = glue.coef.get("pstep", 0.0) if tok_req else 0.0  # seconds per prefill step (part 31)
+        self._glue_plog = glue.coef.get("plog", 0.0) if tok_req else 0.0  # x log2 largest prefill item (part 32)
         self.moe_skew = moe_skew
         self.expert_load: list[float] = []
         self._touched: dict[int, float] = {}
@@ -489,8 +497,8 @@ class ProfiledCost:
                     n_dec += 1
             if self._glue_sq:
                 t += self._glue_sq * sq
-            if self._glue_pstep:
-                t += self._glue_pstep
+            if self._glue_pstep or self._glue_plog:
+                t += self._glue_pstep + self._glue_plog * largest_prefill_log2(plan)
         else:  # no prefill item (a prefill item has at least one token)
             n_dec = R
         if n_dec:
