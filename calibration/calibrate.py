@@ -188,8 +188,9 @@ def _ols_tok_req(
 
 
 def has_prefill(plan: StepPlan) -> float:
-    """1 where ``plan`` holds a prefill item, else 0: what ``layer_glue``'s ``pstep`` term counts (part 31)."""
-    return 1.0 if any(it.is_prefill for it in plan.items) else 0.0
+    """1 where ``plan`` holds a prefill item, else 0: what ``layer_glue``'s ``pstep`` term counts (part 31), by the
+    test :class:`ppsim.cost.profiled.ProfiledCost` charges it on (prefill tokens in the plan)."""
+    return 1.0 if plan.num_prefill_tokens else 0.0
 
 
 def prefill_sq(plan: StepPlan) -> float:

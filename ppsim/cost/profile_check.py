@@ -22,7 +22,8 @@ COEF_KEYS = {
     "tok_exp": ("c0", "pair", "exp"),
 }
 # Coefficients a form reads where present: ``layer_glue``'s cost per squared prefill-item token and per decode
-# request (docs/validation.md, part 22); ``prefill_attn``'s per context token (part 30); the turnaround line's most
+# request (docs/validation.md, part 22), per step holding a prefill item and per log2 of its largest (parts 31, 32);
+# ``prefill_attn``'s per context token (part 30); the turnaround line's most
 # requests charged (``n_max``, part 25 (c)).
 OPTIONAL_KEYS = {"tok_req": ("sq", "dreq", "pstep", "plog"), "linear": ("n_max",), "prefill_attn": ("ctx",)}
 # Operators the cost model times through a form of their own; every other one is one-dimensional.
