@@ -130,6 +130,39 @@ def test_gaps_report_and_its_refusals(tmp_path, capsys, monkeypatch):
     assert err.startswith("error: dirs: ") and err.count("\n") == 1 and "holds a damaged" in err
 
 
+def test_first_rows_charge_a_stages_first_compute_the_held_idle(tmp_path):
+    """Stage 0 idles 1 ms before its first compute (no charge below 1.5 ms), stage 1 5.2 ms (charged 1 ms, the
+    held value too). Every compute measured and priced 5 ms: as recorded each first is priced as its second (1.0);
+    held, stage 0's first is priced 6 ms (5/6). A first measured 6 ms: recorded 1.2, held 1.0 on stage 0."""
+    idle = lambda _i, gap: 1e-3 if gap >= 1.5e-3 else 0.0  # noqa: E731
+    _gap_run(tmp_path / "r")
+    rounded = lambda: [tuple(round(x, 9) for x in r) for r in pc.first_rows(tmp_path / "r", idle)]  # noqa: E731
+    assert rounded() == [(0, 1.0, round(5 / 6, 9)), (1, 1.0, 1.0)]
+    costs = tmp_path / "r" / "step_costs.csv"
+    costs.write_text(costs.read_text().replace("0,0,0,1,1,0,0.005,", "0,0,0,1,1,0,0.006,"))
+    assert rounded() == [(0, 1.2, 1.0), (1, 1.0, 1.0)]
+    costs.write_text(costs.read_text().replace("0,1,1,1,1,0,", "0,1,1,2,2,0,"))  # stage 1's second: another shape
+    assert rounded() == [(0, 1.2, 1.0)]
+
+
+def test_first_report_and_its_refusals(tmp_path, capsys, monkeypatch):
+    _gap_run(tmp_path / "set" / "r")
+    seen = []
+    monkeypatch.setattr(
+        pc, "run_idle", lambda _d, p: (seen.append(p), ((lambda _i, gap: 1e-3 if gap >= 1.5e-3 else 0.0), 2))[1]
+    )
+    assert pc.main(["first", str(tmp_path / "set"), "--profile", "P"]) == 0 and seen == ["P"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["r", "2", "1.000", "0.917"]
+    assert out[-1].startswith("first over second, median over 2: recorded 1.000") and out[-1].endswith("in 0")
+    costs = tmp_path / "set" / "r" / "step_costs.csv"
+    costs.write_text(costs.read_text().replace(",1,1,0,0.005", ",2,2,0,0.005", 1))
+    costs.write_text(costs.read_text().replace("0,1,1,1,1,0,", "0,1,1,2,2,0,"))
+    assert pc.main(["first", str(tmp_path / "set")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: runs: no repeat whose stages' first two") and err.count("\n") == 1
+
+
 def test_depth_rows_are_the_engine_over_the_model_net_of_idle_and_live_factors(tmp_path, monkeypatch):
     """5-ms computes priced at 5 ms with a level x depth of 1.25 recorded and a 1-ms idle charge after gaps of
     1.5 ms or more: the model alone would have said 3.2 ms (first compute: 4 ms) against 4 ms (5 ms) net of

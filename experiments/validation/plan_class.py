@@ -27,6 +27,13 @@ per pipeline depth and class, with and without the run's own ``stage_idle`` char
 table calibration measured (a sleeping thread's next step against the one before it) the engine's
 stages bore. On this VM the share moved from draw to draw with the host (docs/validation.md, part 14).
 
+``first DIR [DIR ...] [--profile P]``: whether a stage's first compute of a run pays for the idle before it. The
+simulator reads that compute's gap from the run's start (as if the stage were warm at 0); the engine's stages idled
+since their warm-up, seconds before. Per repeat and stage whose first two computes have one shape (tokens, prefill
+tokens): the first's measured over predicted time (wall clock, as charged) over the second's (the host's speed
+cancels), as recorded and with the first charged the idle table's longest gap instead (``stage_idle`` held, as a stage
+idle since before the run would be). ``--profile``: the run's calibration, where its recorded path has moved.
+
 ``depth DIR [DIR ...]``: what the live engine's stages cost over the stage model at each pipeline depth, the
 figure the live level and depth ratio stand for: per engine compute, its time net of the run's idle charge over
 the prediction net of it and of the run's live factors (``level_factor`` x ``depth_factor`` of its
@@ -42,6 +49,7 @@ On `dense-1024` the serving runs' PP=2 / PP=1 came out 0.98-1.03 where calibrati
 
 Run: python experiments/validation/plan_class.py runs RUN_DIR [RUN_DIR ...]
      python experiments/validation/plan_class.py gaps RUN_DIR [RUN_DIR ...]
+     python experiments/validation/plan_class.py first RUN_DIR [RUN_DIR ...] [--profile DIR]
      python experiments/validation/plan_class.py depth RUN_DIR [RUN_DIR ...]
      python experiments/validation/plan_class.py live --model MODEL PROFILE
      python experiments/validation/plan_class.py check --model tiny PROFILE
@@ -52,6 +60,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import statistics
 import sys
 import time
@@ -141,13 +150,13 @@ def gap_bin(gap_s: float) -> float:
     return max(lo for lo in GAP_BINS_MS if gap_s * 1e3 >= lo) if gap_s > 0 else 0.0
 
 
-def run_idle(d: Path) -> tuple[Callable[[int, float], float], int]:
+def run_idle(d: Path, profile: str | None = None) -> tuple[Callable[[int, float], float], int]:
     """Run ``d``'s own idle charge, (stage index, gap seconds) -> seconds (its profile's ``stage_idle`` as the
-    simulator charges it; none without one), and its pipeline depth."""
+    simulator charges it; none without one), and its pipeline depth; ``profile`` in place of the run's own."""
     from experiments.validation.replay_adjusted import prepared
 
     with reading_run(d):
-        _v, prep = prepared(d)
+        _v, prep = prepared(d, profile)
     stages, cost = prep.topology.stages, prep.cost
     if not getattr(cost, "has_idle", False):
         return (lambda _i, _gap: 0.0), len(stages)
@@ -192,6 +201,53 @@ def report_gaps(paths: list[str]) -> None:
         borne = f"{-bare / share + 0.0:6.2f}" if share > 0 else f"{'-':>6s}"
         gap = ">=" + format(lo, "g")
         print(f"{depth:2d} {cls:8s} {gap:>9s} {len(v):8d} {err:+7.1%} {bare:+8.1%} {share:7.1%} {borne}")
+
+
+def first_rows(d: Path, idle: Callable[[int, float], float]) -> list[tuple[int, float, float]]:
+    """(stage, ratio as recorded, ratio with the first compute charged the held idle) per repeat and stage of run
+    ``d`` whose first two computes have one shape; the ratio is the first's measured / predicted over the second's."""
+    with reading_run(d):
+        with open(d / "step_costs.csv", newline="") as f:
+            steps = {(int(r["run"]), int(r["stage"]), int(r["step_id"])): r for r in csv.DictReader(f)}
+        out = []
+        for rep in sorted({k[0] for k in steps}):
+            ops_file = d / f"engine-{rep}" / "stage_ops.csv"
+            if not ops_file.is_file():
+                continue
+            firsts: dict[int, list[tuple[dict[str, str] | None, float]]] = {}
+            for (i, k), gap in idle_gaps(read_ops(ops_file)).items():  # in the order the computes started
+                firsts.setdefault(i, []).append((steps.get((rep, i, k)), gap))
+            for i, computes in sorted(firsts.items()):
+                (a, gap), (b, _) = (computes + [(None, 0.0)] * 2)[:2]
+                if a is None or b is None:
+                    continue
+                if (a["num_tokens"], a["num_prefill_tokens"]) != (b["num_tokens"], b["num_prefill_tokens"]):
+                    continue
+                second = float(b["measured_s"]) / float(b["predicted_s"])
+                p1 = float(a["predicted_s"])
+                held = p1 - idle(i, gap) + idle(i, math.inf)
+                out.append((i, float(a["measured_s"]) / p1 / second, float(a["measured_s"]) / held / second))
+    return out
+
+
+def report_first(paths: list[str], profile: str | None) -> None:
+    got: list[tuple[float, float]] = []
+    print(f"{'scenario':40s} {'pairs':>5s} {'recorded':>8s} {'held':>6s}")
+    for d in run_dirs(paths):
+        rows = first_rows(d, run_idle(d, profile)[0])
+        if rows:
+            got += [(r, h) for _, r, h in rows]
+            rec, held = statistics.median(r for _, r, _ in rows), statistics.median(h for _, _, h in rows)
+            print(f"{d.name[:40]:40s} {len(rows):5d} {rec:8.3f} {held:6.3f}")
+    if not got:
+        raise PPSimError("runs: no repeat whose stages' first two computes have one shape; nothing to compare")
+    nearer = sum(abs(h - 1) < abs(r - 1) for r, h in got)
+    med = [statistics.median(x) for x in ([r for r, _ in got], [h for _, h in got])]
+    off = [statistics.median(abs(x[k] - 1) for x in got) for k in (0, 1)]
+    print(
+        f"first over second, median over {len(got)}: recorded {med[0]:.3f} (|r - 1| {off[0]:.3f}),"
+        f" held {med[1]:.3f} (|r - 1| {off[1]:.3f}); held nearer 1 in {nearer}"
+    )
 
 
 def depth_rows(d: Path, idle: Callable[[int, float], float], depth: int) -> list[float]:
@@ -371,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("dirs", nargs="+")
     g = sub.add_parser("gaps", help="step-level error by the idle gap before each compute, with and without stage_idle")
     g.add_argument("dirs", nargs="+")
+    fs = sub.add_parser("first", help="a stage's first compute of a run, as recorded and charged the held idle")
+    fs.add_argument("dirs", nargs="+")
+    fs.add_argument("--profile", help="the runs' calibration, where their recorded path has moved")
     dp = sub.add_parser("depth", help="the engine's stage computes over the stage model, per pipeline depth")
     dp.add_argument("dirs", nargs="+")
     lv = sub.add_parser("live", help="calibration's live runs over the steps alone and over the stage model")
@@ -389,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_main(lambda: report_runs(args.dirs))
     if args.cmd == "gaps":
         return run_main(lambda: report_gaps(args.dirs))
+    if args.cmd == "first":
+        return run_main(lambda: report_first(args.dirs, args.profile))
     if args.cmd == "depth":
         return run_main(lambda: report_depth(args.dirs))
     if args.cmd == "live":
