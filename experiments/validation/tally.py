@@ -7,7 +7,8 @@ E2EL at p50 and p99, 0.05 bubble points), the test ``results-*.md`` prints as "m
 since ``--since`` and prints, per draw, what it missed; then how many met every target, the range of TPOT among the
 others, and how many meet every target with the runs' own speed (the replay: not a prediction); then per policy the
 median |error| of TPOT and median TTFT over every held-out scenario of those draws, plain and replayed.
-``tests/test_validation_tally.py`` checks the README's sentence against it.
+``tests/test_validation_tally.py`` checks the README's sentence against it. Each draw counts as it was predicted when
+it ran (the model of that day): the tally is of predictions made, not a re-prediction with today's model.
 
 Run: python experiments/validation/tally.py [--since 30] [--until N] [--dir experiments/validation]
 """
