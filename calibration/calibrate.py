@@ -89,7 +89,8 @@ def _feats(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
         k
         for r in rows
         for k in r
-        if k in ("tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n", "pairs", "experts")
+        if k
+        in ("tokens", "reqs", "chunk", "prefix", "batch", "ctx_tokens", "bytes", "n", "pairs", "experts", "repeats")
     }
     return {k: np.array([float(r.get(k, 0)) for r in rows]) for k in keys}
 
@@ -104,15 +105,21 @@ def value(r: dict[str, Any], stat: str) -> float:
     return float(r["mean_s"]) if stat == "mean" and "mean_s" in r else float(r["median_s"])
 
 
+RING_OPS = ("ring_launch", "ring_return")  # fitted by least absolute deviation with ``ring_lad`` (part 34)
+
+
 def fit_all(
-    rows: list[dict[str, Any]], stat: str = "median", attn_ctx: bool = False
+    rows: list[dict[str, Any]], stat: str = "median", attn_ctx: bool = False, ring_lad: bool = False
 ) -> tuple[dict[str, OpFit], dict[str, dict[str, Any]]]:
-    """Every operator's fit on its ``fit`` samples (``attn_ctx``: ``attn_prefill`` with its context term)."""
+    """Every operator's fit on its ``fit`` samples (``attn_ctx``: ``attn_prefill`` with its context term;
+    ``ring_lad``: :data:`RING_OPS` as a line by least absolute deviation over every recorded gap, else by relative
+    least squares over the per-count medians as every other line)."""
     fits, stats = {}, {}
     for op, (form, x) in FORMS.items():
         sel = [r for r in rows if r["op"] == op and r["split"] == "fit"]
         if not sel:
             continue
+        form = "linear_lad" if ring_lad and op in RING_OPS else form
         forms = (form, "interp") if form == "linear_floor" else (form,)
         y = np.array([value(r, stat) for r in sel])
         fits[op], stats[op] = fit_select(op, forms, x, _feats(sel), y, attn_ctx)
@@ -957,6 +964,7 @@ def analyse_and_write(
     attn_ctx: bool = False,
     glue_prefill_step: bool = False,
     glue_prefill_log: bool = False,
+    ring_lad: bool = True,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -985,9 +993,11 @@ def analyse_and_write(
     (c): reverted on its fresh readings; by default the (1, tokens, requests) glue, as ``glue_sq``, ``glue_per_decode``
     and ``glue_tok_prefill`` each name their own form). ``glue_prefill_log``: that charge growing with log2 of the
     step's largest prefill item's tokens (``pstep`` + ``plog`` log2 M; part 32: not the default unless its fresh
-    readings adopt it)."""
+    readings adopt it). ``ring_lad`` (the default from part 34 (a)'s verdict): ``ring_launch`` and ``ring_return`` as
+    lines by least absolute deviation over every recorded gap, each per-count median weighted by its repeats; off, by
+    relative least squares over the per-count medians, which a few stray small ones pull far under the gaps."""
     stat = meta.get("statistic", "median")
-    fits, stats = fit_all(rows, stat, attn_ctx)
+    fits, stats = fit_all(rows, stat, attn_ctx, ring_lad)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
     if layers is not None and charge_stage_layers:  # before the glue: the live steps' stages are priced with it
         fits["stage_layers"] = layers

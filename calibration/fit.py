@@ -13,6 +13,8 @@ non-negative (``scipy.optimize.nnls``) so no prediction goes below zero outside 
 - Decode attention per step: call + req B + ctx sum(context) (each decode reads its whole KV).
 - Grouped MoE experts: c0 + pair P + exp N (rows through the expert GEMMs; per-expert calls and
   weight reads).
+- ``linear_lad``: a line by least absolute deviation, rows weighted by their repeats (``fit_linear_lad``), written
+  as ``linear``; for wall-clock gaps whose per-count medians include a few stray small ones.
 
 Cross-validation is leave-one-out over the grid points (50 interleaved folds past 50 points);
 the median absolute relative error is stored per operator (``cv_median_abs_rel_err``) so a reader
@@ -25,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import linprog, nnls
 
 from ppsim.cost.profiled import OpFit
 
@@ -42,6 +44,21 @@ def _wnnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
 def fit_linear(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     c = _wnnls(np.column_stack([np.ones_like(x), x]), y)
     return {"c0": float(c[0]), "c1": float(c[1])}
+
+
+def fit_linear_lad(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> dict[str, float]:
+    """c0 + c1 x by least absolute deviation, each row weighted by ``w`` (its repeats; default 1), c0 and c1
+    non-negative: a median line, which a few stray small rows do not pull down as they pull a relative least-squares
+    line (``ring_launch``'s per-count medians, some from one to three gaps; docs/validation.md part 34). A linear
+    program: minimise sum w (u + v) with c0 + c1 x - y = u - v."""
+    n = len(y)
+    w = np.ones(n) if w is None else np.maximum(np.asarray(w, float), 1.0)
+    cost = np.concatenate([[0.0, 0.0], w, w])
+    eq = np.hstack([np.column_stack([np.ones(n), x]), -np.eye(n), np.eye(n)])
+    res = linprog(cost, A_eq=eq, b_eq=y, bounds=[(0, None)] * (2 + 2 * n), method="highs")
+    if not res.success:  # cannot happen for a feasible, bounded LP; fall back to the relative least squares
+        return fit_linear(x, y)
+    return {"c0": float(res.x[0]), "c1": float(res.x[1])}
 
 
 def fit_linear_floor(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -91,6 +108,8 @@ Fitter = Callable[[dict[str, np.ndarray], np.ndarray], dict[str, float]]
 def _fitter(form: str, x: str, attn_ctx: bool = False) -> Fitter:
     if form == "linear":
         return lambda f, y: fit_linear(f[x], y)
+    if form == "linear_lad":
+        return lambda f, y: fit_linear_lad(f[x], y, f.get("repeats"))
     if form == "linear_floor":
         return lambda f, y: fit_linear_floor(f[x], y)
     if form == "interp":
@@ -126,6 +145,7 @@ def fit_op(
     """Fit ``name`` on all samples, and leave-one-out error statistics of the same form (``attn_ctx``:
     ``prefill_attn`` with its context term)."""
     fitter = _fitter(form, x, attn_ctx)
+    form = "linear" if form == "linear_lad" else form  # a line, however fitted: the cost model reads it as one
     fit = OpFit(name, form, x, fitter(feats, y))
     n = len(y)
     fold = np.arange(n) % MAX_FOLDS if n > MAX_FOLDS else np.arange(n)  # leave-one-out on small grids

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibration.fit import fit_decode, fit_linear, fit_linear_floor, fit_op, fit_prefill
+from calibration.fit import fit_decode, fit_linear, fit_linear_floor, fit_linear_lad, fit_op, fit_prefill
 from ppsim.cost.profiled import OpFit
 
 
@@ -128,3 +128,43 @@ def test_a_sparse_or_fractional_grid_is_cross_validated_whole():
     assert not _answered_by_table(np.array([1, 2, 4, 8, 16], float))[1:].any()
     assert _answered_by_table(np.array([1, 2, 4, 8, 16], float))[0]  # 1 and 2: no count below 1
     assert not _answered_by_table(np.array([0.5, 1.5, 2.5], float)).any()
+
+
+def test_linear_lad_is_a_median_line_that_stray_small_rows_do_not_pull_down():
+    """``ring_launch``'s case (docs/validation.md part 34): per-count medians near 0.4 ms and two stray small ones
+    from few gaps. Relative least squares goes to the small ones (weights 1 / y); least absolute deviation, rows
+    weighted by their repeats, stays on the line through the rest, exact where the data are a line."""
+    n = np.arange(1.0, 17.0)
+    y = 0.3e-3 + 10e-6 * n
+    assert fit_linear_lad(n, y) == pytest.approx({"c0": 0.3e-3, "c1": 10e-6}, rel=1e-6)
+    stray = y.copy()
+    stray[[8, 14]] = [0.065e-3, 0.09e-3]
+    reps = np.full(16, 4.0)
+    reps[[8, 14]] = 2.0
+    lad = fit_linear_lad(n, stray, reps)
+    assert lad == pytest.approx({"c0": 0.3e-3, "c1": 10e-6}, rel=1e-6)
+    rel = fit_linear(n, stray)
+    assert rel["c0"] + 4 * rel["c1"] < 0.6 * (0.3e-3 + 4 * 10e-6)  # far under its own samples
+    flat = fit_linear_lad(n, np.full(16, 0.4e-3), reps)  # never a negative slope or intercept
+    assert flat["c0"] == pytest.approx(0.4e-3) and flat["c1"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_ring_fits_by_least_absolute_deviation_by_default_and_the_rest_unchanged():
+    """``fit_all``: with ``ring_lad`` (calibrate's default since part 34 (a)) ``ring_launch`` and ``ring_return`` are
+    median lines written as ``linear``; ``launch`` keeps its relative least squares either way."""
+    import inspect
+
+    from calibration.calibrate import analyse_and_write, fit_all
+
+    assert inspect.signature(analyse_and_write).parameters["ring_lad"].default is True
+    rows = []
+    for op in ("ring_launch", "launch"):
+        for k in range(1, 17):
+            t = 0.065e-3 if k == 9 else 0.3e-3 + 10e-6 * k
+            rows.append({"op": op, "split": "fit", "n": k, "median_s": t, "repeats": 2 if k == 9 else 5})
+    lad, _ = fit_all(rows, ring_lad=True)
+    rel, _ = fit_all(rows, ring_lad=False)
+    assert lad["ring_launch"].form == "linear"
+    assert lad["ring_launch"].at(4) == pytest.approx(0.34e-3, rel=1e-6)
+    assert rel["ring_launch"].at(4) < lad["ring_launch"].at(4)
+    assert lad["launch"].coef == rel["launch"].coef

@@ -63,13 +63,17 @@ a prefill item once and its decode requests, no token term (``calibrate.analyse_
 glue_prefill_step=True)``; adopted by (a), reverted by (c)): ``prestep_readings.csv`` (MoE rounds 54-69, seeds 79-82)
 and ``prestep_readings_after.csv`` (rounds 70-71, seed 83). ``--compare before31:prelog`` (part 32) that charge
 growing with log2 of the step's largest prefill item (``glue_prefill_log=True``; (a) did not call for fresh
-runs): ``prelog_readings.csv`` (rounds 54-71, seeds 79-83). ``today`` is calibrate's defaults.
+runs): ``prelog_readings.csv`` (rounds 54-71, seeds 79-83). ``--compare before34:ringlad`` (part 34) ``ring_launch``
+and ``ring_return`` by relative least squares over the per-count medians against least absolute deviation over every
+recorded gap (``ring_lad``, calibrate's default since (a)), a core-path change, so ``--replay`` holds:
+``ringlad_readings.csv`` (replay) and ``ringlad_readings_plain.csv`` (the kept PP=2 ``sglang-ring`` and
+``trtllm-slots`` scenarios of seeds 76-84 and ``tiny`` 60). ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
                    before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep|
-                   before31:prelog]
+                   before31:prelog|before34:ringlad]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -128,6 +132,9 @@ WAYS: dict[str, dict[str, bool]] = {
     "prestep": {"attn_ctx": False, "glue_tok_prefill": False, "glue_prefill_step": True},
     # part 32: that charge growing with log2 of the step's largest prefill item
     "prelog": {"attn_ctx": False, "glue_tok_prefill": False, "glue_prefill_step": True, "glue_prefill_log": True},
+    # part 34: ring_launch and ring_return by relative least squares (before it) or least absolute deviation
+    "before34": {"ring_lad": False},
+    "ringlad": {"ring_lad": True},
 }
 COMPARES = (
     "grid:live",
@@ -151,9 +158,11 @@ COMPARES = (
     "ctx:both",
     "before31:prestep",
     "before31:prelog",
+    "before34:ringlad",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
-REPLAYABLE = (*TURNAROUNDS, "pooled:busy")  # the mean stage computes alike: the replay's factor holds for both
+# the mean stage computes alike: the replay's factor holds for both (part 34's ring fits are core path, not computes)
+REPLAYABLE = (*TURNAROUNDS, "pooled:busy", "before34:ringlad")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 TTFT_JUDGED = (
