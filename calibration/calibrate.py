@@ -109,11 +109,12 @@ RING_OPS = ("ring_launch", "ring_return")  # fitted by least absolute deviation 
 
 
 def fit_all(
-    rows: list[dict[str, Any]], stat: str = "median", attn_ctx: bool = False, ring_lad: bool = False
+    rows: list[dict[str, Any]], stat: str = "median", attn_ctx: bool = False, ring_lad: bool = True
 ) -> tuple[dict[str, OpFit], dict[str, dict[str, Any]]]:
     """Every operator's fit on its ``fit`` samples (``attn_ctx``: ``attn_prefill`` with its context term;
-    ``ring_lad``: :data:`RING_OPS` as a line by least absolute deviation over every recorded gap, else by relative
-    least squares over the per-count medians as every other line)."""
+    ``ring_lad``, as :func:`analyse_and_write`'s default since part 34: :data:`RING_OPS` as a line by least absolute
+    deviation over every recorded gap, else by relative least squares over the per-count medians as every other
+    line)."""
     fits, stats = {}, {}
     for op, (form, x) in FORMS.items():
         sel = [r for r in rows if r["op"] == op and r["split"] == "fit"]

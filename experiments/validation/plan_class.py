@@ -223,6 +223,8 @@ def first_rows(d: Path, idle: Callable[[int, float], float]) -> list[tuple[int, 
                     continue
                 if (a["num_tokens"], a["num_prefill_tokens"]) != (b["num_tokens"], b["num_prefill_tokens"]):
                     continue
+                if min(float(a["predicted_s"]), float(b["predicted_s"]), float(b["measured_s"])) <= 0.0:
+                    continue
                 second = float(b["measured_s"]) / float(b["predicted_s"])
                 p1 = float(a["predicted_s"])
                 held = p1 - idle(i, gap) + idle(i, math.inf)
