@@ -67,7 +67,8 @@ runs): ``prelog_readings.csv`` (rounds 54-71, seeds 79-83). ``--compare before34
 and ``ring_return`` by relative least squares over the per-count medians against least absolute deviation over every
 recorded gap (``ring_lad``, calibrate's default since (a)), a core-path change, so ``--replay`` holds:
 ``ringlad_readings.csv`` (replay) and ``ringlad_readings_plain.csv`` (the kept PP=2 ``sglang-ring`` and
-``trtllm-slots`` scenarios of seeds 76-84 and ``tiny`` 60). ``today`` is calibrate's defaults.
+``trtllm-slots`` scenarios of seeds 76-84 and ``tiny`` 60), ``ringlad_readings_after{,_plain}.csv`` (``tiny`` 61's,
+run with the new fits). ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
