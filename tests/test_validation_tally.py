@@ -38,15 +38,9 @@ def test_a_draw_meets_a_target_when_its_median_abs_error_is_within_it(tmp_path):
     assert [(d.model, d.seed) for d in found] == [("dense-1024", 31), ("dense-1024", 33), ("tiny", 32)]
     assert [d.missed for d in found] == [[], ["mean_tpot_ms"], []]
     assert [d.replay_missed for d in found] == [[], [], ["pipeline_bubble_fraction"]]
-    s = tally.summary(found)
-    assert s == {
-        "draws": 3,
-        "met": {"dense-1024": [31], "tiny": [32]},
-        "missed": 1,
-        "missed_tpot": 1,
-        "tpot_range": (0.07, 0.07),
-        "replay_met": 2,
-    }
+    assert tally.summary(found) == tally.Tally(
+        draws=3, met={"dense-1024": [31], "tiny": [32]}, missed=1, missed_tpot=1, tpot_range=(0.07, 0.07), replay_met=2
+    )
     pol = tally.per_policy(found)
     assert sorted(pol) == [("dense-1024", "p"), ("tiny", "p")]
     assert pol[("dense-1024", "p")]["n"] == 4 and pol[("dense-1024", "p")]["mean_tpot_ms"] == pytest.approx(0.055)
@@ -97,13 +91,14 @@ def test_the_readme_states_the_tally_of_the_committed_draws():
         readme,
     )
     assert m, "the README's held-out tally sentence has changed form; update this test with it"
-    s = tally.summary(tally.draws(ROOT / "experiments" / "validation", 30))
-    assert [x for x in _seeds(m[1]) if x >= 30] == s["met"]["dense-1024"]
-    assert _seeds(m[2]) == s["met"]["tiny"]
-    assert (int(m[3]), int(m[4])) == (s["missed"], s["draws"]) and s["missed_tpot"] == s["missed"]
-    lo, hi = s["tpot_range"]
+    t = tally.summary(tally.draws(ROOT / "experiments" / "validation", 30))
+    assert [x for x in _seeds(m[1]) if x >= 30] == t.met["dense-1024"]
+    assert _seeds(m[2]) == t.met["tiny"]
+    assert (int(m[3]), int(m[4])) == (t.missed, t.draws) and t.missed_tpot == t.missed
+    assert t.tpot_range is not None
+    lo, hi = t.tpot_range
     assert (m[5], m[6]) == (f"{lo:.1%}"[:-1], f"{hi:.0%}"[:-1])
-    assert (int(m[7]), int(m[8])) == (s["replay_met"], s["draws"])
+    assert (int(m[7]), int(m[8])) == (t.replay_met, t.draws)
 
 
 def test_the_readmes_per_policy_column_is_the_tally_of_those_draws():

@@ -75,30 +75,40 @@ def draws(folder: Path, since: int, until: int | None = None) -> list[Draw]:
     if not folder.is_dir():
         raise PPSimError(f"--dir: {folder} is not a directory; give the folder of run.py's results files")
     found = []
-    for model, pattern in FILES.items():
-        for path in folder.iterdir():
+    for path in folder.iterdir():
+        for model, pattern in FILES.items():
             m = pattern.fullmatch(path.name)
-            if m and since <= int(m.group(1)) <= (until if until is not None else int(m.group(1))):
-                found.append(read_draw(path, model, int(m.group(1))))
+            if m and int(m[1]) >= since and (until is None or int(m[1]) <= until):
+                found.append(read_draw(path, model, int(m[1])))
     if not found:
         upto = "" if until is None else f" and <= {until}"
         raise PPSimError(f"--dir: no results-*seedN.csv with N >= {since}{upto} in {folder}; widen --since / --until")
     return sorted(found, key=lambda d: (d.model, d.seed))
 
 
-def summary(found: list[Draw]) -> dict[str, object]:
-    """Draws meeting every target (seeds per model), the TPOT range of the others, and the replay's count."""
-    met = {model: [d.seed for d in found if d.model == model and not d.missed] for model in FILES}
+@dataclass(frozen=True)
+class Tally:
+    """What the README's sentence states about ``draws``."""
+
+    draws: int
+    met: dict[str, list[int]]  # model -> seeds of the draws that met every target
+    missed: int  # the other draws
+    missed_tpot: int  # of them, those that missed TPOT
+    tpot_range: tuple[float, float] | None  # their TPOT median |error|, lowest and highest
+    replay_met: int  # draws whose replay meets every target
+
+
+def summary(found: list[Draw]) -> Tally:
     others = [d for d in found if d.missed]
     tpot = [d.errors["mean_tpot_ms"] for d in others]
-    return {
-        "draws": len(found),
-        "met": met,
-        "missed": len(others),
-        "missed_tpot": sum("mean_tpot_ms" in d.missed for d in others),
-        "tpot_range": (min(tpot), max(tpot)) if tpot else None,
-        "replay_met": sum(not d.replay_missed for d in found),
-    }
+    return Tally(
+        draws=len(found),
+        met={model: [d.seed for d in found if d.model == model and not d.missed] for model in FILES},
+        missed=len(others),
+        missed_tpot=sum("mean_tpot_ms" in d.missed for d in others),
+        tpot_range=(min(tpot), max(tpot)) if tpot else None,
+        replay_met=sum(not d.replay_missed for d in found),
+    )
 
 
 def per_policy(found: list[Draw]) -> dict[tuple[str, str], dict[str, float]]:
@@ -139,15 +149,14 @@ def report(folder: Path, since: int, until: int | None) -> None:
         missed = ", ".join(f"{m} {_cell(m, d.errors[m])}" for m in d.missed) or "every target met"
         replay = ", ".join(d.replay_missed) or "every target"
         print(f"{d.model} seed {d.seed}: {missed}; replay: {'met ' + replay if not d.replay_missed else replay}")
-    s = summary(found)
-    met = "; ".join(f"{model} {', '.join(map(str, seeds)) or 'none'}" for model, seeds in s["met"].items())  # type: ignore[union-attr]
+    t = summary(found)
+    met = "; ".join(f"{model} {', '.join(map(str, seeds)) or 'none'}" for model, seeds in t.met.items())
     print(f"met every target: {met}")
-    lo_hi = s["tpot_range"]
-    span = f" (TPOT {lo_hi[0]:.1%}-{lo_hi[1]:.1%})" if lo_hi else ""  # type: ignore[index]
+    span = f" (TPOT {t.tpot_range[0]:.1%}-{t.tpot_range[1]:.1%})" if t.tpot_range else ""
     seeds = f"{since}-{max(d.seed for d in found)}"
     print(
-        f"the other {s['missed']} of the {s['draws']} draws of seeds {seeds} missed a target, "
-        f"{s['missed_tpot']} of them TPOT{span}; with the runs' speed (replay) {s['replay_met']} of {s['draws']} "
+        f"the other {t.missed} of the {t.draws} draws of seeds {seeds} missed a target, "
+        f"{t.missed_tpot} of them TPOT{span}; with the runs' speed (replay) {t.replay_met} of {t.draws} "
         "meet every target"
     )
     print(
