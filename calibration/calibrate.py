@@ -105,19 +105,27 @@ def value(r: dict[str, Any], stat: str) -> float:
     return float(r["mean_s"]) if stat == "mean" and "mean_s" in r else float(r["median_s"])
 
 
-RING_OPS = ("ring_launch", "ring_return")  # fitted by least absolute deviation with ``ring_lad`` (part 34)
+RING_OPS = ("ring_launch", "ring_return")  # by least absolute deviation with ``ring_lad`` (part 34; reverted by (c))
 
 
 def fit_all(
-    rows: list[dict[str, Any]], stat: str = "median", attn_ctx: bool = False, ring_lad: bool = True
+    rows: list[dict[str, Any]],
+    stat: str = "median",
+    attn_ctx: bool = False,
+    ring_lad: bool = False,
+    ring_own_schedule: bool = False,
 ) -> tuple[dict[str, OpFit], dict[str, dict[str, Any]]]:
     """Every operator's fit on its ``fit`` samples (``attn_ctx``: ``attn_prefill`` with its context term;
-    ``ring_lad``, as :func:`analyse_and_write`'s default since part 34: :data:`RING_OPS` as a line by least absolute
-    deviation over every recorded gap, else by relative least squares over the per-count medians as every other
-    line)."""
+    ``ring_lad`` (:func:`analyse_and_write`'s default from part 34 (a) until (c) reverted it): :data:`RING_OPS` as a
+    line by least absolute deviation over every recorded gap, else by relative least squares over the per-count
+    medians as every other line; ``ring_own_schedule`` off, the default until part 35's readings: ``ring_launch``
+    from the ``ring_launch_any`` samples where a calibration kept them, each launch from whichever schedule came
+    last, as measured until part 35; on, from ``ring_launch``'s own, each from the step's own schedule)."""
     fits, stats = {}, {}
     for op, (form, x) in FORMS.items():
         sel = [r for r in rows if r["op"] == op and r["split"] == "fit"]
+        if op == "ring_launch" and not ring_own_schedule:
+            sel = [{**r, "op": op} for r in rows if r["op"] == "ring_launch_any"] or sel
         if not sel:
             continue
         form = "linear_lad" if ring_lad and op in RING_OPS else form
@@ -965,7 +973,8 @@ def analyse_and_write(
     attn_ctx: bool = False,
     glue_prefill_step: bool = False,
     glue_prefill_log: bool = False,
-    ring_lad: bool = True,
+    ring_lad: bool = False,
+    ring_own_schedule: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -994,11 +1003,15 @@ def analyse_and_write(
     (c): reverted on its fresh readings; by default the (1, tokens, requests) glue, as ``glue_sq``, ``glue_per_decode``
     and ``glue_tok_prefill`` each name their own form). ``glue_prefill_log``: that charge growing with log2 of the
     step's largest prefill item's tokens (``pstep`` + ``plog`` log2 M; part 32: not the default unless its fresh
-    readings adopt it). ``ring_lad`` (the default from part 34 (a)'s verdict): ``ring_launch`` and ``ring_return`` as
-    lines by least absolute deviation over every recorded gap, each per-count median weighted by its repeats; off, by
-    relative least squares over the per-count medians, which a few stray small ones pull far under the gaps."""
+    readings adopt it). ``ring_lad`` (the default from part 34 (a)'s verdict until (c) reverted it on its fresh
+    readings): ``ring_launch`` and ``ring_return`` as lines by least absolute deviation over every recorded gap, each
+    per-count median weighted by its repeats; off, by relative least squares over the per-count medians.
+    ``ring_own_schedule`` (part 35: the default if its readings adopt it): ``ring_launch`` from launches measured
+    from the step's own schedule (:func:`calibration.core_path.step_paths`); off, from ``ring_launch_any`` where the
+    calibration kept it (launches from whichever schedule came last, an empty one included, as measured before part
+    35; a calibration from before part 35 has only those, as ``ring_launch``)."""
     stat = meta.get("statistic", "median")
-    fits, stats = fit_all(rows, stat, attn_ctx, ring_lad)
+    fits, stats = fit_all(rows, stat, attn_ctx, ring_lad, ring_own_schedule)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
     if layers is not None and charge_stage_layers:  # before the glue: the live steps' stages are priced with it
         fits["stage_layers"] = layers

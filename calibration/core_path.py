@@ -46,6 +46,10 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
   sampled-token ring (``trtllm-slots``: ``engine/datapath.py``'s ``RingSender`` -> rank 0's
   ``RingForwarder`` thread -> the core's queue): 0.64-0.88 ms per return in validation traces against
   the one 8-byte hop (0.08 ms) charged before, and rank 0 posting the ring's receive for every step.
+  Each launch from the step's own schedule (:func:`step_paths`); ``ring_launch_any`` (split ``record``) keeps
+  them as measured until docs/validation.md part 35, from whichever schedule came last, the empty one the
+  ``trtllm-slots`` core runs after the step's own included (``calibrate.fit_all(..., ring_own_schedule=False)``
+  fits ``ring_launch`` from them).
 
 Only gaps where the far side was waiting are kept (with more than one step in flight a launch can
 also wait for the stage to finish the step before, a return for the core to finish other work).
@@ -103,11 +107,20 @@ def calibration_scenario(  # noqa: ANN201
     )
 
 
-def step_paths(ops: list[Any]) -> dict[str, list[tuple[int, float]]]:
+def step_paths(ops: list[Any], own_schedule: bool = True) -> dict[str, list[tuple[int, float]]]:
     """``op -> [(n, seconds)]`` from an engine (or simulator) run's records (see the module doc): the
     launch to the first stage, the return from the last. A launch counts only if the first stage was
     idle when it began, a return only if the core was: with more than one step in flight the rest
-    hold waits, not the path."""
+    hold waits, not the path.
+
+    A launch runs from the step's own schedule (``own_schedule``, since docs/validation.md part 35): steps
+    reach the first stage in the order they were scheduled, so the k-th schedule that launched anything
+    pairs with the first stage's k-th compute; a schedule that found nothing to launch (``num_reqs`` 0:
+    ``trtllm-slots`` and ``vllm-mrv2`` try the next slot right after the step's own) neither starts a
+    launch nor cuts one, as the simulator charges it (where the counts differ, records cut short: the first
+    compute after the schedule's end). Off, as calibration measured ``ring_launch`` until part 35: the first
+    compute after whichever schedule came last, an empty one included (about half its samples 0.03-0.1 ms
+    where the step's own schedule was 0.45-0.6 ms before the compute)."""
     core = sorted((o for o in ops if o.track == "core"), key=lambda o: o.start_s)
     stages = sorted({o.track for o in ops if o.track.startswith("stage")}, key=lambda t: int(t[5:]))
     if not stages:
@@ -117,13 +130,25 @@ def step_paths(ops: list[Any]) -> dict[str, list[tuple[int, float]]]:
     starts = [o.start_s for o in first]
     ends = [o.end_s for o in comp]
     out: dict[str, list[tuple[int, float]]] = defaultdict(list)
+
+    def empty(o: Any) -> bool:
+        return own_schedule and o.kind == "schedule" and o.num_reqs == 0
+
+    launched = [o for o in core if o.kind == "schedule" and o.num_reqs > 0]
+    paired = own_schedule and len(launched) == len(first)  # the k-th schedule that launched: the k-th compute
+    step_of = {id(o): k for k, o in enumerate(launched)} if paired else {}
+    later = [o for o in core if not empty(o)]
+    after = {id(a): b for a, b in zip(later[:-1], later[1:], strict=True)}  # the next core op, no empty schedule
     for i, o in enumerate(core):
         nxt = core[i + 1] if i + 1 < len(core) else None
         if o.kind == "schedule":
             out["schedule"].append((o.num_reqs, o.end_s - o.start_s))
-            j = bisect.bisect_left(starts, o.end_s)
+            if empty(o):
+                continue  # found nothing to launch
+            j = step_of[id(o)] if paired else bisect.bisect_left(starts, o.end_s)
+            cut = after.get(id(o))
             idle = j == 0 or first[j - 1].end_s <= o.end_s
-            if j < len(first) and idle and (nxt is None or first[j].start_s <= nxt.start_s):
+            if j < len(first) and idle and (cut is None or first[j].start_s <= cut.start_s):
                 out["launch"].append((first[j].num_reqs, first[j].start_s - o.end_s))
         elif o.kind == "update" and nxt is not None and nxt.kind == "schedule":
             out["update"].append((o.num_reqs, nxt.start_s - o.start_s))
@@ -319,9 +344,11 @@ def profile_core_path(
             return out + [{**r, "split": "live"} for r in rows_of({"handoff": handoffs(two)}, x="bytes")]
         if k == 1:
             ring_run = serve(2, "trtllm-slots")
-            ring = step_paths(list(ring_run.ops))
+            ring_ops = list(ring_run.ops)
+            ring = step_paths(ring_ops)
             paths = {"ring_launch": ring.get("launch", []), "ring_return": ring.get("return", [])}
-            return rows_of(paths) + live(ring_run)
+            anysched = {"ring_launch_any": step_paths(ring_ops, own_schedule=False).get("launch", [])}
+            return rows_of(paths) + [{**r, "split": "record"} for r in rows_of(anysched)] + live(ring_run)
         queued = serve(2, "vllm-batch-queue", True)
         ops = list(queued.ops)
         waited = [(i + 1, t) for i, ts in turnarounds(ops).items() for t in ts]

@@ -194,3 +194,54 @@ def test_a_live_runs_host_shift_is_the_sampler_after_over_during():
     assert rows[0]["host_shift"] == pytest.approx(1.1) and "host_shift" not in rows[1]
     assert not any(k.endswith("window_s") for r in rows for k in r)
     assert rows[2] == {"split": "stage", "op": "stage_full"}
+
+
+def test_a_launch_runs_from_the_steps_own_schedule():
+    """``trtllm-slots``' core tries the next slot right after the step's own schedule and finds nothing
+    (``num_reqs`` 0): the launch runs from the step's own schedule (part 35), not from the empty one, which
+    the schedule samples still keep; ``own_schedule=False`` measures it as calibration did before."""
+    ops = [
+        core("schedule", 0.0, 0.1e-3, 2),
+        core("schedule", 0.12e-3, 0.15e-3, 0),  # the next slot: nothing to launch
+        compute(0, 0.6e-3, 5.0e-3, 2),
+        core("update", 5.4e-3, 5.5e-3, 2),
+        core("schedule", 5.5e-3, 5.6e-3, 2),
+        core("schedule", 5.62e-3, 5.65e-3, 0),
+        compute(1, 6.0e-3, 9.0e-3, 2),
+    ]
+    own, anysched = step_paths(ops), step_paths(ops, own_schedule=False)
+    assert own["launch"] == [(2, pytest.approx(0.5e-3)), (2, pytest.approx(0.4e-3))]
+    assert anysched["launch"] == [(2, pytest.approx(0.45e-3)), (2, pytest.approx(0.35e-3))]
+    assert [n for n, _ in own["schedule"]] == [n for n, _ in anysched["schedule"]] == [2, 0, 2, 0]
+    assert own["return"] == anysched["return"] == [(2, pytest.approx(0.4e-3))]
+    # records cut short (a compute missing): the first compute after the schedule, empty schedules still skipped
+    assert step_paths(ops[:-1])["launch"] == [(2, pytest.approx(0.5e-3))]
+
+
+def test_the_simulators_own_ring_launch_is_measured_back_from_its_trace(tmp_path):
+    """Exact trace: a ``trtllm-slots`` run at two stages charging ``ring_launch`` (0.5 ms + 20 us a request):
+    calibration's measure (:func:`step_paths`) on the simulator's own records gives back that charge at every
+    launch it keeps; measured from whichever schedule came last, the empty schedules that the core runs right
+    after the step's own cut some of them short (calibration's ring samples until part 35)."""
+    from ppsim.config import build_scenario
+    from ppsim.run import run_scenario
+    from tests.test_calibration_profiled import _fits, _write
+
+    lin = {"form": "linear", "x": "n", "coef": {"c0": 5e-4, "c1": 2e-5}}
+    d = _write(tmp_path / "prof", fits={**_fits(), "ring_launch": lin, "ring_return": lin})
+    s = build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "cost": {"kind": "profile", "profile_dir": str(d)},
+            "cluster": {"pipeline_parallel_size": 2},
+            "engine": {"policy": {"kind": "trtllm-slots"}, "max_num_seqs": 8},
+            "workload": {"num_prompts": 12, "request_rate": 200.0, "random_input_len": 16, "random_output_len": 8},
+        },
+    )
+    ops = list(run_scenario(s).result.ops)
+    assert any(o.track == "core" and o.kind == "schedule" and o.num_reqs == 0 for o in ops)
+    own = step_paths(ops)["launch"]
+    assert len(own) >= 10 and all(t == pytest.approx(5e-4 + 2e-5 * n, rel=1e-6) for n, t in own)
+    short = [(n, t) for n, t in step_paths(ops, own_schedule=False)["launch"] if t < 0.99 * (5e-4 + 2e-5 * n)]
+    assert short

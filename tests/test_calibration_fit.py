@@ -149,14 +149,15 @@ def test_linear_lad_is_a_median_line_that_stray_small_rows_do_not_pull_down():
     assert flat["c0"] == pytest.approx(0.4e-3) and flat["c1"] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_ring_fits_by_least_absolute_deviation_by_default_and_the_rest_unchanged():
-    """``fit_all``: with ``ring_lad`` (calibrate's default since part 34 (a)) ``ring_launch`` and ``ring_return`` are
-    median lines written as ``linear``; ``launch`` keeps its relative least squares either way."""
+def test_ring_fits_by_least_absolute_deviation_on_request_and_the_rest_unchanged():
+    """``fit_all``: with ``ring_lad`` (calibrate's default from part 34 (a) until (c) reverted it) ``ring_launch`` and
+    ``ring_return`` are median lines written as ``linear``; ``launch`` keeps its relative least squares either way."""
     import inspect
 
     from calibration.calibrate import analyse_and_write, fit_all
 
-    assert inspect.signature(analyse_and_write).parameters["ring_lad"].default is True
+    assert inspect.signature(analyse_and_write).parameters["ring_lad"].default is False
+    assert inspect.signature(fit_all).parameters["ring_lad"].default is False
     rows = []
     for op in ("ring_launch", "launch"):
         for k in range(1, 17):
@@ -168,3 +169,23 @@ def test_ring_fits_by_least_absolute_deviation_by_default_and_the_rest_unchanged
     assert lad["ring_launch"].at(4) == pytest.approx(0.34e-3, rel=1e-6)
     assert rel["ring_launch"].at(4) < lad["ring_launch"].at(4)
     assert lad["launch"].coef == rel["launch"].coef
+
+
+def test_ring_launch_as_measured_before_part_35_by_default_and_from_the_steps_own_schedule_on_request():
+    """``fit_all``: ``ring_launch`` from ``ring_launch_any`` (split ``record``: launches from whichever schedule came
+    last, as measured before part 35) where a calibration kept them, until part 35's readings; with
+    ``ring_own_schedule`` from its launches measured from the step's own schedule; a calibration from before part 35
+    has only the one measure, fitted either way."""
+    import inspect
+
+    from calibration.calibrate import analyse_and_write, fit_all
+
+    assert inspect.signature(analyse_and_write).parameters["ring_own_schedule"].default is False
+    own = [{"op": "ring_launch", "split": "fit", "n": k, "median_s": 0.5e-3 + 10e-6 * k, "repeats": 4} for k in (1, 8)]
+    anysched = [{**r, "op": "ring_launch_any", "split": "record", "median_s": 0.08e-3} for r in own]
+    fits, _ = fit_all(own + anysched, ring_own_schedule=True)
+    assert fits["ring_launch"].at(4) == pytest.approx(0.54e-3, rel=1e-6) and "ring_launch_any" not in fits
+    before, _ = fit_all(own + anysched)
+    assert before["ring_launch"].at(4) == pytest.approx(0.08e-3, rel=1e-6)
+    older, _ = fit_all(own)  # a calibration from before part 35: one measure, both ways
+    assert older["ring_launch"].coef == fits["ring_launch"].coef

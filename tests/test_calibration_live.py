@@ -74,6 +74,9 @@ def test_quick_calibrate_cli(quick_profile):
     assert any(r.startswith("handoff,live") for r in rows) and any(r.startswith("send_recv,") for r in rows)
     assert "handoff" in fits and meta["link_backend"] == "gloo"
     assert all(fits[op]["form"] == "linear" for op in ("launch_multi", "ring_launch", "ring_return"))
+    # the ring's launches as measured before part 35 (from whichever schedule came last): kept, not fitted
+    anysched = [r for r in read_samples(out) if r["op"] == "ring_launch_any"]
+    assert anysched and {r["split"] for r in anysched} == {"record"} and "ring_launch_any" not in fits
     # and, with two micro-batches in flight, stage 1 restarting on an input that waited for it
     assert any(r.startswith("turnaround,live") for r in rows) and fits["turnaround"]["coef"]["c0"] >= 0.0
     # every such restart by its step's requests (part 21: tried, not adopted), the 1 ms-early ones fitted

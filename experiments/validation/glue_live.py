@@ -65,16 +65,20 @@ and ``prestep_readings_after.csv`` (rounds 70-71, seed 83). ``--compare before31
 growing with log2 of the step's largest prefill item (``glue_prefill_log=True``; (a) did not call for fresh
 runs): ``prelog_readings.csv`` (rounds 54-71, seeds 79-83). ``--compare before34:ringlad`` (part 34) ``ring_launch``
 and ``ring_return`` by relative least squares over the per-count medians against least absolute deviation over every
-recorded gap (``ring_lad``, calibrate's default since (a)), a core-path change, so ``--replay`` holds:
-``ringlad_readings.csv`` (replay) and ``ringlad_readings_plain.csv`` (the kept PP=2 ``sglang-ring`` and
-``trtllm-slots`` scenarios of seeds 76-84 and ``tiny`` 60), ``ringlad_readings_after{,_plain}.csv`` (``tiny`` 61's,
-run with the new fits). ``today`` is calibrate's defaults.
+recorded gap (``ring_lad``, calibrate's default from (a) until (c) reverted it), a core-path change, so ``--replay``
+holds: ``ringlad_readings.csv`` (replay) and ``ringlad_readings_plain.csv`` (the kept PP=2 ``sglang-ring`` and
+``trtllm-slots`` scenarios of seeds 76-84 and ``tiny`` 60), ``ringlad_readings_after{,_plain}.csv`` ((c): ``tiny``
+61's, run with the new fits, ``dense-1024`` 85's and ``tiny`` 62's). ``--compare before35:ownsched`` (part 35)
+``ring_launch`` from calibration's launches measured from whichever schedule came last, the empty one
+``trtllm-slots``' core runs after the step's own included (kept as ``ring_launch_any`` by calibrations since part 35),
+against the step's own schedule (``ring_own_schedule``), both by relative least squares (calibrate's default again
+since part 34 (c)); a core-path change, so ``--replay`` holds. ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
                    before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep|
-                   before31:prelog|before34:ringlad]
+                   before31:prelog|before34:ringlad|before35:ownsched]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -136,6 +140,9 @@ WAYS: dict[str, dict[str, bool]] = {
     # part 34: ring_launch and ring_return by relative least squares (before it) or least absolute deviation
     "before34": {"ring_lad": False},
     "ringlad": {"ring_lad": True},
+    # part 35: ring_launch from launches measured from whichever schedule came last (before it) or the step's own
+    "before35": {"ring_lad": False, "ring_own_schedule": False},
+    "ownsched": {"ring_lad": False, "ring_own_schedule": True},
 }
 COMPARES = (
     "grid:live",
@@ -160,10 +167,11 @@ COMPARES = (
     "before31:prestep",
     "before31:prelog",
     "before34:ringlad",
+    "before35:ownsched",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 # the mean stage computes alike: the replay's factor holds for both (part 34's ring fits are core path, not computes)
-REPLAYABLE = (*TURNAROUNDS, "pooled:busy", "before34:ringlad")
+REPLAYABLE = (*TURNAROUNDS, "pooled:busy", "before34:ringlad", "before35:ownsched")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 TTFT_JUDGED = (
@@ -238,6 +246,11 @@ def glue_live(args: argparse.Namespace) -> None:
     if any(w in args.compare for w in ("b2b", "held")) and not cal.back_to_back(samples):  # bareheld too
         raise PPSimError(
             f"--profile: {args.profile} has no back-to-back restarts one by one (turnaround_each); "
+            "calibrate with today's code"
+        )
+    if "before35" in args.compare and not any(r["op"] == "ring_launch_any" for r in samples):
+        raise PPSimError(
+            f"--profile: {args.profile} has no ring launches from any schedule (ring_launch_any); "
             "calibrate with today's code"
         )
     needs_many = any(w in args.compare for w in ("items", "dec"))
