@@ -246,3 +246,27 @@ def test_a_sampler_reference_is_read_only_for_the_same_work(tmp_path):
     (tmp_path / "meta.json").write_text(json.dumps({"host_sampler_s": 0.0035}))  # kind not named
     assert sampler_reference(str(tmp_path)) is None
     assert sampler_reference(str(tmp_path / "none")) is None
+
+
+def test_a_repeat_the_in_run_sampler_never_sampled_adds_no_mean():
+    """A short repeat on a loaded host can end before the in-run sampler's first sample (its stats: n 0, mean NaN):
+    it adds nothing to ``sampler_s``, so the host-conditioned ratio is over the repeats that were sampled and
+    ``validation.json`` (strict JSON, no NaN) is written."""
+    import contextlib
+    import json
+
+    class Sampler:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def stats(self) -> dict[str, float]:
+            return {"n": self.n, "mean_s": 2e-4 if self.n else float("nan"), "median_s": 2e-4}
+
+    counts = iter([0, 3])
+    g = guard([(0.03, 0.99)] * 4, sampler=lambda: contextlib.nullcontext(Sampler(next(counts))))
+    g.sampler_reference_s = 1e-4
+    for _ in range(2):
+        with g.during():
+            pass
+    assert g.sampled_s == [2e-4] and g.sampler_ratio() == pytest.approx(2.0)
+    json.dumps(g.to_dict(), allow_nan=False)

@@ -156,13 +156,16 @@ class HostGuard:
 
     @contextlib.contextmanager
     def during(self) -> Iterator[None]:
-        """Around one engine repeat: the in-run sampler beside it, its mean kept in ``sampled_s``."""
+        """Around one engine repeat: the in-run sampler beside it, its mean kept in ``sampled_s``. A repeat
+        over before the sampler's first sample (a short run on a loaded host) adds none: no mean to keep."""
         if self.mode == "off" or self.sampler is None:
             yield
             return
         with self.sampler() as sampler:
             yield
-        self.sampled_s.append(float(sampler.stats()["mean_s"]))
+        got = sampler.stats()
+        if got["n"]:
+            self.sampled_s.append(float(got["mean_s"]))
 
     def sampler_ratio(self) -> float | None:
         """The in-run sampler's mean over the repeats over its mean through calibration: 1.08 = the host
