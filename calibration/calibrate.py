@@ -113,14 +113,14 @@ def fit_all(
     stat: str = "median",
     attn_ctx: bool = False,
     ring_lad: bool = False,
-    ring_own_schedule: bool = False,
+    ring_own_schedule: bool = True,
 ) -> tuple[dict[str, OpFit], dict[str, dict[str, Any]]]:
     """Every operator's fit on its ``fit`` samples (``attn_ctx``: ``attn_prefill`` with its context term;
     ``ring_lad`` (:func:`analyse_and_write`'s default from part 34 (a) until (c) reverted it): :data:`RING_OPS` as a
     line by least absolute deviation over every recorded gap, else by relative least squares over the per-count
-    medians as every other line; ``ring_own_schedule`` off, the default until part 35's readings: ``ring_launch``
-    from the ``ring_launch_any`` samples where a calibration kept them, each launch from whichever schedule came
-    last, as measured until part 35; on, from ``ring_launch``'s own, each from the step's own schedule)."""
+    medians as every other line; ``ring_own_schedule``, the default since part 35's verdict: ``ring_launch`` from its
+    own samples, each launch from the step's own schedule; off, from the ``ring_launch_any`` samples where a
+    calibration kept them, each launch from whichever schedule came last, as measured until part 35)."""
     fits, stats = {}, {}
     for op, (form, x) in FORMS.items():
         sel = [r for r in rows if r["op"] == op and r["split"] == "fit"]
@@ -974,7 +974,7 @@ def analyse_and_write(
     glue_prefill_step: bool = False,
     glue_prefill_log: bool = False,
     ring_lad: bool = False,
-    ring_own_schedule: bool = False,
+    ring_own_schedule: bool = True,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -1006,7 +1006,7 @@ def analyse_and_write(
     readings adopt it). ``ring_lad`` (the default from part 34 (a)'s verdict until (c) reverted it on its fresh
     readings): ``ring_launch`` and ``ring_return`` as lines by least absolute deviation over every recorded gap, each
     per-count median weighted by its repeats; off, by relative least squares over the per-count medians.
-    ``ring_own_schedule`` (part 35: the default if its readings adopt it): ``ring_launch`` from launches measured
+    ``ring_own_schedule`` (the default since part 35's verdict): ``ring_launch`` from launches measured
     from the step's own schedule (:func:`calibration.core_path.step_paths`); off, from ``ring_launch_any`` where the
     calibration kept it (launches from whichever schedule came last, an empty one included, as measured before part
     35; a calibration from before part 35 has only those, as ``ring_launch``)."""

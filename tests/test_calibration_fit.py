@@ -171,21 +171,22 @@ def test_ring_fits_by_least_absolute_deviation_on_request_and_the_rest_unchanged
     assert lad["launch"].coef == rel["launch"].coef
 
 
-def test_ring_launch_as_measured_before_part_35_by_default_and_from_the_steps_own_schedule_on_request():
-    """``fit_all``: ``ring_launch`` from ``ring_launch_any`` (split ``record``: launches from whichever schedule came
-    last, as measured before part 35) where a calibration kept them, until part 35's readings; with
-    ``ring_own_schedule`` from its launches measured from the step's own schedule; a calibration from before part 35
+def test_ring_launch_from_the_steps_own_schedule_by_default_and_as_before_part_35_on_request():
+    """``fit_all``: ``ring_launch`` from its launches measured from the step's own schedule (the default since part
+    35's verdict); ``ring_own_schedule=False`` from ``ring_launch_any`` (split ``record``: launches from whichever
+    schedule came last, as measured before part 35) where a calibration kept them; a calibration from before part 35
     has only the one measure, fitted either way."""
     import inspect
 
     from calibration.calibrate import analyse_and_write, fit_all
 
-    assert inspect.signature(analyse_and_write).parameters["ring_own_schedule"].default is False
+    assert inspect.signature(analyse_and_write).parameters["ring_own_schedule"].default is True
+    assert inspect.signature(fit_all).parameters["ring_own_schedule"].default is True
     own = [{"op": "ring_launch", "split": "fit", "n": k, "median_s": 0.5e-3 + 10e-6 * k, "repeats": 4} for k in (1, 8)]
     anysched = [{**r, "op": "ring_launch_any", "split": "record", "median_s": 0.08e-3} for r in own]
-    fits, _ = fit_all(own + anysched, ring_own_schedule=True)
+    fits, _ = fit_all(own + anysched)
     assert fits["ring_launch"].at(4) == pytest.approx(0.54e-3, rel=1e-6) and "ring_launch_any" not in fits
-    before, _ = fit_all(own + anysched)
+    before, _ = fit_all(own + anysched, ring_own_schedule=False)
     assert before["ring_launch"].at(4) == pytest.approx(0.08e-3, rel=1e-6)
-    older, _ = fit_all(own)  # a calibration from before part 35: one measure, both ways
+    older, _ = fit_all(own, ring_own_schedule=False)  # a calibration from before part 35: one measure, both ways
     assert older["ring_launch"].coef == fits["ring_launch"].coef

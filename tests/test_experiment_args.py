@@ -849,6 +849,9 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         # (c): tiny 61, dense-1024 85, tiny 62: reverted (the replay's median TTFT 1.6 points worse)
         ("ringlad_readings_after", "for 1, against 0, level 6; other targets worse: median_ttft_ms: not adopted"),
         ("ringlad_readings_after_plain", "for 2, against 1, level 4; other targets worse: none: adopted"),
+        # part 35 (a): dense-1024 86, tiny 63-64, fresh calibrations keeping both measures
+        ("ownsched_readings", "for 5, against 0, level 1; other targets worse: none: adopted"),
+        ("ownsched_readings_plain", "for 5, against 0, level 1; other targets worse: p99_ttft_ms: not adopted"),
         (  # part 31 (c)
             "prestep_readings_after",
             "for 3, against 3, level 1; other targets worse: median_e2el_ms: not adopted",

@@ -72,7 +72,8 @@ holds: ``ringlad_readings.csv`` (replay) and ``ringlad_readings_plain.csv`` (the
 ``ring_launch`` from calibration's launches measured from whichever schedule came last, the empty one
 ``trtllm-slots``' core runs after the step's own included (kept as ``ring_launch_any`` by calibrations since part 35),
 against the step's own schedule (``ring_own_schedule``), both by relative least squares (calibrate's default again
-since part 34 (c)); a core-path change, so ``--replay`` holds. ``today`` is calibrate's defaults.
+since part 34 (c)); a core-path change, so ``--replay`` holds: ``ownsched_readings{,_plain}.csv`` (the PP=2 ring
+scenarios of ``dense-1024`` 86 and ``tiny`` 63-64; (a) adopted it). ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
