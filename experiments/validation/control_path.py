@@ -7,7 +7,10 @@ compute start: building and pickling the step messages, the queue, the stage wak
 as calibration reads them (:func:`calibration.core_path.step_paths`), and prints medians, engine
 beside simulator. The step-level cost error of ``validate`` covers the stage computes; this covers
 the rest of a step, which at PP=1 decode of a few requests is a large share of it. Launches and
-returns count only where the far side was waiting (see ``step_paths``). At PP > 1 it adds the
+returns count only where the far side was waiting (see ``step_paths``; a launch runs from the step's own schedule,
+docs/validation.md part 35). For the policies that schedule ahead (``vllm-async``, ``vllm-mrv2``) a step's compute
+also waits for its placeholders' sampled tokens, so their launch is more than the control path (the replay's path
+factor leaves them out: ``replay_adjusted.SCHEDULES_AHEAD``). At PP > 1 it adds the
 *handoff* (a stage's compute end -> the next stage's compute start, where that stage was waiting:
 :func:`calibration.core_path.handoffs`).
 
