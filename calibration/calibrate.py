@@ -51,7 +51,7 @@ from ppsim.errors import PPSimError
 from ppsim.live_engine import MAX_THREADS_PER_STAGE
 from ppsim.models.shape import ModelShape, load_model, refuse_skew_on_dense
 from ppsim.policy.plan import PlanItem, StepPlan, make_plan
-from ppsim.validate.host import cpu_probe
+from ppsim.validate.host import cpu_identity, cpu_probe
 
 # operator -> (form, feature)
 FORMS: dict[str, tuple[str, str]] = {
@@ -719,6 +719,12 @@ def timed_alone(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if str(r["split"]).startswith("live") and r.get("alone_s")]
 
 
+def whole_model_steps(live: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The live steps of calibration's one-stage runs (``live1``): stages that hold every layer of the model, so
+    the whole model's weights pass through the host's caches each step (docs/validation.md, part 36)."""
+    return [r for r in live if r["split"] == "live1"]
+
+
 def _live_runs(rows: list[dict[str, Any]], stages: int) -> list[list[dict[str, Any]]]:
     """The ``live<stages>`` rows timed alone too (``alone_s``), one list per live run."""
     by_run: dict[int, list[dict[str, Any]]] = {}
@@ -942,6 +948,7 @@ def calibrate(
             "rounds": rounds,
             "link_backend": backend,
             "layer_stack": stack,
+            **({"host_cpu": cpu_identity()} if device == "cpu" else {}),
             **({"host_probe_s": sum(probes) / len(probes), "host_probes_s": probes} if probes else {}),
             **({"host_stage_probe_s": sum(steps) / len(steps), "host_stage_probes_s": steps} if steps else {}),
             **({"host_sampler_s": sampled, "host_sampler": SAMPLER_KIND} if sampled and sampled > 0 else {}),
@@ -975,6 +982,7 @@ def analyse_and_write(
     glue_prefill_log: bool = False,
     ring_lad: bool = False,
     ring_own_schedule: bool = True,
+    glue_whole: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -1009,7 +1017,10 @@ def analyse_and_write(
     ``ring_own_schedule`` (the default since part 35's verdict): ``ring_launch`` from launches measured
     from the step's own schedule (:func:`calibration.core_path.step_paths`); off, from ``ring_launch_any`` where the
     calibration kept it (launches from whichever schedule came last, an empty one included, as measured before part
-    35; a calibration from before part 35 has only those, as ``ring_launch``)."""
+    35; a calibration from before part 35 has only those, as ``ring_launch``). ``glue_whole`` (part 36, on trial):
+    ``layer_glue``'s live steps are the one-stage runs' alone (:func:`whole_model_steps`: their stage holds every
+    layer), so each stage's layers are priced as a layer costs when the whole model passes through the host's caches
+    each step, as in a live pipeline whose stages share the host; off, the live steps of every depth."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx, ring_lad, ring_own_schedule)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -1018,6 +1029,8 @@ def analyse_and_write(
     if any(r["split"] == "stage" for r in rows):
         stage_rows = [r for r in rows if r["split"] == "stage" and (multi_items or not multi_item(r))]
         alone = timed_alone(rows) if glue_live else None
+        if alone and glue_whole:
+            alone = whole_model_steps(alone)
         glue, gaps = fit_stage_glue(
             fits,
             meta,

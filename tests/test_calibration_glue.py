@@ -877,6 +877,28 @@ def test_analyse_and_write_fits_the_layer_glue_on_the_live_steps_too_by_default(
     assert grid["coef"]["c0"] == pytest.approx(TRUE["layer_glue"]["c0"], rel=0.05, abs=2e-6)
 
 
+def test_glue_whole_fits_the_layer_glue_on_the_one_stage_live_steps_only(tmp_path):
+    """Part 36: with the two-stage runs' steps cheaper by 15 us a layer (their stages' weights in cache) and the
+    one-stage runs' steps as the grid's model prices them, ``glue_whole`` gives that model's glue back and counts the
+    one-stage steps alone; by default the fit lands between the two sets."""
+    import json
+
+    from calibration.calibrate import whole_model_steps
+
+    live = [r for r in _alone_rows(20e-6) if r["split"] == "live1"]
+    live += [r for r in _alone_rows(5e-6) if r["split"] == "live2"]
+    assert whole_model_steps(live) == live[: len(PLANS)]
+    meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
+    rows = synthetic_rows() + live + operator_rows()
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "whole"), glue_whole=True)
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "today"))
+    whole = json.loads((tmp_path / "whole" / "fits.json").read_text())["layer_glue"]
+    today = json.loads((tmp_path / "today" / "fits.json").read_text())["layer_glue"]
+    assert whole["n_live_samples"] == len(PLANS) and today["n_live_samples"] == 3 * len(PLANS)
+    assert whole["coef"]["c0"] == pytest.approx(TRUE["layer_glue"]["c0"], rel=0.05, abs=2e-6)
+    assert 5e-6 < today["coef"]["c0"] < whole["coef"]["c0"] - 2e-6
+
+
 def test_live_glue_prices_a_smaller_stage_with_stage_layers_where_it_is_charged():
     """Live steps of one-layer stages costing 0.8x a layer of the three-layer stack: with ``stage_layers`` charged
     (``replay_adjusted.py --with-stage-layers``) the live fit takes the ratio out and gives the stack's glue back;

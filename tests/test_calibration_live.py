@@ -25,6 +25,7 @@ from ppsim.config import build_scenario  # noqa: E402
 from ppsim.cost.base import StageSpec  # noqa: E402
 from ppsim.cost.profiled import SCHEMA_VERSION, ProfiledCost, load_profiled_cost, read_profile  # noqa: E402
 from ppsim.models.shape import ModelShape, load_model  # noqa: E402
+from ppsim.validate.host import cpu_identity  # noqa: E402
 
 SHIPPED = Path(__file__).resolve().parents[1] / "profiles" / "tiny-cpu"
 
@@ -54,6 +55,7 @@ def test_quick_calibrate_cli(quick_profile):
     assert fits["stage_idle"]["form"] == "interp" and fits["stage_idle"]["coef"]["xs"][0] == 0.0
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
     assert meta["host_probe_s"] > 0 and len(meta["host_probes_s"]) == 3  # 2 rounds and the end
+    assert meta["host_cpu"] == cpu_identity()  # the CPU it measured: validate flags a profile of another
     assert meta["host_stage_probe_s"] > 0 and len(meta["host_stage_probes_s"]) == 3  # the engine-step probe
     assert 0 < meta["host_sampler_s"] < 1  # the in-run sampler through the whole timing (engine/host_sampler.py)
     assert meta["host_sampler"] == "numpy-mm-4xHxI-fp32"  # the work it timed: a reference of another is not read

@@ -270,3 +270,86 @@ def test_a_repeat_the_in_run_sampler_never_sampled_adds_no_mean():
             pass
     assert g.sampled_s == [2e-4] and g.sampler_ratio() == pytest.approx(2.0)
     json.dumps(g.to_dict(), allow_nan=False)
+
+
+def _sysfs(root, caches):
+    """A cpu0 cache tree as Linux writes it: one index dir per (level, type, size)."""
+    for i, (level, kind, size) in enumerate(caches):
+        d = root / "cpu0" / "cache" / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+
+
+def test_cpu_identity_reads_the_model_name_and_the_unified_l2_and_l3(tmp_path):
+    import os
+
+    from ppsim.validate.host import cpu_identity, cpu_text
+
+    _sysfs(tmp_path, [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"), (3, "Unified", "32768K")])
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu\n")
+    got = cpu_identity(str(tmp_path), str(info))
+    assert got == {"model": "AMD EPYC", "vcpus": os.cpu_count(), "l2_bytes": 1 << 20, "l3_bytes": 32 << 20}
+    assert cpu_text(got) == f"AMD EPYC, {os.cpu_count()} vCPUs, L2 1 MiB, L3 32 MiB"
+    bare = cpu_identity(str(tmp_path / "none"), str(tmp_path / "none"))  # no sysfs, no cpuinfo: unknown, not wrong
+    assert bare == {"model": None, "vcpus": os.cpu_count(), "l2_bytes": None, "l3_bytes": None}
+
+
+def test_a_profile_calibrated_on_another_cpu_is_flagged_first_and_refused_before_any_run():
+    """The L3 differs (480 against 32 MiB): flagged even on steady readings, in one line naming both hosts and the
+    fix, without the contention phrase; refused at the first reading; a field either side lacks is not judged."""
+    here = {"model": "AMD EPYC", "vcpus": 2, "l2_bytes": 1 << 20, "l3_bytes": 32 << 20}
+    there = {"model": "AMD EPYC", "vcpus": 2, "l2_bytes": 1 << 20, "l3_bytes": 480 << 20}
+    g = guard([(0.002, 0.99), (0.002, 0.99)], cpu=here, cpu_reference=there)
+    g.read("before 0")
+    g.read("after 0")
+    d = g.to_dict()
+    assert not d["ok"] and d["cpu_differs"] == ["l3_bytes"]
+    assert "calibrated on another CPU (AMD EPYC, 2 vCPUs, L2 1 MiB, L3 480 MiB; this host: AMD EPYC" in d["problem"]
+    line = host_line(d)
+    assert line.startswith("host guard: FLAGGED") and line.endswith("calibrate on this one") and "\n" not in line
+    with pytest.raises(PPSimError, match="another CPU .* validation refused"):
+        guard([(0.002, 0.99)], "refuse", cpu=here, cpu_reference=there).read("before 0")
+    same = guard([(0.002, 0.99)], cpu=here, cpu_reference=dict(there, l3_bytes=None))
+    same.read("before 0")
+    assert same.problem() is None and same.to_dict()["cpu_differs"] == []
+    off = HostGuard("off", cpu=here, cpu_reference=there)
+    assert off.problem() is None and host_line(off.to_dict()).startswith("host guard: off")
+
+
+def test_validate_reads_the_cpu_of_the_profile_and_refuses_another_before_the_engine_runs(tmp_path):
+    """``ppsim validate`` compares this host's CPU with the profile's ``host_cpu`` (here a vCPU count no host of
+    this test has): refused before any engine run, nothing written."""
+    pytest.importorskip("torch")
+    import os
+    import shutil
+
+    from ppsim.config import build_scenario
+    from ppsim.validate.host import cpu_identity
+    from ppsim.validate.run import validate
+
+    prof = tmp_path / "profile"
+    shutil.copytree(ROOT / "profiles" / "tiny-cpu", prof)
+    meta = json.loads((prof / "meta.json").read_text())
+    (prof / "meta.json").write_text(json.dumps({**meta, "host_cpu": {**cpu_identity(), "vcpus": os.cpu_count() + 1}}))
+    s = build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "cost": {"kind": "profile", "profile_dir": str(prof)},
+            "workload": {
+                "num_prompts": 2,
+                "request_rate": float("inf"),
+                "random_input_len": 16,
+                "random_output_len": 3,
+            },
+        },
+    )
+    g = guard([(0.03, 0.99)], "refuse")
+    g.stage_probe, g.sampler = (lambda: 0.005), None  # the readings injected; the CPU is this host's, read for real
+    with pytest.raises(PPSimError, match=r"another CPU .* this host: .*calibrate on this one; validation refused"):
+        validate(s, tmp_path / "out", 1, log=lambda m: None, host=g)
+    assert g.cpu == cpu_identity() and g.cpu_reference["vcpus"] == os.cpu_count() + 1
+    assert not (tmp_path / "out" / "validation.json").exists()

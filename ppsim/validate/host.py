@@ -16,6 +16,12 @@ during one: the engine's own stages would be the load):
   second by second: a neighbour on the physical core); one short probe caught either state, and a
   guard built on it flagged 12 of 14 quiet runs for a drift of 17-84%.
 
+A profile also records which CPU measured it (``meta.json`` ``host_cpu``, :func:`cpu_identity`: the model name, the
+vCPUs, the L2 and L3 sizes from sysfs). A run whose host differs in any of them that both sides know is flagged first:
+this project's VM has been an Intel guest with a 480 MB L3 and an AMD EPYC one with 32 MiB, and a model whose weights
+sit between the two (`tiny`, 24 MB) costs per layer what its footprint against that cache makes it
+(docs/validation.md, part 36), which no probe's speed ratio carries from one to the other.
+
 A run is flagged when ``core_share`` fell below ``min_core_share`` at any reading, or when the mean
 ``probe_s`` of its readings differs by more than ``max_drift`` from the probe ``ppsim calibrate``
 recorded in the profile (``meta.json`` ``host_probe_s``, a mean over one reading per calibration
@@ -40,6 +46,9 @@ from typing import Any, Literal
 
 from ppsim.errors import PPSimError
 
+CPU_ROOT = "/sys/devices/system/cpu"
+CPU_KEYS = ("model", "vcpus", "l2_bytes", "l3_bytes")  # what names a host's CPU (a None on either side: not judged)
+
 PROBE_LOOP = 20_000  # iterations of one probe slice (about 2 ms of one core of a 2020s x86 server)
 PROBE_SLICES = 60  # slices per probe, PROBE_GAP_S apart: the probe spans about 1.5 s
 PROBE_GAP_S = 0.02
@@ -58,6 +67,65 @@ MAX_DRIFT = 10.0  # --host-max-drift: a host 11x slower than at calibration is n
 DEFAULT_MAX_DRIFT = 0.20
 DEFAULT_MIN_CORE_SHARE = 0.85
 GuardMode = Literal["flag", "refuse", "off"]
+
+
+def _cache_bytes(text: str) -> int | None:
+    """sysfs' cache ``size`` ("1024K", "32768K", "32M") in bytes; None if unreadable."""
+    text = text.strip().upper()
+    scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in "KMG" else text
+    return int(digits) * scale if digits.isdigit() else None
+
+
+def cpu_identity(root: str = CPU_ROOT, cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """This host's CPU as a profile records it: ``model`` (``/proc/cpuinfo``'s model name), ``vcpus``
+    (``os.cpu_count()``), ``l2_bytes`` and ``l3_bytes`` (cpu0's unified caches of levels 2 and 3 in sysfs, the
+    L3 shared by the cores that share it); a field this host does not expose is None."""
+    out: dict[str, Any] = dict.fromkeys(CPU_KEYS)
+    out["vcpus"] = os.cpu_count()
+    try:
+        for line in open(cpuinfo, encoding="utf-8"):
+            if line.startswith("model name"):
+                out["model"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cache = os.path.join(root, "cpu0", "cache")
+    try:
+        entries = sorted(os.listdir(cache))
+    except OSError:
+        return out
+    for name in entries:
+        try:
+            with open(os.path.join(cache, name, "level"), encoding="utf-8") as f:
+                level = f.read().strip()
+            with open(os.path.join(cache, name, "type"), encoding="utf-8") as f:
+                kind = f.read().strip()
+            with open(os.path.join(cache, name, "size"), encoding="utf-8") as f:
+                size = _cache_bytes(f.read())
+        except OSError:
+            continue
+        if kind == "Unified" and level in ("2", "3"):
+            out[f"l{level}_bytes"] = size
+    return out
+
+
+def cpu_text(cpu: dict[str, Any]) -> str:
+    """ "AMD EPYC, 2 vCPUs, L2 1 MiB, L3 32 MiB" (the fields known)."""
+    parts = [str(cpu["model"])] if cpu.get("model") else []
+    parts += [f"{cpu['vcpus']} vCPUs"] if cpu.get("vcpus") else []
+    for level in ("l2", "l3"):
+        b = cpu.get(f"{level}_bytes")
+        if b:
+            parts.append(f"{level.upper()} {b / 1024**2:g} MiB")
+    return ", ".join(parts) or "unknown"
+
+
+def cpu_differs(reference: dict[str, Any] | None, now: dict[str, Any] | None) -> list[str]:
+    """The fields of :data:`CPU_KEYS` both sides know and that differ."""
+    if not isinstance(reference, dict) or not isinstance(now, dict):
+        return []
+    return [k for k in CPU_KEYS if reference.get(k) is not None and now.get(k) is not None and reference[k] != now[k]]
 
 
 @dataclass(frozen=True)
@@ -117,6 +185,8 @@ class HostGuard:
     sampler: Callable[[], Any] | None = None  # makes an in-run sampler (engine/host_sampler.py), if read
     sampler_reference_s: float | None = None  # its mean through calibration (meta.json host_sampler_s)
     sampled_s: list[float] = field(default_factory=list)  # its mean through each engine repeat
+    cpu: dict[str, Any] | None = None  # this host's CPU (cpu_identity), if read
+    cpu_reference: dict[str, Any] | None = None  # the CPU the profile was calibrated on (meta.json host_cpu)
 
     def __post_init__(self) -> None:
         if self.mode not in ("flag", "refuse", "off"):
@@ -193,6 +263,11 @@ class HostGuard:
 
     def problem(self) -> str | None:
         """What is wrong with the host, in a phrase; None when the readings are within bounds."""
+        if self.mode != "off" and cpu_differs(self.cpu_reference, self.cpu):
+            return (
+                f"the profile was calibrated on another CPU ({cpu_text(self.cpu_reference or {})}; this host: "
+                f"{cpu_text(self.cpu or {})}): its costs are of that host; calibrate on this one"
+            )
         if not self.readings:
             return None
         worst = min(self.readings, key=lambda r: r.core_share)
@@ -235,24 +310,29 @@ class HostGuard:
             "sampler_s": list(self.sampled_s),
             "sampler_ratio": self.sampler_ratio(),
             "cpu_count": os.cpu_count(),
+            "cpu": self.cpu,
+            "cpu_reference": self.cpu_reference,
+            "cpu_differs": cpu_differs(self.cpu_reference, self.cpu),
             "readings": [asdict(r) for r in self.readings],
         }
 
 
 def host_line(h: dict[str, Any]) -> str:
     """One line for the report."""
+    if h.get("mode") != "off" and not h.get("ok", True):
+        if h.get("cpu_differs"):  # not contention: the profile is another machine's
+            return f"host guard: FLAGGED, {h['problem']}"
+        return f"host guard: FLAGGED, {h['problem']}: engine figures include contention the simulator does not model"
     if h.get("mode") == "off" or not h.get("readings"):
         return "host guard: off (host not measured)"
     loads = [r["load1"] for r in h["readings"]]
     share = min(r["core_share"] for r in h["readings"])
-    if h["ok"]:
-        ref, step = h.get("vs_reference"), h.get("stage_vs_reference")
-        vs = "" if ref is None else f", {ref:+.0%} vs calibration"
-        vs += "" if step is None else f", engine step {step:+.0%} vs calibration"
-        ratio = h.get("sampler_ratio")
-        vs += "" if ratio is None else f", in-run sampler x{ratio:.3f} its calibration time"
-        return (
-            f"host guard: ok (CPU probe drift {h['probe_drift']:.0%}{vs}, core share >= {share:.0%}, "
-            f"load {min(loads):.1f}-{max(loads):.1f})"
-        )
-    return f"host guard: FLAGGED, {h['problem']}: engine figures include contention the simulator does not model"
+    ref, step = h.get("vs_reference"), h.get("stage_vs_reference")
+    vs = "" if ref is None else f", {ref:+.0%} vs calibration"
+    vs += "" if step is None else f", engine step {step:+.0%} vs calibration"
+    ratio = h.get("sampler_ratio")
+    vs += "" if ratio is None else f", in-run sampler x{ratio:.3f} its calibration time"
+    return (
+        f"host guard: ok (CPU probe drift {h['probe_drift']:.0%}{vs}, core share >= {share:.0%}, "
+        f"load {min(loads):.1f}-{max(loads):.1f})"
+    )

@@ -29,7 +29,7 @@ from ppsim.outputs import check_output_dir, write_result_set
 from ppsim.report.dashboard import drawn_dashboards, series_files
 from ppsim.sim.executor import simulate
 from ppsim.validate.compare import compare_summaries, per_request_errors, verdict
-from ppsim.validate.host import HostGuard, host_line
+from ppsim.validate.host import HostGuard, cpu_identity, host_line
 from ppsim.validate.path import format_path, summarize_path
 from ppsim.validate.preflight import check_repeats
 from ppsim.validate.report import format_table, validation_files
@@ -95,6 +95,10 @@ def prepare_validation(
     host = host if host is not None else HostGuard()
     if host.reference_s is None:
         host.reference_s = calibration_probe(s.cost.profile_dir)
+    if host.mode != "off" and s.live_engine.device == "cpu" and host.cpu is None:
+        host.cpu = cpu_identity()
+        ref = calibration_meta(s.cost.profile_dir).get("host_cpu")
+        host.cpu_reference = ref if isinstance(ref, dict) else None
     if host.mode != "off" and s.live_engine.device == "cpu" and host.stage_probe is None:
         from engine.probe import stage_probe
 
