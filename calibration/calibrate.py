@@ -82,6 +82,7 @@ KINDS = {
 }
 GLUE_KIND = {"layer_glue": "stage_mid", "first_glue": "stage_first", "last_glue": "stage_last"}
 LIVE_GLUE_NOTE = "; and the live engine's steps timed alone, the two sets at equal total weight (fit_layer_glue_live)"
+WHOLE_GLUE_NOTE = "; its one-stage runs' only, the whole model in one stage (glue_whole, part 36)"
 
 
 def _feats(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -982,7 +983,7 @@ def analyse_and_write(
     glue_prefill_log: bool = False,
     ring_lad: bool = False,
     ring_own_schedule: bool = True,
-    glue_whole: bool = False,
+    glue_whole: bool = True,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -1017,10 +1018,11 @@ def analyse_and_write(
     ``ring_own_schedule`` (the default since part 35's verdict): ``ring_launch`` from launches measured
     from the step's own schedule (:func:`calibration.core_path.step_paths`); off, from ``ring_launch_any`` where the
     calibration kept it (launches from whichever schedule came last, an empty one included, as measured before part
-    35; a calibration from before part 35 has only those, as ``ring_launch``). ``glue_whole`` (part 36, on trial):
-    ``layer_glue``'s live steps are the one-stage runs' alone (:func:`whole_model_steps`: their stage holds every
-    layer), so each stage's layers are priced as a layer costs when the whole model passes through the host's caches
-    each step, as in a live pipeline whose stages share the host; off, the live steps of every depth."""
+    35; a calibration from before part 35 has only those, as ``ring_launch``). ``glue_whole`` (the default since
+    part 36's verdict): ``layer_glue``'s live steps are the one-stage runs' alone (:func:`whole_model_steps`: their
+    stage holds every layer), so each stage's layers are priced as a layer costs when the whole model passes through
+    the host's caches each step, as in a live pipeline whose stages share the host; off, the live steps of every
+    depth, as before."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx, ring_lad, ring_own_schedule)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -1130,7 +1132,8 @@ def analyse_and_write(
         fj[name].update({"n_samples": sum(1 for g in gaps if g["stage"] in ("layer", GLUE_KIND[name])), "note": note})
     if alone and "layer_glue" in glue:  # fit_layer_glue_live
         n_live = sum(1 for r in alone if int(r.get("layers", 0)) > 0)
-        fj["layer_glue"].update({"n_live_samples": n_live, "note": note + LIVE_GLUE_NOTE})
+        live_note = LIVE_GLUE_NOTE + (WHOLE_GLUE_NOTE if glue_whole else "")
+        fj["layer_glue"].update({"n_live_samples": n_live, "note": note + live_note})
     write_artifact(out, meta, fj, rows)
     return meta
 

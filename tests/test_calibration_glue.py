@@ -871,7 +871,8 @@ def test_analyse_and_write_fits_the_layer_glue_on_the_live_steps_too_by_default(
 
     live = json.loads((tmp_path / "live" / "fits.json").read_text())["layer_glue"]
     grid = json.loads((tmp_path / "grid" / "fits.json").read_text())["layer_glue"]
-    assert live["n_live_samples"] == 3 * len(PLANS) and "live engine's steps timed alone" in live["note"]
+    assert live["n_live_samples"] == len(PLANS) and "live engine's steps timed alone" in live["note"]
+    assert "one-stage runs' only" in live["note"]  # glue_whole, the default since part 36
     assert "n_live_samples" not in grid and "live engine" not in grid["note"]
     assert 5e-6 < live["coef"]["c0"] < grid["coef"]["c0"]
     assert grid["coef"]["c0"] == pytest.approx(TRUE["layer_glue"]["c0"], rel=0.05, abs=2e-6)
@@ -879,8 +880,8 @@ def test_analyse_and_write_fits_the_layer_glue_on_the_live_steps_too_by_default(
 
 def test_glue_whole_fits_the_layer_glue_on_the_one_stage_live_steps_only(tmp_path):
     """Part 36: with the two-stage runs' steps cheaper by 15 us a layer (their stages' weights in cache) and the
-    one-stage runs' steps as the grid's model prices them, ``glue_whole`` gives that model's glue back and counts the
-    one-stage steps alone; by default the fit lands between the two sets."""
+    one-stage runs' steps as the grid's model prices them, ``glue_whole`` (the default since its verdict) gives that
+    model's glue back and counts the one-stage steps alone; with it off the fit lands between the two sets."""
     import json
 
     from calibration.calibrate import whole_model_steps
@@ -890,13 +891,14 @@ def test_glue_whole_fits_the_layer_glue_on_the_one_stage_live_steps_only(tmp_pat
     assert whole_model_steps(live) == live[: len(PLANS)]
     meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
     rows = synthetic_rows() + live + operator_rows()
-    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "whole"), glue_whole=True)
-    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "today"))
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "whole"))
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "before"), glue_whole=False)
     whole = json.loads((tmp_path / "whole" / "fits.json").read_text())["layer_glue"]
-    today = json.loads((tmp_path / "today" / "fits.json").read_text())["layer_glue"]
-    assert whole["n_live_samples"] == len(PLANS) and today["n_live_samples"] == 3 * len(PLANS)
+    before = json.loads((tmp_path / "before" / "fits.json").read_text())["layer_glue"]
+    assert whole["n_live_samples"] == len(PLANS) and before["n_live_samples"] == 3 * len(PLANS)
     assert whole["coef"]["c0"] == pytest.approx(TRUE["layer_glue"]["c0"], rel=0.05, abs=2e-6)
-    assert 5e-6 < today["coef"]["c0"] < whole["coef"]["c0"] - 2e-6
+    assert 5e-6 < before["coef"]["c0"] < whole["coef"]["c0"] - 2e-6
+    assert "glue_whole" in whole["note"] and "glue_whole" not in before["note"]
 
 
 def test_live_glue_prices_a_smaller_stage_with_stage_layers_where_it_is_charged():

@@ -852,6 +852,8 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         # part 35 (a): dense-1024 86, tiny 63-64, fresh calibrations keeping both measures
         ("ownsched_readings", "for 5, against 0, level 1; other targets worse: none: adopted"),
         ("ownsched_readings_plain", "for 5, against 0, level 1; other targets worse: p99_ttft_ms: not adopted"),
+        # part 36: tiny 65-66, dense-1024 87-88, MoE rounds 75-76 (the plain prediction)
+        ("whole_readings", "for 6, against 2, level 2; other targets worse: none: adopted"),
         (  # part 31 (c)
             "prestep_readings_after",
             "for 3, against 3, level 1; other targets worse: median_e2el_ms: not adopted",

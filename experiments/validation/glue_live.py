@@ -73,15 +73,17 @@ holds: ``ringlad_readings.csv`` (replay) and ``ringlad_readings_plain.csv`` (the
 ``trtllm-slots``' core runs after the step's own included (kept as ``ring_launch_any`` by calibrations since part 35),
 against the step's own schedule (``ring_own_schedule``), both by relative least squares (calibrate's default again
 since part 34 (c)); a core-path change, so ``--replay`` holds: ``ownsched_readings{,_plain}.csv`` (the PP=2 ring
-scenarios of ``dense-1024`` 86 and ``tiny`` 63-64; (a) adopted it). ``--compare today:whole`` (part 36) calibrate's
-defaults against ``layer_glue`` fitted on the one-stage runs' live steps only (``glue_whole``), a compute change, so
-the plain prediction. ``today`` is calibrate's defaults.
+scenarios of ``dense-1024`` 86 and ``tiny`` 63-64; (a) adopted it). ``--compare before36:whole`` (part 36)
+``layer_glue`` fitted on the live steps of every depth against the one-stage runs' only (``glue_whole``, calibrate's
+default since its verdict), a compute change, so the plain prediction: ``whole_readings.csv`` (``tiny`` seeds 65-66,
+``dense-1024`` 87-88, MoE rounds 75-76; read as ``today:whole`` before the verdict, the same two fits). ``today`` is
+calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
                    before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep|
-                   before31:prelog|before34:ringlad|before35:ownsched|today:whole]
+                   before31:prelog|before34:ringlad|before35:ownsched|before36:whole]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -146,7 +148,9 @@ WAYS: dict[str, dict[str, bool]] = {
     # part 35: ring_launch from launches measured from whichever schedule came last (before it) or the step's own
     "before35": {"ring_lad": False, "ring_own_schedule": False},
     "ownsched": {"ring_lad": False, "ring_own_schedule": True},
-    # part 36: the layer glue on the one-stage live steps only (the whole model's footprint), against today's
+    # part 36: the layer glue on the live steps of every depth (before it) or of the one-stage runs only (the whole
+    # model's footprint; calibrate's default since its verdict; its readings were taken as ``today:whole`` before it)
+    "before36": {"glue_whole": False},
     "whole": {"glue_whole": True},
 }
 COMPARES = (
@@ -173,7 +177,7 @@ COMPARES = (
     "before31:prelog",
     "before34:ringlad",
     "before35:ownsched",
-    "today:whole",
+    "before36:whole",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 # the mean stage computes alike: the replay's factor holds for both (part 34's ring fits are core path, not computes)
