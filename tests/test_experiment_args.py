@@ -854,6 +854,8 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("ownsched_readings_plain", "for 5, against 0, level 1; other targets worse: p99_ttft_ms: not adopted"),
         # part 36: tiny 65-66, dense-1024 87-88, MoE rounds 75-76 (the plain prediction)
         ("whole_readings", "for 6, against 2, level 2; other targets worse: none: adopted"),
+        # (b): tiny 67, dense-1024 89, MoE round 77, calibrated with it: kept
+        ("whole_readings_after", "for 3, against 0, level 2; other targets worse: none: adopted"),
         (  # part 31 (c)
             "prestep_readings_after",
             "for 3, against 3, level 1; other targets worse: median_e2el_ms: not adopted",
