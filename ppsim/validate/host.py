@@ -96,18 +96,19 @@ def cpu_identity(root: str = CPU_ROOT, cpuinfo: str = "/proc/cpuinfo") -> dict[s
     except OSError:
         return out
     for name in entries:
-        try:
-            with open(os.path.join(cache, name, "level"), encoding="utf-8") as f:
-                level = f.read().strip()
-            with open(os.path.join(cache, name, "type"), encoding="utf-8") as f:
-                kind = f.read().strip()
-            with open(os.path.join(cache, name, "size"), encoding="utf-8") as f:
-                size = _cache_bytes(f.read())
-        except OSError:
-            continue
-        if kind == "Unified" and level in ("2", "3"):
-            out[f"l{level}_bytes"] = size
+        level, kind, size = (_read(os.path.join(cache, name, f)) for f in ("level", "type", "size"))
+        if kind == "Unified" and level in ("2", "3") and size is not None:
+            out[f"l{level}_bytes"] = _cache_bytes(size)
     return out
+
+
+def _read(path: str) -> str | None:
+    """A sysfs file's text, stripped; None if it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def cpu_text(cpu: dict[str, Any]) -> str:
