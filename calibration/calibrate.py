@@ -864,7 +864,7 @@ def calibrate(
     from calibration.profile_ops import FULL, QUICK, OpProfiler
     from calibration.timer import Timer
     from engine.host_sampler import SAMPLER_KIND, model_sampler
-    from engine.probe import stage_probe
+    from engine.probe import model_probe, model_probe_fits, model_probe_kind, stage_probe
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     if device == "cuda" and not torch.cuda.is_available():
@@ -887,6 +887,7 @@ def calibrate(
     t0 = time.perf_counter()
     probes: list[float] = []  # the host's speed at the start of each round and at the end (CPU only)
     steps: list[float] = []  # the same for the engine's own step (engine/probe.py)
+    wholes: list[float] = []  # and for this model's whole step, if it fits (engine/probe.py::model_probe)
     grid = QUICK if quick else FULL
     if clock == "auto":
         clock = "thread" if device == "cpu" and torch.get_num_threads() == 1 else "wall"
@@ -899,10 +900,15 @@ def calibrate(
     prof = OpProfiler(layer, timer, stack=stack)
     tasks = prof.tasks(grid) + stage_layers.tasks(prof)
 
+    def host_readings() -> None:
+        probes.append(cpu_probe()[0])
+        steps.append(stage_probe())
+        if model_probe_fits(shape):
+            wholes.append(model_probe(shape))
+
     def progress(i: int, n: int, t: Any) -> None:
         if device == "cpu" and i % len(tasks) == 0:  # the host guard's probes (ppsim/validate/host.py)
-            probes.append(cpu_probe()[0])
-            steps.append(stage_probe())
+            host_readings()
         if i % 50 == 0 or i == n - 1:
             log(f"[{i + 1}/{n}] {t.op} {t.plan or t.feats}  ({time.perf_counter() - t0:.0f} s)")
 
@@ -917,8 +923,7 @@ def calibrate(
     shift_by_host(rows, sampler.samples() if sampler is not None else [])  # the live factor's host shift
     kind = "quick" if quick else "full"
     if probes:
-        probes.append(cpu_probe()[0])
-        steps.append(stage_probe())
+        host_readings()
     backend = None
     if link:
         log(f"link ping-pong over {LINK_SIZES[kind]} bytes")
@@ -952,6 +957,15 @@ def calibrate(
             **({"host_cpu": cpu_identity()} if device == "cpu" else {}),
             **({"host_probe_s": sum(probes) / len(probes), "host_probes_s": probes} if probes else {}),
             **({"host_stage_probe_s": sum(steps) / len(steps), "host_stage_probes_s": steps} if steps else {}),
+            **(
+                {
+                    "host_model_probe_s": sum(wholes) / len(wholes),
+                    "host_model_probes_s": wholes,
+                    "host_model_probe": model_probe_kind(shape),
+                }
+                if wholes
+                else {}
+            ),
             **({"host_sampler_s": sampled, "host_sampler": SAMPLER_KIND} if sampled and sampled > 0 else {}),
             "wall_s": round(time.perf_counter() - t0, 1),
         }

@@ -22,8 +22,9 @@ from ppsim.models.shape import ModelShape
 
 # what must agree for two calibrations to describe one thing
 SAME = ("model", "device", "dtype", "threads", "clock", "statistic", "tp")
-MEANS = ("host_probe_s", "host_stage_probe_s", "host_sampler_s")  # host readings: the mean over the parts
-LISTS = ("host_probes_s", "host_stage_probes_s")
+MEANS = ("host_probe_s", "host_stage_probe_s", "host_model_probe_s", "host_sampler_s")  # the mean over the parts
+LISTS = ("host_probes_s", "host_stage_probes_s", "host_model_probes_s")
+KINDS = ("host_model_probe",)  # what a reading timed (one model: the same in every part that has it)
 COLLAPSED = ("fit", "heldout")  # the operator grid: one row per shape and calibration
 TIMES = ("median_s", "mean_s", "p10_s", "p90_s")
 
@@ -92,6 +93,10 @@ def merged_meta(metas: list[dict[str, Any]], dirs: list[str]) -> dict[str, Any]:
         xs = [float(m[k]) for m in metas if m.get(k)]
         if xs:
             meta[k] = sum(xs) / len(xs)
+    for k in KINDS:
+        kinds = [m[k] for m in metas if m.get(k)]
+        if kinds:
+            meta[k] = kinds[0]
     for k in LISTS:
         if any(k in m for m in metas):
             meta[k] = [x for m in metas for x in m.get(k, [])]

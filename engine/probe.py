@@ -9,6 +9,16 @@ shape, 4 layers, a decode micro-batch of 4 requests at 134 tokens of context, ra
 torch thread) for ``duration_s`` and returns the mean thread CPU seconds per step. ``ppsim
 calibrate`` records it beside the CPU probe (``meta.json`` ``host_stage_probe_s``) and ``validate``
 reads it around every engine repeat. The stage is built once per process.
+
+:func:`model_probe` is the same reading at the validated model's own footprint: the whole model of
+``shape`` as one stage (all its layers, the embedding and the lm_head, as the engine runs it at PP = 1)
+on the same decode micro-batch. The fixed stage above holds 12 MB of weights and fits this VM's 32 MiB
+L3 whatever the neighbours do; ``tiny``'s whole model (24 MB) sits at that cache's edge, and right after
+its validation draws it ran 10-18% dearer than its profile while the fixed probe held (docs/validation.md,
+"What is left out"). ``ppsim calibrate`` records it as ``host_model_probe_s`` with the name of what it
+timed (``host_model_probe``, :func:`model_probe_kind`); ``validate`` reads it around every repeat of the
+same model. A model past :data:`MODEL_PROBE_MAX_BYTES` of weights is not probed (a 70B model on a CPU
+host): :func:`model_probe_fits` says which.
 """
 
 from __future__ import annotations
@@ -18,39 +28,62 @@ from typing import Any
 
 PROBE_DURATION_S = 1.5
 PROBE_LAYERS, PROBE_BATCH, PROBE_CTX, BLOCK = 4, 4, 134, 16
-_built: dict[str, Any] = {}
+MODEL_PROBE_DURATION_S = 1.0
+MODEL_PROBE_MAX_BYTES = 256 * 1024**2  # weights of the whole model beyond this: not probed
+_built: dict[tuple[str, int, bool], dict[str, Any]] = {}
 
 
-def _stage() -> dict[str, Any]:
-    if not _built:
+def _stage(s: Any, layers: int, last: bool) -> dict[str, Any]:
+    """The first ``layers`` layers of ``s`` as a first stage (with the lm_head if ``last``), its KV cache and
+    the probe's decode items; built once per process."""
+    key = (s.name, layers, last)
+    if key not in _built:
         import torch
 
         from engine.kvcache import PagedKVCache
         from engine.model import build_stage, torch_dtype
         from engine.transport import StepItem
-        from ppsim.models.shape import load_model
 
-        s = load_model("tiny")
         dt = torch_dtype(s.dtype)
         per = -(-(PROBE_CTX + 1) // BLOCK)
-        _built.update(
-            model=build_stage(s, 0, PROBE_LAYERS, True, False, 0, dt),
-            kv=PagedKVCache(PROBE_LAYERS, per * PROBE_BATCH, BLOCK, s.num_kv_heads, s.head_dim, dt, "cpu"),
+        _built[key] = dict(
+            model=build_stage(s, 0, layers, True, last, 0, dt),
+            kv=PagedKVCache(layers, per * PROBE_BATCH, BLOCK, s.num_kv_heads, s.head_dim, dt, "cpu"),
             items=tuple(
                 StepItem(i, PROBE_CTX, 1, True, tuple(range(i * per, (i + 1) * per))) for i in range(PROBE_BATCH)
             ),
             dev=torch.device("cpu"),
         )
-    return _built
+    return _built[key]
 
 
 def stage_probe(duration_s: float = PROBE_DURATION_S) -> float:
     """Mean thread CPU seconds of one probe step over ``duration_s`` (one torch thread meanwhile)."""
+    from ppsim.models.shape import load_model
+
+    return _timed(_stage(load_model("tiny"), PROBE_LAYERS, False), duration_s)
+
+
+def model_probe_kind(s: Any) -> str:
+    """What :func:`model_probe` times for ``s``: a calibration's reading is compared only with the same."""
+    return f"{s.name}:whole:D{PROBE_BATCH}@{PROBE_CTX}"
+
+
+def model_probe_fits(s: Any) -> bool:
+    """Whether ``s``'s whole model is small enough to be probed (:data:`MODEL_PROBE_MAX_BYTES`)."""
+    return s.total_weight_bytes() <= MODEL_PROBE_MAX_BYTES
+
+
+def model_probe(s: Any, duration_s: float = MODEL_PROBE_DURATION_S) -> float:
+    """Mean thread CPU seconds of one whole-model decode step of ``s`` (PP = 1) over ``duration_s``."""
+    return _timed(_stage(s, s.num_layers, True), duration_s)
+
+
+def _timed(st: dict[str, Any], duration_s: float) -> float:
     import torch
 
     from engine.step import forward_step
 
-    st = _stage()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

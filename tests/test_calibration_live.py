@@ -57,6 +57,8 @@ def test_quick_calibrate_cli(quick_profile):
     assert meta["host_probe_s"] > 0 and len(meta["host_probes_s"]) == 3  # 2 rounds and the end
     assert meta["host_cpu"] == cpu_identity()  # the CPU it measured: validate flags a profile of another
     assert meta["host_stage_probe_s"] > 0 and len(meta["host_stage_probes_s"]) == 3  # the engine-step probe
+    assert meta["host_model_probe_s"] > 0 and len(meta["host_model_probes_s"]) == 3  # tiny whole, as at PP = 1
+    assert meta["host_model_probe"] == "tiny:whole:D4@134"  # validate reads it only for the same model's probe
     assert 0 < meta["host_sampler_s"] < 1  # the in-run sampler through the whole timing (engine/host_sampler.py)
     assert meta["host_sampler"] == "numpy-mm-4xHxI-fp32"  # the work it timed: a reference of another is not read
     rows = (out / "samples.csv").read_text().splitlines()

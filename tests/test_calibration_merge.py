@@ -101,3 +101,18 @@ def test_bracket_splits_development_from_held_out_and_refuses_an_empty_runs_dir(
     assert main(["--runs", str(tmp_path / "runs" / "unfinished"), "--out", str(tmp_path / "out")]) == 2
     assert "no finished validation" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_host_readings_are_pooled_with_what_they_timed() -> None:
+    """Means of the means, lists joined, and the whole-model probe keeps the name of what it timed
+    (validate compares a reading only with one of the same kind)."""
+    from calibration.merge import merged_meta
+
+    base = {"model": {"name": "tiny"}, "device": "cpu", "dtype": "float32", "threads": 1, "clock": "thread"}
+    a = {**base, "host_model_probe_s": 0.004, "host_model_probes_s": [0.004, 0.004], "host_model_probe": "tiny:x"}
+    b = {**base, "host_model_probe_s": 0.006, "host_model_probes_s": [0.006]}  # a part from before the probe's kind
+    c = {**base}  # a part from before the probe
+    meta = merged_meta([c, a, b], ["c", "a", "b"])
+    assert meta["host_model_probe_s"] == 0.005 and meta["host_model_probes_s"] == [0.004, 0.004, 0.006]
+    assert meta["host_model_probe"] == "tiny:x"
+    assert "host_model_probe" not in merged_meta([c, c], ["c", "d"])

@@ -160,6 +160,70 @@ def test_the_engine_step_probe_reads_something():
     assert stage_probe(0.05) > 0
 
 
+def test_the_whole_model_probe_is_judged_against_calibration():
+    """The validated model's whole step 25% slower than at calibration is flagged, named as that probe,
+    even when the pure-Python probe and the fixed stage hold; within the limit it is in the ok line."""
+    whole = iter([0.0125, 0.0125])
+    g = guard(
+        [(0.002, 0.99), (0.002, 0.99)],
+        stage_probe=lambda: 0.005,
+        stage_reference_s=0.005,
+        model_probe=lambda: next(whole),
+        model_reference_s=0.010,
+    )
+    g.reference_s = 0.002
+    g.read("before 0")
+    g.read("after 0")
+    d = g.to_dict()
+    assert d["stage_vs_reference"] == 0.0 and d["model_vs_reference"] == pytest.approx(0.25)
+    assert [r["model_probe_s"] for r in d["readings"]] == [0.0125, 0.0125]
+    assert not d["ok"] and "model's whole step runs 25% slower than when the profile was calibrated" in d["problem"]
+    ok = guard([(0.002, 0.99)], model_probe=lambda: 0.0092, model_reference_s=0.010)
+    ok.read("before 0")
+    assert ok.problem() is None and "whole model -8% vs calibration" in host_line(ok.to_dict())
+    unref = guard([(0.002, 0.99)], model_probe=lambda: 0.02)  # a profile without it: read, not judged
+    unref.read("before 0")
+    assert unref.to_dict()["readings"][0]["model_probe_s"] == 0.02 and unref.model_vs_reference() is None
+
+
+def test_the_whole_model_probe_reads_the_model_and_names_its_kind():
+    pytest.importorskip("torch")
+    from engine.probe import MODEL_PROBE_MAX_BYTES, model_probe, model_probe_fits, model_probe_kind
+    from ppsim.models.shape import load_model
+
+    tiny = load_model("tiny")
+    assert model_probe_fits(tiny) and model_probe(tiny, 0.05) > 0
+    assert model_probe_kind(tiny) == "tiny:whole:D4@134" != model_probe_kind(load_model("tiny-moe"))
+    big = load_model("llama-3-8b")
+    assert big.total_weight_bytes() > MODEL_PROBE_MAX_BYTES and not model_probe_fits(big)  # never built
+
+
+def test_validate_reads_the_model_probe_reference_of_the_same_model_only(tmp_path):
+    """prepare_validation takes ``host_model_probe_s`` as the reference only where ``host_model_probe``
+    names the validated model's probe: another model's reading (or none) judges nothing."""
+    pytest.importorskip("torch")
+    import shutil
+
+    from ppsim.config import build_scenario
+    from ppsim.validate.run import prepare_validation
+
+    prof = tmp_path / "p"
+    shutil.copytree(ROOT / "profiles" / "tiny-cpu", prof)
+    meta = json.loads((prof / "meta.json").read_text())
+
+    def reference(kind):
+        (prof / "meta.json").write_text(json.dumps({**meta, "host_model_probe_s": 0.004, "host_model_probe": kind}))
+        s = build_scenario(None, {"model": "tiny", "cost": {"kind": "profile", "profile_dir": str(prof)}})
+        g = guard([(0.002, 0.99)])
+        g.stage_probe, g.sampler = (lambda: 0.005), None
+        prepare_validation(s, tmp_path / f"out-{kind}", 1, host=g)
+        assert g.model_probe is not None  # read on every CPU validation of a model that fits
+        return g.model_reference_s
+
+    assert reference("tiny:whole:D4@134") == 0.004
+    assert reference("tiny-moe:whole:D4@134") is None
+
+
 class FakeSampler:
     """A context manager like engine.host_sampler.HostSampler, with a fixed mean."""
 
@@ -348,7 +412,7 @@ def test_validate_reads_the_cpu_of_the_profile_and_refuses_another_before_the_en
         },
     )
     g = guard([(0.03, 0.99)], "refuse")
-    g.stage_probe, g.sampler = (lambda: 0.005), None  # the readings injected; the CPU is this host's, read for real
+    g.stage_probe, g.model_probe, g.sampler = (lambda: 0.005), (lambda: 0.006), None  # injected; the CPU read for real
     with pytest.raises(PPSimError, match=r"another CPU .* this host: .*calibrate on this one; validation refused"):
         validate(s, tmp_path / "out", 1, log=lambda m: None, host=g)
     assert g.cpu == cpu_identity() and g.cpu_reference["vcpus"] == os.cpu_count() + 1

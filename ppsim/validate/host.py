@@ -15,6 +15,11 @@ during one: the engine's own stages would be the load):
   project's 2-vCPU KVM guest each vCPU runs the same loop in 5.5 or 9.8 ms, at 100% CPU, switching
   second by second: a neighbour on the physical core); one short probe caught either state, and a
   guard built on it flagged 12 of 14 quiet runs for a drift of 17-84%.
+* the engine's own decode step (``engine/probe.py``), on the CPU: a fixed 4-layer stage of ``tiny``
+  (``stage_probe_s``) and the validated model whole, as the engine runs it at PP = 1 (``model_probe_s``;
+  a model of up to 256 MiB of weights): the host's speed at the model's own footprint against the
+  cache, which the fixed stage and the pure-Python loop do not have. Each is judged against its reading
+  at calibration (``host_stage_probe_s``, ``host_model_probe_s`` of the same model), like the CPU probe.
 
 A profile also records which CPU measured it (``meta.json`` ``host_cpu``, :func:`cpu_identity`: the model name, the
 vCPUs, the L2 and L3 sizes from sysfs). A run whose host differs in any of them that both sides know is flagged first:
@@ -136,6 +141,7 @@ class HostReading:
     probe_s: float  # the slowest core's mean CPU seconds per probe slice (the host's speed)
     core_share: float  # smallest CPU / wall over the probes (1.0: each probe had a core to itself)
     stage_probe_s: float | None = None  # the engine's own step, CPU s (engine/probe.py); None: not read
+    model_probe_s: float | None = None  # the validated model's whole step, CPU s (engine/probe.py::model_probe)
 
 
 def cpu_probe(processes: int | None = None) -> tuple[float, float]:
@@ -164,10 +170,12 @@ def read_host(
     probe: Callable[[], tuple[float, float]] = cpu_probe,
     loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
     stage_probe: Callable[[], float] | None = None,
+    model_probe: Callable[[], float] | None = None,
 ) -> HostReading:
     wall, share = probe()
     step = float(stage_probe()) if stage_probe is not None else None
-    return HostReading(when, float(loadavg()[0]), float(wall), float(share), step)
+    whole = float(model_probe()) if model_probe is not None else None
+    return HostReading(when, float(loadavg()[0]), float(wall), float(share), step, whole)
 
 
 @dataclass
@@ -183,6 +191,8 @@ class HostGuard:
     reference_s: float | None = None  # the probe when the profile was calibrated (meta.json host_probe_s)
     stage_probe: Callable[[], float] | None = None  # the engine-step probe (engine/probe.py), if read
     stage_reference_s: float | None = None  # it at calibration (meta.json host_stage_probe_s)
+    model_probe: Callable[[], float] | None = None  # the validated model's whole step (engine/probe.py), if read
+    model_reference_s: float | None = None  # it at calibration (meta.json host_model_probe_s, same kind)
     sampler: Callable[[], Any] | None = None  # makes an in-run sampler (engine/host_sampler.py), if read
     sampler_reference_s: float | None = None  # its mean through calibration (meta.json host_sampler_s)
     sampled_s: list[float] = field(default_factory=list)  # its mean through each engine repeat
@@ -217,7 +227,7 @@ class HostGuard:
         """Take one reading; in ``refuse`` mode raise at once if the host is already off."""
         if self.mode == "off":
             return
-        self.readings.append(read_host(when, self.probe, self.loadavg, self.stage_probe))
+        self.readings.append(read_host(when, self.probe, self.loadavg, self.stage_probe, self.model_probe))
         problem = self.problem()
         if problem and self.mode == "refuse":
             raise PPSimError(
@@ -257,10 +267,11 @@ class HostGuard:
 
     def stage_vs_reference(self) -> float | None:
         """Mean engine-step probe over the readings against the calibration's: +0.2 = 20% slower now."""
-        steps = [r.stage_probe_s for r in self.readings if r.stage_probe_s is not None]
-        if not steps or not self.stage_reference_s:
-            return None
-        return sum(steps) / len(steps) / self.stage_reference_s - 1.0
+        return _vs([r.stage_probe_s for r in self.readings], self.stage_reference_s)
+
+    def model_vs_reference(self) -> float | None:
+        """Mean whole-model probe over the readings against the calibration's: +0.2 = 20% slower now."""
+        return _vs([r.model_probe_s for r in self.readings], self.model_reference_s)
 
     def problem(self) -> str | None:
         """What is wrong with the host, in a phrase; None when the readings are within bounds."""
@@ -277,12 +288,15 @@ class HostGuard:
                 f"the CPU probe got {worst.core_share:.0%} of a core at '{worst.when}' (load {worst.load1:.1f}; "
                 f"limit {self.min_core_share:.0%}): another process shares the cores"
             )
-        step = self.stage_vs_reference()
-        if step is not None and abs(step) > self.max_drift:
-            return (
-                f"the engine's own step runs {abs(step):.0%} {'slower' if step > 0 else 'faster'} than when the "
-                f"profile was calibrated (limit {self.max_drift:.0%}): recalibrate, or wait for a steadier host"
-            )
+        for what, step in (
+            ("model's whole step", self.model_vs_reference()),
+            ("engine's own step", self.stage_vs_reference()),
+        ):
+            if step is not None and abs(step) > self.max_drift:
+                return (
+                    f"the {what} runs {abs(step):.0%} {'slower' if step > 0 else 'faster'} than when the "
+                    f"profile was calibrated (limit {self.max_drift:.0%}): recalibrate, or wait for a steadier host"
+                )
         ref = self.vs_reference()
         if ref is not None:  # judged against the host the profile was calibrated on
             if abs(ref) > self.max_drift:
@@ -307,6 +321,8 @@ class HostGuard:
             "vs_reference": self.vs_reference(),
             "stage_reference_s": self.stage_reference_s,
             "stage_vs_reference": self.stage_vs_reference(),
+            "model_reference_s": self.model_reference_s,
+            "model_vs_reference": self.model_vs_reference(),
             "sampler_reference_s": self.sampler_reference_s,
             "sampler_s": list(self.sampled_s),
             "sampler_ratio": self.sampler_ratio(),
@@ -316,6 +332,13 @@ class HostGuard:
             "cpu_differs": cpu_differs(self.cpu_reference, self.cpu),
             "readings": [asdict(r) for r in self.readings],
         }
+
+
+def _vs(readings: list[float | None], reference: float | None) -> float | None:
+    got = [r for r in readings if r is not None]
+    if not got or not reference:
+        return None
+    return sum(got) / len(got) / reference - 1.0
 
 
 def host_line(h: dict[str, Any]) -> str:
@@ -331,6 +354,8 @@ def host_line(h: dict[str, Any]) -> str:
     ref, step = h.get("vs_reference"), h.get("stage_vs_reference")
     vs = "" if ref is None else f", {ref:+.0%} vs calibration"
     vs += "" if step is None else f", engine step {step:+.0%} vs calibration"
+    whole = h.get("model_vs_reference")
+    vs += "" if whole is None else f", whole model {whole:+.0%} vs calibration"
     ratio = h.get("sampler_ratio")
     vs += "" if ratio is None else f", in-run sampler x{ratio:.3f} its calibration time"
     return (

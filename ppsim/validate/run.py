@@ -104,6 +104,16 @@ def prepare_validation(
 
         host.stage_probe = stage_probe
         host.stage_reference_s = calibration_probe(s.cost.profile_dir, "host_stage_probe_s")
+    if host.mode != "off" and s.live_engine.device == "cpu" and host.model_probe is None:
+        from engine.probe import model_probe, model_probe_fits, model_probe_kind
+        from ppsim.models.shape import load_model
+
+        shape = load_model(s.model)
+        if model_probe_fits(shape):
+            host.model_probe = lambda: model_probe(shape)
+            meta = calibration_meta(s.cost.profile_dir)
+            same = meta.get("host_model_probe") == model_probe_kind(shape)
+            host.model_reference_s = _positive(meta.get("host_model_probe_s")) if same else None
     if host.mode != "off" and s.live_engine.device == "cpu" and host.sampler is None:
         from engine.host_sampler import model_sampler
         from ppsim.models.shape import load_model

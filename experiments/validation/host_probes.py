@@ -1,0 +1,121 @@
+"""Which reading of the host, taken between engine repeats, tracks the repeat's own speed?
+
+``ppsim validate`` reads the host before and after every engine repeat (``validation.json`` ``host``,
+:mod:`ppsim.validate.host`): the pure-Python CPU probe, the engine-step probe (a fixed 4-layer stage of
+``tiny``) and, since the whole-model probe (``engine/probe.py::model_probe``), the validated model's own
+decode step at its whole footprint. Each against its reading at calibration is a slow-down (+0.12: 12%
+slower now). The repeat's own slow-down is its step level: the engine's stage computes against the
+profile's prediction for the same plans (``step_cost.by_run``: ``1 / (1 + median error) - 1``, thread CPU
+time as calibration times). Per repeat, a probe's reading is the mean of the one before and the one
+after it.
+
+For each probe: how many repeats it was read on, Pearson's r with the step level over them, and the
+median |probe - level| (how far a prediction scaled by that probe would still be from the run's own
+speed; the column ``none`` is the level itself, the plain prediction's miss), over every repeat and
+over the PP = 1 repeats alone (no live co-run charge in their level). Writes nothing.
+
+Run: python experiments/validation/host_probes.py RUNS [RUNS ...]   (a ``--runs`` folder of run.py or
+moe.py, or any folder holding ``validation.json`` files below it)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+PROBES = (  # (column, reading's key, reference's key in validation.json host)
+    ("cpu", "probe_s", "reference_probe_s"),
+    ("stage", "stage_probe_s", "stage_reference_s"),
+    ("model", "model_probe_s", "model_reference_s"),
+)
+
+
+def repeat_rows(v: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
+    """One row per engine repeat of one validation: its step level and each probe's slow-down."""
+    h, by_run = v.get("host") or {}, (v.get("step_cost") or {}).get("by_run") or {}
+    readings = h.get("readings") or []
+    rows = []
+    for run, st in sorted(by_run.items(), key=lambda kv: int(kv[0])):
+        err = st.get("median_cpu_error", st.get("median_error"))
+        if err is None or err <= -1:
+            continue
+        pp = int(((v.get("scenario") or {}).get("cluster") or {}).get("pipeline_parallel_size", 0))
+        row: dict[str, Any] = {"scenario": scenario, "pp": pp, "repeat": int(run), "level": 1.0 / (1.0 + err) - 1.0}
+        around = [r for r in readings if r.get("when") in (f"before {run}", f"after {run}")]
+        for col, key, ref in PROBES:
+            got = [r[key] for r in around if r.get(key)]
+            reference = h.get(ref)
+            row[col] = statistics.fmean(got) / reference - 1.0 if got and reference else None
+        rows.append(row)
+    return rows
+
+
+def collect(paths: list[str]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for p in paths:
+        for f in sorted(Path(p).rglob("validation.json")):
+            rows += repeat_rows(json.loads(f.read_text()), f.parent.name)
+    return rows
+
+
+def pearson(xs: list[float], ys: list[float]) -> float:
+    try:
+        return statistics.correlation(xs, ys) if len(xs) >= 3 else math.nan
+    except statistics.StatisticsError:
+        return math.nan
+
+
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    """Per probe: repeats read, r with the level, median |probe - level|; ``none``: median |level|."""
+    out = [f"none   n {len(rows):3d}  median |level| {statistics.median(abs(r['level']) for r in rows):.3f}"]
+    for col, _, _ in PROBES:
+        pairs = [(r[col], r["level"]) for r in rows if r[col] is not None]
+        if not pairs:
+            out.append(f"{col:6s} n   0")
+            continue
+        xs, ys = [a for a, _ in pairs], [b for _, b in pairs]
+        miss = statistics.median(abs(a - b) for a, b in pairs)
+        plain = statistics.median(abs(b) for b in ys)
+        out.append(
+            f"{col:6s} n {len(pairs):3d}  r {pearson(xs, ys):+.2f}  median |probe - level| {miss:.3f}"
+            f"  (|level| on the same repeats {plain:.3f})"
+        )
+    return out
+
+
+def fmt(x: float | None) -> str:
+    return "    -" if x is None else f"{x:+.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    paths = sys.argv[1:] if argv is None else argv
+    if not paths:
+        print("usage: host_probes.py RUNS [RUNS ...]", file=sys.stderr)
+        return 2
+    missing = [p for p in paths if not Path(p).is_dir()]
+    if missing:
+        print(f"RUNS: {missing[0]} is not a folder; give a --runs folder of run.py or moe.py", file=sys.stderr)
+        return 2
+    rows = collect(paths)
+    if not rows:
+        print(f"RUNS: no validation.json with step costs under {', '.join(paths)}", file=sys.stderr)
+        return 2
+    print("scenario                                  rep   level    cpu  stage  model")
+    for r in rows:
+        probes = " ".join(fmt(r[c]) for c in ("level", "cpu", "stage", "model"))
+        print(f"{r['scenario'][:40]:40s} {r['repeat']:4d} {probes}")
+    print("all repeats:\n" + "\n".join(summary(rows)))
+    one = [r for r in rows if r["pp"] == 1]
+    if one:
+        print("PP = 1 repeats:\n" + "\n".join(summary(one)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""experiments/validation/host_probes.py: a probe's reading around each engine repeat against the
+repeat's own step level, on validation.json files written here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.validation import host_probes
+
+
+def _validation(errors, models, pp=1, model_ref=0.010):
+    readings = []
+    for i, m in enumerate(models):
+        for when in ("before", "after"):
+            readings.append({"when": f"{when} {i}", "probe_s": 0.002, "stage_probe_s": 0.005, "model_probe_s": m})
+    return {
+        "scenario": {"cluster": {"pipeline_parallel_size": pp}},
+        "host": {
+            "readings": readings,
+            "reference_probe_s": 0.002,
+            "stage_reference_s": 0.005,
+            "model_reference_s": model_ref,
+        },
+        "step_cost": {"by_run": {str(i): {"median_cpu_error": e} for i, e in enumerate(errors)}},
+    }
+
+
+def test_each_repeat_pairs_its_own_readings_with_its_level(tmp_path, capsys):
+    # repeat 0: engine 20% slower than predicted (error -1/6), whole model 20% slower than at calibration
+    v = _validation([-1 / 6, 0.0, -1 / 11], [0.012, 0.010, 0.011])  # the third: both 10% slower
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "validation.json").write_text(json.dumps(v))
+    rows = host_probes.collect([str(tmp_path)])
+    assert [r["repeat"] for r in rows] == [0, 1, 2] and rows[0]["pp"] == 1
+    assert rows[0]["level"] == pytest.approx(0.2) and rows[0]["model"] == pytest.approx(0.2)
+    assert rows[1]["level"] == pytest.approx(0.0) and rows[0]["cpu"] == 0.0 and rows[0]["stage"] == 0.0
+    assert host_probes.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "model  n   3  r +1.00  median |probe - level| 0.000" in out and "PP = 1 repeats:" in out
+
+
+def test_a_run_from_before_the_model_probe_has_none_and_bad_folders_exit_2(tmp_path, capsys):
+    v = _validation([-0.1], [0.01], model_ref=None)
+    (tmp_path / "validation.json").write_text(json.dumps(v))
+    assert host_probes.collect([str(tmp_path)])[0]["model"] is None
+    assert host_probes.main([str(tmp_path / "nope")]) == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert host_probes.main([str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a folder" in err and "no validation.json" in err
