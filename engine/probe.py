@@ -18,7 +18,10 @@ its validation draws it ran 10-18% dearer than its profile while the fixed probe
 "What is left out"). ``ppsim calibrate`` records it as ``host_model_probe_s`` with the name of what it
 timed (``host_model_probe``, :func:`model_probe_kind`); ``validate`` reads it around every repeat of the
 same model. A model past :data:`MODEL_PROBE_MAX_BYTES` of weights is not probed (a 70B model on a CPU
-host): :func:`model_probe_fits` says which.
+host): :func:`model_probe_fits` says which. :func:`model_price` is what the profile itself charges for
+the probe's step (its stage model at PP = 1, the live level not charged: a step alone, as the probe runs
+it): the probe over that price is the host's speed on this model against the profile's, with no single
+calibration reading (which moves by 20% from one to the next on this VM) in between.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from typing import Any
 PROBE_DURATION_S = 1.5
 PROBE_LAYERS, PROBE_BATCH, PROBE_CTX, BLOCK = 4, 4, 134, 16
 MODEL_PROBE_DURATION_S = 1.0
+# one distinct token per request: identical inputs would take one MoE route, k experts, where the cost
+# model prices the distinct experts B tokens touch (the first version fed token 0 to all four: a MoE
+# whole-model probe ran 13-25% under its profile's price while the engine's own steps ran over it)
+TOKENS = tuple(range(1, PROBE_BATCH + 1))
 MODEL_PROBE_MAX_BYTES = 256 * 1024**2  # weights of the whole model beyond this: not probed
 _built: dict[tuple[str, int, bool], dict[str, Any]] = {}
 
@@ -74,6 +81,22 @@ def model_probe_fits(s: Any) -> bool:
     return s.total_weight_bytes() <= MODEL_PROBE_MAX_BYTES
 
 
+def probe_plan() -> Any:
+    """The probe's micro-batch as the cost model sees it: PROBE_BATCH decodes at PROBE_CTX of context."""
+    from ppsim.policy.plan import PlanItem, make_plan
+
+    return make_plan(0, [PlanItem(i, PROBE_CTX, 1, False, True) for i in range(PROBE_BATCH)])
+
+
+def model_price(profile_dir: str, s: Any) -> float:
+    """Seconds the profile in ``profile_dir`` charges for :func:`model_probe`'s step of ``s``."""
+    from ppsim.cost.base import StageSpec
+    from ppsim.cost.profiled import ProfiledCost, read_profile
+
+    cost = ProfiledCost(read_profile(profile_dir), s, None, 1, pp=1)
+    return cost.stage_time(StageSpec(0, 0, s.num_layers, True, True), probe_plan())
+
+
 def model_probe(s: Any, duration_s: float = MODEL_PROBE_DURATION_S) -> float:
     """Mean thread CPU seconds of one whole-model decode step of ``s`` (PP = 1) over ``duration_s``."""
     return _timed(_stage(s, s.num_layers, True), duration_s)
@@ -88,7 +111,7 @@ def _timed(st: dict[str, Any], duration_s: float) -> float:
     torch.set_num_threads(1)
     try:
         step = lambda: forward_step(  # noqa: E731
-            st["model"], st["kv"], st["items"], (0,) * PROBE_BATCH, None, None, BLOCK, st["dev"]
+            st["model"], st["kv"], st["items"], TOKENS, None, None, BLOCK, st["dev"]
         )
         with torch.inference_mode():
             for _ in range(3):  # warm

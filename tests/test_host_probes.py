@@ -22,6 +22,7 @@ def _validation(errors, models, pp=1, model_ref=0.010):
             "reference_probe_s": 0.002,
             "stage_reference_s": 0.005,
             "model_reference_s": model_ref,
+            "model_price_s": 0.0125,  # the profile charges the probe's step 0.0125 s
         },
         "step_cost": {"by_run": {str(i): {"median_cpu_error": e} for i, e in enumerate(errors)}},
     }
@@ -36,9 +37,10 @@ def test_each_repeat_pairs_its_own_readings_with_its_level(tmp_path, capsys):
     assert [r["repeat"] for r in rows] == [0, 1, 2] and rows[0]["pp"] == 1
     assert rows[0]["level"] == pytest.approx(0.2) and rows[0]["model"] == pytest.approx(0.2)
     assert rows[1]["level"] == pytest.approx(0.0) and rows[0]["cpu"] == 0.0 and rows[0]["stage"] == 0.0
+    assert rows[0]["price"] == pytest.approx(0.012 / 0.0125 - 1)  # the probe against the profile's price
     assert host_probes.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "model  n   3  r +1.00  median |probe - level| 0.000" in out and "PP = 1 repeats:" in out
+    assert "model  n   3  r +1.00  median |probe - level| 0.000  mad 0.000" in out and "PP = 1 repeats:" in out
 
 
 def test_a_run_from_before_the_model_probe_has_none_and_bad_folders_exit_2(tmp_path, capsys):

@@ -98,6 +98,12 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     assert hc["factor"] == pytest.approx(sum(h["sampler_s"]) / 2 / 0.0004) == pytest.approx(h["sampler_ratio"])
     assert [r["metric"] for r in hc["rows"]] == [r["metric"] for r in v["rows"]]
     assert "host-conditioned prediction (the in-run sampler read the host at x" in r.stdout
+    # the whole-model probe before each repeat over the profile's price of its step: the probe-conditioned one
+    pc = v["probe_conditioned"]
+    before = [x["model_probe_s"] for x in h["readings"] if x["when"].startswith("before")]
+    assert len(before) == 2 and pc["factor"] == pytest.approx(sum(before) / 2 / h["model_price_s"])
+    assert [r["metric"] for r in pc["rows"]] == [r["metric"] for r in v["rows"]]
+    assert "probe-conditioned prediction (the whole-model probe before each repeat ran its step at x" in r.stdout
     assert (out / "latency_cdf.png").stat().st_size > 1000
     trace = json.loads((out / "trace_combined.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}

@@ -22,6 +22,17 @@ def guard(probes, mode="flag", **kw):
     return HostGuard(mode, probe=fake(probes), loadavg=lambda: (0.2, 0.1, 0.1), **kw)
 
 
+def at_price(g, profile):
+    """The whole-model probe injected at exactly what ``profile`` charges for its step: read, judged, within bounds
+    whatever the host (the test's own readings decide)."""
+    from engine.probe import model_price
+    from ppsim.models.shape import load_model
+
+    price = model_price(str(profile), load_model("tiny"))
+    g.model_probe = lambda: price
+    return g
+
+
 def test_quiet_host_is_ok():
     g = guard([(0.030, 0.99), (0.031, 0.98), (0.030, 1.0), (0.0305, 0.97)])
     for i in range(2):
@@ -93,14 +104,15 @@ def test_validate_records_and_flags_an_injected_drift(tmp_path):
             },
         },
     )
-    g = guard([(0.030, 0.99), (0.045, 0.98)])
+    g = at_price(guard([(0.030, 0.99), (0.045, 0.98)]), ROOT / "profiles" / "tiny-cpu")
     payload = validate(s, tmp_path / "flag", 1, log=lambda m: None, host=g)
     h = payload["host"]
     assert [r["when"] for r in h["readings"]] == ["before 0", "after 0"] and not h["ok"]
-    assert "drifted 50%" in format_report(payload).splitlines()[-1]
+    assert "drifted 50%" in format_report(payload).splitlines()[-1] and h["model_vs_price"] == 0.0
     assert payload["step_cost"]["steps"] >= 3  # 2 prompts x 3 tokens on one stage: every micro-batch timed
     with pytest.raises(PPSimError, match="refused"):
-        validate(s, tmp_path / "refuse", 2, log=lambda m: None, host=guard([(0.03, 0.99), (0.03, 0.4)], "refuse"))
+        g = at_price(guard([(0.03, 0.99), (0.03, 0.4)], "refuse"), ROOT / "profiles" / "tiny-cpu")
+        validate(s, tmp_path / "refuse", 2, log=lambda m: None, host=g)
     assert not (tmp_path / "refuse" / "validation.json").exists()
 
 
@@ -160,6 +172,31 @@ def test_the_engine_step_probe_reads_something():
     assert stage_probe(0.05) > 0
 
 
+def test_the_whole_model_probe_is_judged_against_its_profile_price_first():
+    """Against the profile's price of the probe's step where there is one (no calibration reading between):
+    22% over it flags even when the probe matches its calibration reading."""
+    g = guard([(0.002, 0.99)], model_probe=lambda: 0.0061, model_reference_s=0.0061, model_price_s=0.005)
+    g.read("before 0")
+    d = g.to_dict()
+    assert d["model_vs_reference"] == 0.0 and d["model_vs_price"] == pytest.approx(0.22)
+    assert "model's whole step runs 22% slower than its profile charges" in d["problem"]
+    ok = guard([(0.002, 0.99)], model_probe=lambda: 0.0053, model_reference_s=0.010, model_price_s=0.005)
+    ok.read("before 0")  # 47% under its calibration reading, but within the limit of its price: that is judged
+    assert ok.problem() is None and "whole model +6% vs its profile's price" in host_line(ok.to_dict())
+
+
+def test_the_probe_factor_reads_the_probe_before_each_repeat_only():
+    """What a prediction may use: the readings before the runs, over the profile's price (after-readings
+    are judged by the guard, never scaled into a prediction)."""
+    whole = iter([0.0055, 0.0090, 0.0065, 0.0090])
+    g = guard([(0.002, 0.99)] * 4, model_probe=lambda: next(whole), model_price_s=0.005)
+    for i in range(2):
+        g.read(f"before {i}")
+        g.read(f"after {i}")
+    assert g.probe_factor() == pytest.approx(1.2) and g.to_dict()["probe_factor"] == pytest.approx(1.2)
+    assert guard([(0.002, 0.99)], model_probe=lambda: 0.005).probe_factor() is None  # not priced
+
+
 def test_the_whole_model_probe_is_judged_against_calibration():
     """The validated model's whole step 25% slower than at calibration is flagged, named as that probe,
     even when the pure-Python probe and the fixed stage hold; within the limit it is in the ok line."""
@@ -204,7 +241,9 @@ def test_validate_reads_the_model_probe_reference_of_the_same_model_only(tmp_pat
     pytest.importorskip("torch")
     import shutil
 
+    from engine.probe import model_price
     from ppsim.config import build_scenario
+    from ppsim.models.shape import load_model
     from ppsim.validate.run import prepare_validation
 
     prof = tmp_path / "p"
@@ -218,6 +257,7 @@ def test_validate_reads_the_model_probe_reference_of_the_same_model_only(tmp_pat
         g.stage_probe, g.sampler = (lambda: 0.005), None
         prepare_validation(s, tmp_path / f"out-{kind}", 1, host=g)
         assert g.model_probe is not None  # read on every CPU validation of a model that fits
+        assert g.model_price_s == model_price(str(prof), load_model("tiny")) > 0  # priced by this profile
         return g.model_reference_s
 
     assert reference("tiny:whole:D4@134") == 0.004

@@ -100,6 +100,19 @@ def test_the_host_conditioned_prediction_has_its_own_column():
     assert "host-conditioned (in-run sampler)" in md and "| 3.0% |" in tpot
 
 
+def test_the_probe_conditioned_prediction_has_its_own_column():
+    p = _payload(-0.3, -0.2)
+    p["probe_conditioned"] = {"factor": 1.1, "rows": [{**r, "error": r["error"] / 5} for r in p["rows"]]}
+    row = result_row("held-out", "h1", {"policy": "vllm-sync", "pp": 2}, p)
+    assert row["probe_factor"] == 1.1 and row["mean_tpot_ms_probed"] == pytest.approx(-0.06)
+    assert row["mean_tpot_ms_conditioned"] == ""  # no sampler: its column empty, the probe's filled
+    md = results_md([row], ["# t"])
+    head = next(x for x in md.splitlines() if x.startswith("| metric (held-out)"))
+    tpot = next(x for x in md.splitlines() if x.startswith("| mean_tpot_ms |"))
+    assert "probe-conditioned (whole-model probe before each repeat)" in head
+    assert tpot.split(" | ")[5:7] == ["-", "6.0%"]  # host-conditioned: none; probe-conditioned: 6.0%
+
+
 def test_development_matrix_knobs_are_plain_values():
     """Every scenario's knobs go into results.csv as JSON: the development matrix's too."""
     from experiments.validation.run import parse_args, plan_scenarios

@@ -6,12 +6,16 @@
 decode step at its whole footprint. Each against its reading at calibration is a slow-down (+0.12: 12%
 slower now). The repeat's own slow-down is its step level: the engine's stage computes against the
 profile's prediction for the same plans (``step_cost.by_run``: ``1 / (1 + median error) - 1``, thread CPU
-time as calibration times). Per repeat, a probe's reading is the mean of the one before and the one
-after it.
+time as calibration times). ``price``: the whole-model probe against what the run's profile charges for
+that step (``host.model_price_s``, or priced here from the profile for a run from before it). Per
+repeat, a probe's reading is the mean of the one before and the one after it.
 
-For each probe: how many repeats it was read on, Pearson's r with the step level over them, and the
+For each probe: how many repeats it was read on, Pearson's r with the step level over them, the
 median |probe - level| (how far a prediction scaled by that probe would still be from the run's own
-speed; the column ``none`` is the level itself, the plain prediction's miss), over every repeat and
+speed; the row ``none`` is the level itself, the plain prediction's miss), and the same with the
+offset taken out, ``mad``: the median |d - median d| of d = level - probe, against the level's own
+(``none``): how much of the repeat-to-repeat movement the probe follows, whatever the calibration
+reading it is divided by (a single calibration reading moves by 20% on this VM). Over every repeat and
 over the PP = 1 repeats alone (no live co-run charge in their level). Writes nothing.
 
 Run: python experiments/validation/host_probes.py RUNS [RUNS ...]   (a ``--runs`` folder of run.py or
@@ -33,12 +37,34 @@ PROBES = (  # (column, reading's key, reference's key in validation.json host)
     ("cpu", "probe_s", "reference_probe_s"),
     ("stage", "stage_probe_s", "stage_reference_s"),
     ("model", "model_probe_s", "model_reference_s"),
+    ("price", "model_probe_s", "model_price_s"),
 )
+_prices: dict[tuple[str, str], float | None] = {}
+
+
+def price_of(v: dict[str, Any]) -> float | None:
+    """``host.model_price_s``, or for a run from before it, the run's profile's price of the probe's step
+    (``engine/probe.py::model_price``; None where the profile is gone)."""
+    got = (v.get("host") or {}).get("model_price_s")
+    if got:
+        return float(got)
+    s = v.get("scenario") or {}
+    prof, model = str((s.get("cost") or {}).get("profile_dir") or ""), str(s.get("model") or "")
+    if (prof, model) not in _prices:
+        _prices[(prof, model)] = None
+        if prof and model and (Path(prof) / "fits.json").is_file():
+            from engine.probe import model_price
+            from ppsim.models.shape import load_model
+
+            _prices[(prof, model)] = model_price(prof, load_model(model))
+    return _prices[(prof, model)]
 
 
 def repeat_rows(v: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
     """One row per engine repeat of one validation: its step level and each probe's slow-down."""
-    h, by_run = v.get("host") or {}, (v.get("step_cost") or {}).get("by_run") or {}
+    h, by_run = dict(v.get("host") or {}), (v.get("step_cost") or {}).get("by_run") or {}
+    if any(r.get("model_probe_s") for r in h.get("readings") or []):
+        h["model_price_s"] = price_of(v)
     readings = h.get("readings") or []
     rows = []
     for run, st in sorted(by_run.items(), key=lambda kv: int(kv[0])):
@@ -71,9 +97,20 @@ def pearson(xs: list[float], ys: list[float]) -> float:
         return math.nan
 
 
+def mad(xs: list[float]) -> float:
+    """Median absolute deviation from the median."""
+    m = statistics.median(xs)
+    return statistics.median(abs(x - m) for x in xs)
+
+
 def summary(rows: list[dict[str, Any]]) -> list[str]:
-    """Per probe: repeats read, r with the level, median |probe - level|; ``none``: median |level|."""
-    out = [f"none   n {len(rows):3d}  median |level| {statistics.median(abs(r['level']) for r in rows):.3f}"]
+    """Per probe: repeats read, r with the level, median |probe - level|, mad of level - probe; ``none``:
+    median |level|, mad of the level."""
+    levels = [r["level"] for r in rows]
+    out = [
+        f"none   n {len(rows):3d}  median |level| {statistics.median(abs(x) for x in levels):.3f}"
+        f"  mad {mad(levels):.3f}"
+    ]
     for col, _, _ in PROBES:
         pairs = [(r[col], r["level"]) for r in rows if r[col] is not None]
         if not pairs:
@@ -84,7 +121,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         plain = statistics.median(abs(b) for b in ys)
         out.append(
             f"{col:6s} n {len(pairs):3d}  r {pearson(xs, ys):+.2f}  median |probe - level| {miss:.3f}"
-            f"  (|level| on the same repeats {plain:.3f})"
+            f"  mad {mad([b - a for a, b in pairs]):.3f}  (on the same repeats: |level| {plain:.3f}, mad {mad(ys):.3f})"
         )
     return out
 
@@ -106,9 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"RUNS: no validation.json with step costs under {', '.join(paths)}", file=sys.stderr)
         return 2
-    print("scenario                                  rep   level    cpu  stage  model")
+    print("scenario                                  rep   level    cpu  stage  model  price")
     for r in rows:
-        probes = " ".join(fmt(r[c]) for c in ("level", "cpu", "stage", "model"))
+        probes = " ".join(fmt(r[c]) for c in ("level", "cpu", "stage", "model", "price"))
         print(f"{r['scenario'][:40]:40s} {r['repeat']:4d} {probes}")
     print("all repeats:\n" + "\n".join(summary(rows)))
     one = [r for r in rows if r["pp"] == 1]

@@ -49,6 +49,11 @@ def result_row(set_name: str, name: str, knobs: dict[str, Any], payload: dict[st
     row["host_factor"] = round(hc["factor"], 4) if hc else ""
     for m in SHOWN:  # the prediction at the host's speed the in-run sampler read (no engine figure used)
         row[f"{m}_conditioned"] = round(hc_by[m]["error"], 4) if m in hc_by else ""
+    pc = payload.get("probe_conditioned") or {}
+    pc_by = {r["metric"]: r for r in pc.get("rows", [])}
+    row["probe_factor"] = round(pc["factor"], 4) if pc else ""
+    for m in SHOWN:  # the prediction at the whole-model probe's speed before each repeat (no engine figure used)
+        row[f"{m}_probed"] = round(pc_by[m]["error"], 4) if m in pc_by else ""
     st = payload.get("step_cost") or {}
     row["step_median_error"] = round(st.get("median_error", float("nan")), 4)
     row["step_p90_abs_error"] = round(st.get("p90_abs_error", float("nan")), 4)
@@ -120,21 +125,23 @@ def target_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
     sel = [r for r in rows if r["set"] == set_name]
     out = [
         f"| metric ({set_name}) | median \\|error\\| | median engine spread | target | met "
-        "| host-conditioned (in-run sampler) | speed-adjusted replay (not a prediction) |",
-        "|---|---|---|---|---|---|---|",
+        "| host-conditioned (in-run sampler) | probe-conditioned (whole-model probe before each repeat) "
+        "| speed-adjusted replay (not a prediction) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for m, lim in TARGETS.items():
         e = _med([abs(r[f"{m}_error"]) for r in sel])
         sp = _med([r[f"{m}_spread"] for r in sel])
         a = _med([abs(r[f"{m}_adjusted"]) for r in sel if r.get(f"{m}_adjusted", "") != ""])
         c = _med([abs(r[f"{m}_conditioned"]) for r in sel if r.get(f"{m}_conditioned", "") != ""])
+        pr = _med([abs(r[f"{m}_probed"]) for r in sel if r.get(f"{m}_probed", "") != ""])
         if m == "pipeline_bubble_fraction":
-            cells = tuple("-" if v is None else f"{v:.3f} pts" for v in (e, sp, c, a))
-            cells = (cells[0], cells[1], f"{lim:.2f} pts", cells[2], cells[3])
+            cells = tuple("-" if v is None else f"{v:.3f} pts" for v in (e, sp, c, pr, a))
+            cells = (cells[0], cells[1], f"{lim:.2f} pts", *cells[2:])
         else:
-            cells = (_pct(e), _pct(sp), f"{lim:.0%}", _pct(c), _pct(a))
+            cells = (_pct(e), _pct(sp), f"{lim:.0%}", _pct(c), _pct(pr), _pct(a))
         met = "-" if e is None else "yes" if e <= lim else "no"
-        out.append(f"| {m} | {cells[0]} | {cells[1]} | {cells[2]} | {met} | {cells[3]} | {cells[4]} |")
+        out.append(f"| {m} | {cells[0]} | {cells[1]} | {cells[2]} | {met} | {cells[3]} | {cells[4]} | {cells[5]} |")
     return out
 
 

@@ -18,8 +18,10 @@ during one: the engine's own stages would be the load):
 * the engine's own decode step (``engine/probe.py``), on the CPU: a fixed 4-layer stage of ``tiny``
   (``stage_probe_s``) and the validated model whole, as the engine runs it at PP = 1 (``model_probe_s``;
   a model of up to 256 MiB of weights): the host's speed at the model's own footprint against the
-  cache, which the fixed stage and the pure-Python loop do not have. Each is judged against its reading
-  at calibration (``host_stage_probe_s``, ``host_model_probe_s`` of the same model), like the CPU probe.
+  cache, which the fixed stage and the pure-Python loop do not have. The fixed stage is judged against
+  its reading at calibration (``host_stage_probe_s``), like the CPU probe; the whole model against the
+  profile's own price of that step (``engine/probe.py::model_price``), or, where it cannot be priced,
+  against its reading at calibration (``host_model_probe_s`` of the same model).
 
 A profile also records which CPU measured it (``meta.json`` ``host_cpu``, :func:`cpu_identity`: the model name, the
 vCPUs, the L2 and L3 sizes from sysfs). A run whose host differs in any of them that both sides know is flagged first:
@@ -193,6 +195,7 @@ class HostGuard:
     stage_reference_s: float | None = None  # it at calibration (meta.json host_stage_probe_s)
     model_probe: Callable[[], float] | None = None  # the validated model's whole step (engine/probe.py), if read
     model_reference_s: float | None = None  # it at calibration (meta.json host_model_probe_s, same kind)
+    model_price_s: float | None = None  # what the profile charges for its step (engine/probe.py::model_price)
     sampler: Callable[[], Any] | None = None  # makes an in-run sampler (engine/host_sampler.py), if read
     sampler_reference_s: float | None = None  # its mean through calibration (meta.json host_sampler_s)
     sampled_s: list[float] = field(default_factory=list)  # its mean through each engine repeat
@@ -273,6 +276,20 @@ class HostGuard:
         """Mean whole-model probe over the readings against the calibration's: +0.2 = 20% slower now."""
         return _vs([r.model_probe_s for r in self.readings], self.model_reference_s)
 
+    def model_vs_price(self) -> float | None:
+        """Mean whole-model probe over the readings against the profile's price of the same step: +0.2 =
+        the host runs this model 20% slower than its profile charges."""
+        return _vs([r.model_probe_s for r in self.readings], self.model_price_s)
+
+    def probe_factor(self) -> float | None:
+        """The whole-model probe read before the repeats (``before i``) over the profile's price of its step:
+        1.10 = the host ran this model 10% slower than its profile charges just before the runs. None: not
+        read or not priced."""
+        before = [r.model_probe_s for r in self.readings if r.when.startswith("before") and r.model_probe_s]
+        if not before or not self.model_price_s:
+            return None
+        return sum(before) / len(before) / self.model_price_s
+
     def problem(self) -> str | None:
         """What is wrong with the host, in a phrase; None when the readings are within bounds."""
         if self.mode != "off" and cpu_differs(self.cpu_reference, self.cpu):
@@ -288,14 +305,20 @@ class HostGuard:
                 f"the CPU probe got {worst.core_share:.0%} of a core at '{worst.when}' (load {worst.load1:.1f}; "
                 f"limit {self.min_core_share:.0%}): another process shares the cores"
             )
-        for what, step in (
-            ("model's whole step", self.model_vs_reference()),
-            ("engine's own step", self.stage_vs_reference()),
+        priced = self.model_vs_price()
+        for what, step, than in (
+            ("model's whole step", priced, "its profile charges"),
+            (
+                "model's whole step",
+                None if priced is not None else self.model_vs_reference(),
+                "when the profile was calibrated",
+            ),
+            ("engine's own step", self.stage_vs_reference(), "when the profile was calibrated"),
         ):
             if step is not None and abs(step) > self.max_drift:
                 return (
-                    f"the {what} runs {abs(step):.0%} {'slower' if step > 0 else 'faster'} than when the "
-                    f"profile was calibrated (limit {self.max_drift:.0%}): recalibrate, or wait for a steadier host"
+                    f"the {what} runs {abs(step):.0%} {'slower' if step > 0 else 'faster'} than {than} "
+                    f"(limit {self.max_drift:.0%}): recalibrate, or wait for a steadier host"
                 )
         ref = self.vs_reference()
         if ref is not None:  # judged against the host the profile was calibrated on
@@ -323,6 +346,9 @@ class HostGuard:
             "stage_vs_reference": self.stage_vs_reference(),
             "model_reference_s": self.model_reference_s,
             "model_vs_reference": self.model_vs_reference(),
+            "model_price_s": self.model_price_s,
+            "model_vs_price": self.model_vs_price(),
+            "probe_factor": self.probe_factor(),
             "sampler_reference_s": self.sampler_reference_s,
             "sampler_s": list(self.sampled_s),
             "sampler_ratio": self.sampler_ratio(),
@@ -354,8 +380,9 @@ def host_line(h: dict[str, Any]) -> str:
     ref, step = h.get("vs_reference"), h.get("stage_vs_reference")
     vs = "" if ref is None else f", {ref:+.0%} vs calibration"
     vs += "" if step is None else f", engine step {step:+.0%} vs calibration"
-    whole = h.get("model_vs_reference")
+    whole, priced = h.get("model_vs_reference"), h.get("model_vs_price")
     vs += "" if whole is None else f", whole model {whole:+.0%} vs calibration"
+    vs += "" if priced is None else f", whole model {priced:+.0%} vs its profile's price"
     ratio = h.get("sampler_ratio")
     vs += "" if ratio is None else f", in-run sampler x{ratio:.3f} its calibration time"
     return (

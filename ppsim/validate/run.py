@@ -104,16 +104,8 @@ def prepare_validation(
 
         host.stage_probe = stage_probe
         host.stage_reference_s = calibration_probe(s.cost.profile_dir, "host_stage_probe_s")
-    if host.mode != "off" and s.live_engine.device == "cpu" and host.model_probe is None:
-        from engine.probe import model_probe, model_probe_fits, model_probe_kind
-        from ppsim.models.shape import load_model
-
-        shape = load_model(s.model)
-        if model_probe_fits(shape):
-            host.model_probe = lambda: model_probe(shape)
-            meta = calibration_meta(s.cost.profile_dir)
-            same = meta.get("host_model_probe") == model_probe_kind(shape)
-            host.model_reference_s = _positive(meta.get("host_model_probe_s")) if same else None
+    if host.mode != "off" and s.live_engine.device == "cpu":
+        model_probe_of(s, host)
     if host.mode != "off" and s.live_engine.device == "cpu" and host.sampler is None:
         from engine.host_sampler import model_sampler
         from ppsim.models.shape import load_model
@@ -193,6 +185,7 @@ def finish_validation(
         "rows": [r.to_dict() for r in rows],
         "speed_adjusted": speed_adjusted(prep, steps, [r.summary for r in runs]),
         "host_conditioned": host_conditioned(prep, host, [r.summary for r in runs]),
+        "probe_conditioned": probe_conditioned(prep, host, [r.summary for r in runs]),
         "depth_factor": depth_factor_of(prep.cost),
         "level_factor": level_factor_of(prep.cost),
         "corun_factor": corun_factor_of(prep.cost),
@@ -245,6 +238,18 @@ def host_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -
     return {"factor": factor, **replay_with(prep, ScaledCompute(prep.cost, factor), engine)}
 
 
+def probe_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The prediction at the host's speed on this model as the whole-model probe read it just before each
+    repeat: every stage compute scaled by ``factor`` = the mean of those readings over the profile's price
+    of the probe's step (:meth:`HostGuard.probe_factor`). What a user can do before a run (probe the host
+    on the model, then predict): no engine figure and nothing read after a run starts. None when the probe
+    was not read or not priced."""
+    factor = host.probe_factor()
+    if factor is None:
+        return None
+    return {"factor": factor, **replay_with(prep, ScaledCompute(prep.cost, factor), engine)}
+
+
 def jittered(prep: Any, steps: list[dict[str, Any]], engine: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
     """The replay with each stage compute scaled by one of the engine's own measured / predicted ratios
     (:class:`ppsim.cost.scaled.JitteredCompute`, draw ``seed``): the host's step-time spread on top of
@@ -259,6 +264,24 @@ def replay_with(prep: Any, cost: Any, engine: list[dict[str, Any]]) -> dict[str,
     summary = summarize(res.requests, res.ops, len(prep.topology.stages), kv_figures(prep, res.peak_blocks_used))
     rows = compare_summaries(engine, summary)
     return {"rows": [r.to_dict() for r in rows], "verdict": verdict(rows)}
+
+
+def model_probe_of(s: Scenario, host: HostGuard) -> None:
+    """The whole-model probe of ``s``'s model (unless one is given, or the model is too big to build), with
+    what the profile charges for its step and the profile's own reading of it (same kind only)."""
+    from engine.probe import model_price, model_probe, model_probe_fits, model_probe_kind
+    from ppsim.models.shape import load_model
+
+    shape = load_model(s.model)
+    if host.model_probe is None and model_probe_fits(shape):
+        host.model_probe = lambda: model_probe(shape)
+    if host.model_probe is None:
+        return
+    meta = calibration_meta(s.cost.profile_dir)
+    same = meta.get("host_model_probe") == model_probe_kind(shape)
+    host.model_reference_s = _positive(meta.get("host_model_probe_s")) if same else None
+    if host.model_price_s is None:
+        host.model_price_s = _positive(model_price(s.cost.profile_dir or "", shape))
 
 
 def calibration_meta(profile_dir: str | None) -> dict[str, Any]:
@@ -340,6 +363,15 @@ def format_report(payload: dict[str, Any]) -> str:
                 f"host-conditioned prediction (the in-run sampler read the host at "
                 f"x{hc['factor']:.3f} its calibration time; no engine figure used)",
                 hc,
+            )
+        )
+    pc = payload.get("probe_conditioned")
+    if pc:
+        lines.append(
+            rescaled_line(
+                f"probe-conditioned prediction (the whole-model probe before each repeat ran its step at "
+                f"x{pc['factor']:.3f} the profile's price; no engine figure used)",
+                pc,
             )
         )
     if payload.get("path"):
