@@ -53,3 +53,23 @@ def test_a_run_from_before_the_model_probe_has_none_and_bad_folders_exit_2(tmp_p
     assert host_probes.main([str(empty)]) == 2
     err = capsys.readouterr().err
     assert "is not a folder" in err and "no validation.json" in err
+
+
+def test_conditioned_reads_the_plain_and_probe_conditioned_errors(tmp_path, capsys):
+    v = _validation([-0.1], [0.011])
+    v["rows"] = [{"metric": "mean_tpot_ms", "error": -0.10}, {"metric": "output_throughput", "error": 0.08}]
+    v["probe_conditioned"] = {
+        "factor": 1.1,
+        "rows": [{"metric": "mean_tpot_ms", "error": -0.02}, {"metric": "output_throughput", "error": 0.01}],
+    }
+    (tmp_path / "b8").mkdir()
+    (tmp_path / "b8" / "validation.json").write_text(json.dumps(v))
+    assert host_probes.main(["--conditioned", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("b8: factor 1.100; output_throughput +0.080 -> +0.010, mean_tpot_ms -0.100 -> -0.020")
+    assert out.strip().endswith("TPOT for")
+    v["probe_conditioned"]["rows"][0]["error"] = -0.097  # within half a point: level
+    assert host_probes.conditioned_line("x", v).endswith("TPOT level")
+    del v["probe_conditioned"]  # a run from before it: nothing to read, exit 2
+    (tmp_path / "b8" / "validation.json").write_text(json.dumps(v))
+    assert host_probes.main(["--conditioned", str(tmp_path)]) == 2

@@ -18,12 +18,22 @@ offset taken out, ``mad``: the median |d - median d| of d = level - probe, again
 reading it is divided by (a single calibration reading moves by 20% on this VM). Over every repeat and
 over the PP = 1 repeats alone (no live co-run charge in their level). Writes nothing.
 
-Run: python experiments/validation/host_probes.py RUNS [RUNS ...]   (a ``--runs`` folder of run.py or
-moe.py, or any folder holding ``validation.json`` files below it)
+``--conditioned``: instead, per validation, the plain prediction's error and the probe-conditioned one's
+(``probe_conditioned`` in ``validation.json``: every stage compute scaled by the probe before each repeat over
+the profile's price) on each target metric, and whether the latter is for / against / level on TPOT (0.5
+point): a MoE B's reading for part 37's rule (docs/validation.md).
+
+With ``--csv FILE`` (and ``--label``, ``--reading draw|run``) it appends those errors in ``glue_live.py``'s
+``--csv`` form, compare ``plain:probed``, for ``glue_live.py judge FILE``.
+
+Run: python experiments/validation/host_probes.py [--conditioned [--csv FILE --label NAME --reading draw|run]]
+     RUNS [RUNS ...]   (a ``--runs`` folder of run.py or moe.py, or any folder holding ``validation.json`` files)
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
 import json
 import math
 import statistics
@@ -32,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from ppsim.cli import Parser, run_main  # noqa: E402
 
 PROBES = (  # (column, reading's key, reference's key in validation.json host)
     ("cpu", "probe_s", "reference_probe_s"),
@@ -126,22 +138,98 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+CONDITIONED = (
+    "output_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_e2el_ms",
+    "p99_e2el_ms",
+    "pipeline_bubble_fraction",
+)
+LEVEL = 0.005  # a TPOT reading within half a point either way is level
+
+
+def conditioned_line(name: str, v: dict[str, Any]) -> str | None:
+    """One validation's plain and probe-conditioned errors, and the TPOT reading; None without the latter."""
+    pc = v.get("probe_conditioned")
+    if not pc:
+        return None
+    plain = {r["metric"]: r["error"] for r in v.get("rows", [])}
+    probed = {r["metric"]: r["error"] for r in pc.get("rows", [])}
+    cells = [f"{m} {plain[m]:+.3f} -> {probed[m]:+.3f}" for m in CONDITIONED if m in plain and m in probed]
+    a, b = abs(plain.get("mean_tpot_ms", 0.0)), abs(probed.get("mean_tpot_ms", 0.0))
+    reading = "level" if abs(a - b) <= LEVEL else "for" if b < a else "against"
+    return f"{name}: factor {pc['factor']:.3f}; " + ", ".join(cells) + f"; TPOT {reading}"
+
+
 def fmt(x: float | None) -> str:
     return "    -" if x is None else f"{x:+.3f}"
 
 
+def write_csv(path: str, label: str, reading: str, profile: str, found: list[tuple[str, dict[str, Any]]]) -> int:
+    """Append one row per validation and metric in ``glue_live.py``'s ``--csv`` form (compare ``plain:probed``;
+    base = the plain prediction's error, new = the probe-conditioned one's), so ``glue_live.py judge`` applies
+    part 37's rule. ``reading``: ``draw`` (all of ``found`` one reading, ``label``) or ``run`` (each one)."""
+    from experiments.validation.glue_live import FIELDS
+    from experiments.validation.replay_adjusted import COLUMNS
+
+    out = []
+    for name, v in found:
+        plain = {r["metric"]: r["error"] for r in v.get("rows", [])}
+        probed = {r["metric"]: r["error"] for r in (v.get("probe_conditioned") or {}).get("rows", [])}
+        key = label if reading == "draw" else f"{label}/{name}"
+        out += [
+            ["plain:probed", key, profile, f"{label}/{name}", m, plain[m], probed[m]] for m in COLUMNS if m in probed
+        ]
+    fresh = not Path(path).exists()
+    with open(path, "a", newline="") as f:
+        w = csv.writer(f)
+        if fresh:
+            w.writerow(FIELDS)
+        w.writerows(out)
+    return len(out)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = Parser(prog="experiments/validation/host_probes.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="--runs folders of run.py or moe.py (validation.json below them)")
+    ap.add_argument("--conditioned", action="store_true", help="the plain and probe-conditioned errors instead")
+    ap.add_argument("--csv", help="with --conditioned: append glue_live.py judge's rows to this file")
+    ap.add_argument("--label", default="RUNS", help="the reading's name in --csv (e.g. TINY70, MOE79)")
+    ap.add_argument("--reading", choices=("draw", "run"), default="draw", help="one reading per draw or per run")
+    ap.add_argument("--profile-name", default="profile", help="the profile column of --csv")
+    args = ap.parse_args(argv)
+    if args.csv and not args.conditioned:
+        ap.error("--csv: goes with --conditioned (it writes the plain and probe-conditioned errors)")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    paths = sys.argv[1:] if argv is None else argv
-    if not paths:
-        print("usage: host_probes.py RUNS [RUNS ...]", file=sys.stderr)
-        return 2
-    missing = [p for p in paths if not Path(p).is_dir()]
+    args = parse_args(argv)
+    missing = [p for p in args.runs if not Path(p).is_dir()]
     if missing:
         print(f"RUNS: {missing[0]} is not a folder; give a --runs folder of run.py or moe.py", file=sys.stderr)
         return 2
-    rows = collect(paths)
+    if args.conditioned:
+        found = [
+            (f.parent.name, v)
+            for p in args.runs
+            for f in sorted(Path(p).rglob("validation.json"))
+            if (v := json.loads(f.read_text())).get("probe_conditioned")
+        ]
+        if not found:
+            print(f"RUNS: no probe-conditioned prediction under {', '.join(args.runs)}", file=sys.stderr)
+            return 2
+        print("\n".join(line for name, v in found if (line := conditioned_line(name, v))))
+        if args.csv:
+            n = write_csv(args.csv, args.label, args.reading, args.profile_name, found)
+            print(f"{n} rows appended to {args.csv}")
+        return 0
+    rows = collect(args.runs)
     if not rows:
-        print(f"RUNS: no validation.json with step costs under {', '.join(paths)}", file=sys.stderr)
+        print(f"RUNS: no validation.json with step costs under {', '.join(args.runs)}", file=sys.stderr)
         return 2
     print("scenario                                  rep   level    cpu  stage  model  price")
     for r in rows:
@@ -155,4 +243,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))
