@@ -43,6 +43,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from experiments.validation.glue_live import CLOSER as LEVEL  # noqa: E402  (a TPOT reading within it: level)
+from experiments.validation.glue_live import FIELDS  # noqa: E402
+from experiments.validation.tables import SHOWN  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 
 PROBES = (  # (column, reading's key, reference's key in validation.json host)
@@ -138,17 +141,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-CONDITIONED = (
-    "output_throughput",
-    "mean_ttft_ms",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "mean_tpot_ms",
-    "median_e2el_ms",
-    "p99_e2el_ms",
-    "pipeline_bubble_fraction",
-)
-LEVEL = 0.005  # a TPOT reading within half a point either way is level
+CONDITIONED = (SHOWN[0], "mean_ttft_ms", *SHOWN[1:])  # the targets, and the mean TTFT moe.py reports
 
 
 def conditioned_line(name: str, v: dict[str, Any]) -> str | None:
@@ -172,7 +165,6 @@ def write_csv(path: str, label: str, reading: str, profile: str, found: list[tup
     """Append one row per validation and metric in ``glue_live.py``'s ``--csv`` form (compare ``plain:probed``;
     base = the plain prediction's error, new = the probe-conditioned one's), so ``glue_live.py judge`` applies
     part 37's rule. ``reading``: ``draw`` (all of ``found`` one reading, ``label``) or ``run`` (each one)."""
-    from experiments.validation.glue_live import FIELDS
     from experiments.validation.replay_adjusted import COLUMNS
 
     out = []
