@@ -31,6 +31,21 @@ TARGETS = {
 }
 
 
+RESCALED = (  # payload key, factor column, metric column suffix
+    ("speed_adjusted", "speed_factor", "adjusted"),
+    ("host_conditioned", "host_factor", "conditioned"),
+    ("probe_conditioned", "probe_factor", "probed"),
+)
+
+
+def rescaled_cells(d: dict[str, Any], factor: str, suffix: str) -> dict[str, Any]:
+    """One rescaled simulation's factor and per-metric errors as result-row cells ("" where absent)."""
+    by = {r["metric"]: r for r in d.get("rows", [])}
+    return {factor: round(d["factor"], 4) if d else ""} | {
+        f"{m}_{suffix}": round(by[m]["error"], 4) if m in by else "" for m in SHOWN
+    }
+
+
 def result_row(set_name: str, name: str, knobs: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     by = {r["metric"]: r for r in payload["rows"]}
     row: dict[str, Any] = {"set": set_name, "scenario": name, "policy": knobs["policy"], "pp": knobs["pp"]}
@@ -39,21 +54,10 @@ def result_row(set_name: str, name: str, knobs: dict[str, Any], payload: dict[st
         row[f"{m}_sim"] = round(by[m]["simulated"], 4)
         row[f"{m}_error"] = round(by[m]["error"], 4)
         row[f"{m}_spread"] = round(by[m]["engine_spread"], 4)
-    adj = payload.get("speed_adjusted") or {}
-    adj_by = {r["metric"]: r for r in adj.get("rows", [])}
-    row["speed_factor"] = round(adj["factor"], 4) if adj else ""
-    for m in SHOWN:  # the replay at the host's measured compute speed (not a prediction)
-        row[f"{m}_adjusted"] = round(adj_by[m]["error"], 4) if m in adj_by else ""
-    hc = payload.get("host_conditioned") or {}
-    hc_by = {r["metric"]: r for r in hc.get("rows", [])}
-    row["host_factor"] = round(hc["factor"], 4) if hc else ""
-    for m in SHOWN:  # the prediction at the host's speed the in-run sampler read (no engine figure used)
-        row[f"{m}_conditioned"] = round(hc_by[m]["error"], 4) if m in hc_by else ""
-    pc = payload.get("probe_conditioned") or {}
-    pc_by = {r["metric"]: r for r in pc.get("rows", [])}
-    row["probe_factor"] = round(pc["factor"], 4) if pc else ""
-    for m in SHOWN:  # the prediction at the whole-model probe's speed before each repeat (no engine figure used)
-        row[f"{m}_probed"] = round(pc_by[m]["error"], 4) if m in pc_by else ""
+    # the simulator at a rescaled compute speed: the replay at the runs' measured speed (not a prediction), and
+    # the predictions at the host's speed the in-run sampler and the whole-model probe read (no engine figure)
+    for key, factor, suffix in RESCALED:
+        row.update(rescaled_cells(payload.get(key) or {}, factor, suffix))
     st = payload.get("step_cost") or {}
     row["step_median_error"] = round(st.get("median_error", float("nan")), 4)
     row["step_p90_abs_error"] = round(st.get("p90_abs_error", float("nan")), 4)

@@ -285,10 +285,8 @@ class HostGuard:
         """The whole-model probe read before the repeats (``before i``) over the profile's price of its step:
         1.10 = the host ran this model 10% slower than its profile charges just before the runs. None: not
         read or not priced."""
-        before = [r.model_probe_s for r in self.readings if r.when.startswith("before") and r.model_probe_s]
-        if not before or not self.model_price_s:
-            return None
-        return sum(before) / len(before) / self.model_price_s
+        vs = _vs([r.model_probe_s for r in self.readings if r.when.startswith("before")], self.model_price_s)
+        return None if vs is None else 1.0 + vs
 
     def problem(self) -> str | None:
         """What is wrong with the host, in a phrase; None when the readings are within bounds."""
