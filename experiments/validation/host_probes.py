@@ -8,7 +8,12 @@ slower now). The repeat's own slow-down is its step level: the engine's stage co
 profile's prediction for the same plans (``step_cost.by_run``: ``1 / (1 + median error) - 1``, thread CPU
 time as calibration times). ``price``: the whole-model probe against what the run's profile charges for
 that step (``host.model_price_s``, or priced here from the profile for a run from before it). Per
-repeat, a probe's reading is the mean of the one before and the one after it.
+repeat, a probe's reading is the mean of the one before and the one after it. Two more columns read what a
+user has before the runs, both against the price: ``before``, the whole-model probe read just before this
+repeat alone, and ``drawn``, the mean of those readings over all the validation's repeats (what the
+probe-conditioned prediction scales by, ``HostGuard.probe_factor``): where ``before`` misses the level by
+less than ``drawn`` does, the probe follows the repeats one by one, not only the draw (part 38's reading,
+``--by-draw``).
 
 For each probe: how many repeats it was read on, Pearson's r with the step level over them, the
 median |probe - level| (how far a prediction scaled by that probe would still be from the run's own
@@ -54,6 +59,8 @@ PROBES = (  # (column, reading's key, reference's key in validation.json host)
     ("model", "model_probe_s", "model_reference_s"),
     ("price", "model_probe_s", "model_price_s"),
 )
+BEFORE = ("before", "drawn")  # the whole-model probe before this repeat / before every repeat, over the price
+COLUMNS = (*(c for c, _, _ in PROBES), *BEFORE)
 _prices: dict[tuple[str, str], float | None] = {}
 
 
@@ -93,16 +100,51 @@ def repeat_rows(v: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
             got = [r[key] for r in around if r.get(key)]
             reference = h.get(ref)
             row[col] = statistics.fmean(got) / reference - 1.0 if got and reference else None
+        row.update(before_columns(readings, run, h.get("model_price_s")))
         rows.append(row)
     return rows
+
+
+def before_columns(readings: list[dict[str, Any]], run: str, price: float | None) -> dict[str, float | None]:
+    """``before``: the whole-model probe read just before repeat ``run`` over the price, - 1; ``drawn``: the
+    mean of the readings before every repeat over it, - 1 (None where not read or not priced)."""
+    def vs(got: list[float]) -> float | None:
+        return statistics.fmean(got) / price - 1.0 if got and price else None
+
+    befores = [r for r in readings if str(r.get("when", "")).startswith("before") and r.get("model_probe_s")]
+    return {
+        "before": vs([r["model_probe_s"] for r in befores if r["when"] == f"before {run}"]),
+        "drawn": vs([r["model_probe_s"] for r in befores]),
+    }
 
 
 def collect(paths: list[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for p in paths:
         for f in sorted(Path(p).rglob("validation.json")):
-            rows += repeat_rows(json.loads(f.read_text()), f.parent.name)
+            rows += [{**r, "draw": p} for r in repeat_rows(json.loads(f.read_text()), f.parent.name)]
     return rows
+
+
+def by_draw(rows: list[dict[str, Any]], reading: str) -> tuple[list[str], dict[str, int]]:
+    """Part 38's readings: per draw (``reading`` = ``draw``: each RUNS folder) or per validation (``run``),
+    the median over its repeats of |before - level| and of |drawn - level|; ``for`` where the probe before
+    each repeat misses by less than the draw's mean of them (by more than :data:`LEVEL`), ``against``
+    where by more, else ``level``. Returns the lines and the count of each."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["before"] is not None and r["drawn"] is not None:
+            groups.setdefault(r["draw"] if reading == "draw" else f"{r['draw']}/{r['scenario']}", []).append(r)
+    lines, counts = [], {"for": 0, "against": 0, "level": 0}
+    for name, rs in groups.items():
+        each = statistics.median(abs(r["before"] - r["level"]) for r in rs)
+        mean = statistics.median(abs(r["drawn"] - r["level"]) for r in rs)
+        got = "level" if abs(each - mean) <= LEVEL else "for" if each < mean else "against"
+        counts[got] += 1
+        lines.append(
+            f"{name}: {len(rs)} repeats, median |before - level| {each:.3f}, |drawn - level| {mean:.3f}; {got}"
+        )
+    return lines, counts
 
 
 def pearson(xs: list[float], ys: list[float]) -> float:
@@ -126,7 +168,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         f"none   n {len(rows):3d}  median |level| {statistics.median(abs(x) for x in levels):.3f}"
         f"  mad {mad(levels):.3f}"
     ]
-    for col, _, _ in PROBES:
+    for col in COLUMNS:
         pairs = [(r[col], r["level"]) for r in rows if r[col] is not None]
         if not pairs:
             out.append(f"{col:6s} n   0")
@@ -188,9 +230,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = Parser(prog="experiments/validation/host_probes.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="--runs folders of run.py or moe.py (validation.json below them)")
     ap.add_argument("--conditioned", action="store_true", help="the plain and probe-conditioned errors instead")
+    ap.add_argument(
+        "--by-draw", action="store_true", help="part 38: the probe before each repeat against the draw's mean of them"
+    )
     ap.add_argument("--csv", help="with --conditioned: append glue_live.py judge's rows to this file")
     ap.add_argument("--label", default="RUNS", help="the reading's name in --csv (e.g. TINY70, MOE79)")
-    ap.add_argument("--reading", choices=("draw", "run"), default="draw", help="one reading per draw or per run")
+    ap.add_argument(
+        "--reading", choices=("draw", "run"), default="draw", help="one reading per draw (RUNS folder) or per run"
+    )
     ap.add_argument("--profile-name", default="profile", help="the profile column of --csv")
     args = ap.parse_args(argv)
     if args.csv and not args.conditioned:
@@ -223,9 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"RUNS: no validation.json with step costs under {', '.join(args.runs)}", file=sys.stderr)
         return 2
-    print("scenario                                  rep   level    cpu  stage  model  price")
+    if args.by_draw:
+        lines, counts = by_draw(rows, args.reading)
+        if not lines:
+            print("RUNS: no repeat with the whole-model probe read before it and priced", file=sys.stderr)
+            return 2
+        print("\n".join(lines) + "\n" + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        return 0
+    print("scenario                                  rep   level    cpu  stage  model  price before  drawn")
     for r in rows:
-        probes = " ".join(fmt(r[c]) for c in ("level", "cpu", "stage", "model", "price"))
+        probes = " ".join(fmt(r[c]) for c in ("level", *COLUMNS))
         print(f"{r['scenario'][:40]:40s} {r['repeat']:4d} {probes}")
     print("all repeats:\n" + "\n".join(summary(rows)))
     one = [r for r in rows if r["pp"] == 1]
