@@ -78,7 +78,7 @@ def test_conditioned_reads_the_plain_and_probe_conditioned_errors(tmp_path, caps
 def test_before_is_the_repeat_s_own_reading_and_drawn_their_mean_by_draw_judges_them(tmp_path, capsys):
     # price 0.0125 s; before 0 reads 10% over it, before 1 20% over; the afters read something else entirely
     v = _validation([-1 / 11, -1 / 6], [0.0, 0.0])
-    for r, before in zip(v["host"]["readings"], (0.01375, 0.0, 0.015, 0.0)):
+    for r, before in zip(v["host"]["readings"], (0.01375, 0.0, 0.015, 0.0), strict=True):
         r["model_probe_s"] = before if r["when"].startswith("before") else 0.020
     (tmp_path / "d" / "x").mkdir(parents=True)
     (tmp_path / "d" / "x" / "validation.json").write_text(json.dumps(v))
@@ -87,7 +87,8 @@ def test_before_is_the_repeat_s_own_reading_and_drawn_their_mean_by_draw_judges_
     assert [r["drawn"] for r in rows] == [pytest.approx(0.15)] * 2  # what probe_conditioned scales by
     assert [r["level"] for r in rows] == [pytest.approx(0.1), pytest.approx(0.2)]
     lines, counts = host_probes.by_draw(rows, "draw")  # each repeat's own reading follows it exactly: for
-    assert counts == {"for": 1, "against": 0, "level": 0} and "|before - level| 0.000, |drawn - level| 0.050" in lines[0]
+    assert counts == {"for": 1, "against": 0, "level": 0}
+    assert "|before - level| 0.000, |drawn - level| 0.050" in lines[0]
     v["step_cost"]["by_run"] = {"0": {"median_cpu_error": -1 / 6}, "1": {"median_cpu_error": -1 / 11}}  # swapped
     (tmp_path / "d" / "x" / "validation.json").write_text(json.dumps(v))
     assert host_probes.main(["--by-draw", "--reading", "run", str(tmp_path / "d")]) == 0

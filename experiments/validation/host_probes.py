@@ -108,6 +108,7 @@ def repeat_rows(v: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
 def before_columns(readings: list[dict[str, Any]], run: str, price: float | None) -> dict[str, float | None]:
     """``before``: the whole-model probe read just before repeat ``run`` over the price, - 1; ``drawn``: the
     mean of the readings before every repeat over it, - 1 (None where not read or not priced)."""
+
     def vs(got: list[float]) -> float | None:
         return statistics.fmean(got) / price - 1.0 if got and price else None
 
