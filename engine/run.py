@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.checkpoint import check_checkpoint, has_checkpoint
+from engine.core_gc import core_heap
 from engine.executor import EngineExecutor, EngineResult, data_path
 from engine.launcher import StageFault, StageGroup, init_method
 from engine.preflight import check_cuda, check_kv_cap, check_memory, check_supported
@@ -246,8 +247,9 @@ def run_engine(
             )
         ex = EngineExecutor(prep, group, prompts, timeout, offsets, cfgs[0].path)
         try:
-            ex.run()
-            group.stop(ex.on_message, timeout)
+            with core_heap(info, lambda: ex.t0):  # the caller's heap frozen for the run, as vLLM's core
+                ex.run()
+                group.stop(ex.on_message, timeout)
         except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: keep what ran so far, as on a fault
             if out_dir is not None:
                 why = "terminated (SIGTERM)" if isinstance(err, Terminated) else "interrupted"

@@ -72,6 +72,7 @@ def test_pp2_matches_reference_and_simulator_schema(tmp_path):
     sim_x = next(e for e in traces[0] if e["ph"] == "X")
     eng_x = next(e for e in traces[1] if e["ph"] == "X")
     assert set(sim_x) == set(eng_x) and set(sim_x["args"]) == set(eng_x["args"])
+    assert "core_gc" in json.loads((eng_dir / "engine.json").read_text())  # the core's collections, recorded
     tokens = json.loads((eng_dir / "tokens.json").read_text())
     assert {int(k): v for k, v in tokens.items()} == reference(s)
     check_stage_loop(eng_dir, compute)
@@ -100,7 +101,9 @@ def check_stage_loop(eng_dir, compute) -> None:
 
 
 def test_pp1_matches_reference(monkeypatch):
-    """Also: the engine core ran at the engine's thread switch interval and gave the caller's back."""
+    """Also: the engine core ran at the engine's thread switch interval and gave the caller's back, and
+    with the caller's heap frozen (engine/core_gc.py), unfrozen after."""
+    import gc
     import sys
 
     import engine.run as er
@@ -114,8 +117,12 @@ def test_pp1_matches_reference(monkeypatch):
 
     monkeypatch.setattr(er, "switch_interval", spy)
     s = scenario(pp=1, policy="vllm-sync")
-    check_run(run_engine(s), s)
+    run = run_engine(s)
+    check_run(run, s)
     assert seen == [SWITCH_INTERVAL_S] and sys.getswitchinterval() == before
+    core = run.info["core_gc"]
+    assert core["frozen_objects"] > 10_000 and gc.get_freeze_count() == 0  # this process's torch, at least
+    assert len(core["collections_by_generation"]) == 3 and core["longest_pause_s"] <= core["pause_s"]
 
 
 def test_switch_interval_is_restored_even_on_error():
