@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _draw(path: Path, rows: list[dict[str, object]]) -> None:
     """A results CSV of held-out scenarios: every metric's error and replay 0 unless a row says otherwise."""
     cols = ["set", "scenario", "policy"] + [f"{m}_{k}" for m in TARGETS for k in ("error", "adjusted", "spread")]
+    cols += sorted({k for r in rows for k in r} - set(cols))  # e.g. the probe-conditioned *_probed
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, cols)
         w.writeheader()
@@ -44,6 +45,24 @@ def test_a_draw_meets_a_target_when_its_median_abs_error_is_within_it(tmp_path):
     pol = tally.per_policy(found)
     assert sorted(pol) == [("dense-1024", "p"), ("tiny", "p")]
     assert pol[("dense-1024", "p")]["n"] == 4 and pol[("dense-1024", "p")]["mean_tpot_ms"] == pytest.approx(0.055)
+
+
+def test_the_probe_conditioned_prediction_is_counted_on_the_draws_that_read_it(tmp_path, capsys):
+    """A draw whose results carry ``*_probed`` (part 37) counts there: TPOT 12% plain, 4% probe-conditioned (met);
+    another misses TPOT at 6% with it; a draw from before it is not counted."""
+    probed = {f"{m}_probed": 0.0 for m in TARGETS}
+    _draw(tmp_path / "results-seed70.csv", [{"mean_tpot_ms_error": 0.12, **probed, "mean_tpot_ms_probed": 0.04}])
+    _draw(tmp_path / "results-seed71.csv", [{"mean_tpot_ms_error": 0.12, **probed, "mean_tpot_ms_probed": -0.06}])
+    _draw(tmp_path / "results-seed69.csv", [{"mean_tpot_ms_error": 0.12}])
+    found = tally.draws(tmp_path, 30)
+    assert [d.probed_missed for d in found] == [None, [], ["mean_tpot_ms"]]
+    t = tally.summary(found)
+    assert (t.probed_draws, t.probed_met, t.missed) == (2, 1, 3)
+    assert tally.main(["--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "tiny seed 70: mean_tpot_ms 12.0%; replay: met every target; probe-conditioned: met every target" in out
+    assert "tiny seed 71: mean_tpot_ms 12.0%; replay: met every target; probe-conditioned: mean_tpot_ms" in out
+    assert "the probe-conditioned prediction 1 of the 2 that read it" in out
 
 
 def test_the_report_and_its_refusals(tmp_path, capsys):
@@ -87,7 +106,8 @@ def test_the_readme_states_the_tally_of_the_committed_draws():
     m = re.search(
         r"`dense-1024` met every target on held-out seeds ([\d, -]+) \(TPOT [^)]*\), `tiny` on ([\d, -]+); "
         r"the other (\d+) of the (\d+) draws since seed 30 missed TPOT \(([\d.]+)-([\d.]+)%\)\. "
-        r"With the runs' speed \(replay\) (\d+) of (\d+) meet every target",
+        r"With the runs' speed \(replay\) (\d+) of (\d+) meet every target.*?"
+        r"every target on (\d+) of the (\d+) held-out draws that read it",
         readme,
     )
     assert m, "the README's held-out tally sentence has changed form; update this test with it"
@@ -99,6 +119,7 @@ def test_the_readme_states_the_tally_of_the_committed_draws():
     lo, hi = t.tpot_range
     assert (m[5], m[6]) == (f"{lo:.1%}"[:-1], f"{hi:.0%}"[:-1])
     assert (int(m[7]), int(m[8])) == (t.replay_met, t.draws)
+    assert (int(m[9]), int(m[10])) == (t.probed_met, t.probed_draws)
 
 
 def test_the_readmes_per_policy_column_is_the_tally_of_those_draws():

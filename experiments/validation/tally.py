@@ -5,8 +5,10 @@ Each held-out draw of ``run.py`` commits ``results-dense-1024-seedN.csv`` (``den
 the median |error| over its held-out scenarios is within it (``tables.TARGETS``: 5% throughput and TPOT, 10% TTFT and
 E2EL at p50 and p99, 0.05 bubble points), the test ``results-*.md`` prints as "met". This script reads every draw
 since ``--since`` and prints, per draw, what it missed; then how many met every target, the range of TPOT among the
-others, and how many meet every target with the runs' own speed (the replay: not a prediction); then per policy the
-median |error| of TPOT and median TTFT over every held-out scenario of those draws, plain and replayed.
+others, and how many meet every target with the runs' own speed (the replay: not a prediction) and with the
+probe-conditioned prediction (docs/validation.md part 37: a prediction, read before the runs; counted over the draws
+whose results carry it, ``*_probed``, since seeds 70 / 91); then per policy the median |error| of TPOT and median
+TTFT over every held-out scenario of those draws, plain and replayed.
 ``tests/test_validation_tally.py`` checks the README's sentence against it. Each draw counts as it was predicted when
 it ran (the model of that day): the tally is of predictions made, not a re-prediction with today's model.
 
@@ -42,6 +44,11 @@ class Draw:
     errors: dict[str, float]  # metric -> median |error| over the draw's held-out scenarios
     replay: dict[str, float]  # the same of the speed-adjusted replay
     rows: tuple[dict[str, str], ...]
+    probed: dict[str, float] | None = None  # the same of the probe-conditioned prediction; None: not read
+
+    @property
+    def probed_missed(self) -> list[str] | None:
+        return None if self.probed is None else [m for m, lim in TARGETS.items() if self.probed[m] > lim]
 
     @property
     def missed(self) -> list[str]:
@@ -66,7 +73,9 @@ def read_draw(path: Path, model: str, seed: int) -> Draw:
         raise PPSimError(f"--dir: {path} has no held-out scenario; give the folder of run.py's held-out results")
     errors = {m: _median_abs(rows, f"{m}_error", path) for m in TARGETS}
     replay = {m: _median_abs(rows, f"{m}_adjusted", path) for m in TARGETS}
-    return Draw(model, seed, errors, replay, tuple(rows))
+    read = all(r.get(f"{m}_probed") not in (None, "") for r in rows for m in TARGETS)
+    probed = {m: _median_abs(rows, f"{m}_probed", path) for m in TARGETS} if read else None
+    return Draw(model, seed, errors, replay, tuple(rows), probed)
 
 
 def draws(folder: Path, since: int, until: int | None = None) -> list[Draw]:
@@ -96,6 +105,8 @@ class Tally:
     missed_tpot: int  # of them, those that missed TPOT
     tpot_range: tuple[float, float] | None  # their TPOT median |error|, lowest and highest
     replay_met: int  # draws whose replay meets every target
+    probed_draws: int = 0  # draws whose results carry the probe-conditioned prediction
+    probed_met: int = 0  # of them, those it meets every target on
 
 
 def summary(found: list[Draw]) -> Tally:
@@ -108,6 +119,8 @@ def summary(found: list[Draw]) -> Tally:
         missed_tpot=sum("mean_tpot_ms" in d.missed for d in others),
         tpot_range=(min(tpot), max(tpot)) if tpot else None,
         replay_met=sum(not d.replay_missed for d in found),
+        probed_draws=sum(d.probed is not None for d in found),
+        probed_met=sum(d.probed_missed == [] for d in found),
     )
 
 
@@ -148,7 +161,14 @@ def report(folder: Path, since: int, until: int | None) -> None:
     for d in found:
         missed = ", ".join(f"{m} {_cell(m, d.errors[m])}" for m in d.missed) or "every target met"
         replay = ", ".join(d.replay_missed) or "every target"
-        print(f"{d.model} seed {d.seed}: {missed}; replay: {'met ' + replay if not d.replay_missed else replay}")
+        probed = (
+            ""
+            if d.probed_missed is None
+            else f"; probe-conditioned: {', '.join(d.probed_missed) or 'met every target'}"
+        )
+        print(
+            f"{d.model} seed {d.seed}: {missed}; replay: {'met ' + replay if not d.replay_missed else replay}{probed}"
+        )
     t = summary(found)
     met = "; ".join(f"{model} {', '.join(map(str, seeds)) or 'none'}" for model, seeds in t.met.items())
     print(f"met every target: {met}")
@@ -157,7 +177,7 @@ def report(folder: Path, since: int, until: int | None) -> None:
     print(
         f"the other {t.missed} of the {t.draws} draws of seeds {seeds} missed a target, "
         f"{t.missed_tpot} of them TPOT{span}; with the runs' speed (replay) {t.replay_met} of {t.draws} "
-        "meet every target"
+        f"meet every target; the probe-conditioned prediction {t.probed_met} of the {t.probed_draws} that read it"
     )
     print(
         "\n| model | policy | scenarios | median \\|error\\| (engine spread) / replay | TPOT (engine spread) / replay "
