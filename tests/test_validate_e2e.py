@@ -52,6 +52,10 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     assert v["per_request"]["matched_requests"] == 8 * 2  # every request of both repeats
     assert v["step_cost"]["steps"] > 0 and set(v["step_cost"]["by_stage"]) == {"0", "1"}
     assert [r["when"] for r in v["host"]["readings"]] == ["before 0", "after 0", "before 1", "after 1"]
+    # the engine core froze this process's heap for each run (engine/core_gc.py), its collections recorded
+    for i, cpu in enumerate(v["engine_cpu"]):
+        core = json.loads((out / f"engine-{i}" / "engine.json").read_text())["core_gc"]
+        assert core["frozen_objects"] > 0 and cpu["core_freeze_s"] == core["freeze_s"] > 0
     assert v["sim_summary"]["total_output_tokens"] == v["engine_summaries"][0]["total_output_tokens"] == 64
     # No speed ratio is asserted: the shipped profile was measured on another host, and this host may be
     # busy, so simulated/engine throughput says how loaded the machine is, not whether ppsim is right.

@@ -139,7 +139,8 @@ def engine_repeats(
         after = cpu_seconds()
         usage.append(
             {
-                "engine_core_cpu_s": after[0] - before[0],
+                "engine_core_cpu_s": after[0] - before[0],  # with the freeze's collection before the run
+                "core_freeze_s": float(runs[-1].info.get("core_gc", {}).get("freeze_s", 0.0)),  # engine/core_gc.py
                 "stages_cpu_s": after[1] - before[1],
                 "run_wall_s": runs[-1].info["wall_s"],
                 "startup_s": runs[-1].info["startup_s"],
