@@ -225,7 +225,7 @@ def speed_adjusted(prep: Any, steps: list[dict[str, Any]], engine: list[dict[str
     if not steps or predicted <= 0 or measured <= 0:
         return None
     factor = measured / predicted
-    return {"factor": factor, **replay_with(prep, ScaledCompute(prep.cost, factor), engine)}
+    return at_speed(prep, factor, engine)
 
 
 def host_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -236,7 +236,7 @@ def host_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -
     factor = host.sampler_ratio()
     if factor is None:
         return None
-    return {"factor": factor, **replay_with(prep, ScaledCompute(prep.cost, factor), engine)}
+    return at_speed(prep, factor, engine)
 
 
 def probe_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -248,6 +248,12 @@ def probe_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) 
     factor = host.probe_factor()
     if factor is None:
         return None
+    return at_speed(prep, factor, engine)
+
+
+def at_speed(prep: Any, factor: float, engine: list[dict[str, Any]]) -> dict[str, Any]:
+    """The simulator with every stage compute scaled by ``factor``, compared with the engine runs: ``factor``,
+    rows and verdict (the replay and the host- and probe-conditioned predictions differ only in the factor)."""
     return {"factor": factor, **replay_with(prep, ScaledCompute(prep.cost, factor), engine)}
 
 
