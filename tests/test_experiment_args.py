@@ -857,7 +857,7 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         # (b): tiny 67, dense-1024 89, MoE round 77, calibrated with it: kept
         ("whole_readings_after", "for 3, against 0, level 2; other targets worse: none: adopted"),
         # part 37: the probe-conditioned prediction against the plain one, tiny 70-74, dense-1024 91-93, MoE 79-85
-        ("probe_conditioned_readings", "for 22, against 6, level 1; other targets worse: none: adopted"),
+        ("probe_conditioned_readings", "for 25, against 8, level 1; other targets worse: none: adopted"),
         (  # part 31 (c)
             "prestep_readings_after",
             "for 3, against 3, level 1; other targets worse: median_e2el_ms: not adopted",

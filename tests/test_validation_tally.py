@@ -63,6 +63,15 @@ def test_the_probe_conditioned_prediction_is_counted_on_the_draws_that_read_it(t
     assert "tiny seed 70: mean_tpot_ms 12.0%; replay: met every target; probe-conditioned: met every target" in out
     assert "tiny seed 71: mean_tpot_ms 12.0%; replay: met every target; probe-conditioned: mean_tpot_ms" in out
     assert "the probe-conditioned prediction 1 of the 2 that read it" in out
+    # per policy over the scenarios that read it (70, 71): TPOT |4%|, |-6%| -> 5%; the other relative metrics 0 and
+    # seed 69's scenario left out of it, the plain prediction's 12% TPOT on the same two scenarios beside it
+    cell = tally.per_policy(found)[("tiny", "p")]
+    assert (cell["n"], cell["n_probed"]) == (3, 2)
+    assert cell["mean_tpot_ms_probed"] == pytest.approx(0.05) and cell["all_probed"] == 0.0
+    assert tally.probed_cell(cell) == "0.0% (TPOT 5.0%; plain 0.0%)"
+    assert "| tiny | p | 2 | 0.0% (TPOT 5.0%; plain 0.0%) |" in out
+    _draw(tmp_path / "results-seed72.csv", [{"policy": "q"}])
+    assert tally.probed_cell(tally.per_policy(tally.draws(tmp_path, 72))[("tiny", "q")]) == "-"
 
 
 def test_the_report_and_its_refusals(tmp_path, capsys):
@@ -136,3 +145,43 @@ def test_the_readmes_per_policy_column_is_the_tally_of_those_draws():
     assert len(policies) == 7
     for p in policies:
         assert rows[p][col] == tally.policy_cell(cells[("dense-1024", p)]), p
+
+
+def test_the_readmes_probe_conditioned_column_is_the_tally_of_the_draws_that_read_it():
+    """The per-policy table's probe-conditioned column ("probe-conditioned, dense-1024 seeds A-B / tiny C-D") is
+    tally.py's median |error| of each model's scenarios that read the probe, the plain prediction's beside it."""
+    lines = [ln.strip() for ln in (ROOT / "README.md").read_text().splitlines() if ln.strip().startswith("| ")]
+    head = next(ln for ln in lines if ln.startswith("| policy |") and "probe-conditioned" in ln)
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    col = next(i for i, c in enumerate(cols) if "probe-conditioned" in c)
+    found = tally.draws(ROOT / "experiments" / "validation", 30)
+    m = re.search(r"dense-1024 seeds (\d+)-(\d+) / tiny (\d+)-(\d+)", cols[col])
+    assert m, cols[col]
+    assert (int(m[1]), int(m[2])) == tally.probed_seeds(found, "dense-1024")
+    assert (int(m[3]), int(m[4])) == tally.probed_seeds(found, "tiny")
+    cells = tally.per_policy(found)
+    rows = {c[0]: c for c in ([x.strip() for x in ln.strip("|").split("|")] for ln in lines) if len(c) == len(cols)}
+    policies = [p for (model, p) in cells if model == "dense-1024"]
+    assert len(policies) == 7
+    for p in policies:
+        assert rows[p][col] == tally.probed_pair(cells[("dense-1024", p)], cells[("tiny", p)]), p
+
+
+def test_the_probed_pair_and_seeds(tmp_path):
+    probed = {f"{m}_probed": 0.0 for m in TARGETS}
+    _draw(tmp_path / "results-seed70.csv", [{**probed, "mean_tpot_ms_probed": 0.5, "mean_tpot_ms_error": 0.9}] * 2)
+    _draw(tmp_path / "results-dense-1024-seed91.csv", [{**probed}])
+    _draw(tmp_path / "results-dense-1024-seed60.csv", [{}])
+    found = tally.draws(tmp_path, 30)
+    assert tally.probed_seeds(found, "dense-1024") == (91, 91) and tally.probed_seeds(found, "tiny") == (70, 70)
+    cells = tally.per_policy(found)
+    # tiny: one metric of six at 50% on each scenario: the median over the twelve values is 0
+    assert tally.probed_pair(cells[("dense-1024", "p")], cells[("tiny", "p")]) == "0.0% / 0.0% (0.0% / 0.0%)"
+    # three more tiny scenarios at 2% on every metric: 18 of the 30 values, the median 2%
+    _draw(tmp_path / "results-seed71.csv", [{**probed, **{f"{m}_probed": 0.02 for m in TARGETS}}] * 3)
+    cells = tally.per_policy(tally.draws(tmp_path, 30))
+    assert cells[("tiny", "p")]["n_probed"] == 5
+    assert tally.probed_pair(cells[("dense-1024", "p")], cells[("tiny", "p")]) == "0.0% / 2.0% (0.0% / 0.0%)"
+    assert tally.probed_seeds(tally.draws(tmp_path, 30, 69), "tiny") is None
+    lone = tally.per_policy(tally.draws(tmp_path, 60, 60))[("dense-1024", "p")]
+    assert tally.probed_pair(lone, cells[("tiny", "p")]) == "-"

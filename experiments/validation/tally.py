@@ -8,7 +8,8 @@ since ``--since`` and prints, per draw, what it missed; then how many met every 
 others, and how many meet every target with the runs' own speed (the replay: not a prediction) and with the
 probe-conditioned prediction (docs/validation.md part 37: a prediction, read before the runs; counted over the draws
 whose results carry it, ``*_probed``, since seeds 70 / 91); then per policy the median |error| of TPOT and median
-TTFT over every held-out scenario of those draws, plain and replayed.
+TTFT over every held-out scenario of those draws, plain and replayed, and the probe-conditioned prediction's over the
+scenarios of the draws that read it (beside the plain prediction's on those same scenarios).
 ``tests/test_validation_tally.py`` checks the README's sentence against it. Each draw counts as it was predicted when
 it ran (the model of that day): the tally is of predictions made, not a re-prediction with today's model.
 
@@ -143,6 +144,14 @@ def per_policy(found: list[Draw]) -> dict[tuple[str, str], dict[str, float]]:
         for m in POLICY_METRICS:
             cell[m] = statistics.median(abs(float(r[f"{m}_error"])) for r in rows)
             cell[f"{m}_replay"] = statistics.median(abs(float(r[f"{m}_adjusted"])) for r in rows)
+        probed = [r for r in rows if all(r.get(f"{m}_probed") not in (None, "") for m in RELATIVE)]
+        cell["n_probed"] = len(probed)
+        if probed:  # the probe-conditioned prediction, over the scenarios of the draws that read it
+            cell["all_probed"] = statistics.median(abs(float(r[f"{m}_probed"])) for r in probed for m in RELATIVE)
+            cell["mean_tpot_ms_probed"] = statistics.median(abs(float(r["mean_tpot_ms_probed"])) for r in probed)
+            cell["all_plain_of_probed"] = statistics.median(
+                abs(float(r[f"{m}_error"])) for r in probed for m in RELATIVE
+            )
         out[key] = cell
     return out
 
@@ -150,6 +159,31 @@ def per_policy(found: list[Draw]) -> dict[tuple[str, str], dict[str, float]]:
 def policy_cell(c: dict[str, float]) -> str:
     """A :func:`per_policy` cell as the README's per-policy table shows it: median |error| (engine spread) / replay."""
     return f"{c['all']:.1%} (±{c['all_spread']:.1%}) / {c['all_replay']:.1%}"
+
+
+def probed_cell(c: dict[str, float]) -> str:
+    """A :func:`per_policy` cell's probe-conditioned prediction: median |error| over the metrics, TPOT's, and the plain
+    prediction's median |error| on the same scenarios; ``-`` where no draw of the policy read it."""
+    if not c["n_probed"]:
+        return "-"
+    return f"{c['all_probed']:.1%} (TPOT {c['mean_tpot_ms_probed']:.1%}; plain {c['all_plain_of_probed']:.1%})"
+
+
+def probed_pair(dense: dict[str, float], tiny: dict[str, float]) -> str:
+    """The README's per-policy probe-conditioned cell: median |error| of ``dense-1024`` / ``tiny`` over the scenarios
+    that read the probe, the plain prediction's on the same scenarios in brackets."""
+    if not (dense["n_probed"] and tiny["n_probed"]):
+        return "-"
+    return (
+        f"{dense['all_probed']:.1%} / {tiny['all_probed']:.1%} "
+        f"({dense['all_plain_of_probed']:.1%} / {tiny['all_plain_of_probed']:.1%})"
+    )
+
+
+def probed_seeds(found: list[Draw], model: str) -> tuple[int, int] | None:
+    """The first and last seed of ``model``'s draws that read the probe; None: none did."""
+    seeds = [d.seed for d in found if d.model == model and d.probed is not None]
+    return (min(seeds), max(seeds)) if seeds else None
 
 
 def _cell(m: str, v: float) -> str:
@@ -189,6 +223,13 @@ def report(folder: Path, since: int, until: int | None) -> None:
         tpot = f"{c['mean_tpot_ms']:.1%} (±{c['mean_tpot_ms_spread']:.1%}) / {c['mean_tpot_ms_replay']:.1%}"
         ttft = f"{c['median_ttft_ms']:.1%} / {c['median_ttft_ms_replay']:.1%}"
         print(f"| {model} | {policy} | {c['n']:.0f} | {every} | {tpot} | {ttft} |")
+    print(
+        "\n| model | policy | scenarios that read the probe | probe-conditioned: median \\|error\\| (TPOT; plain "
+        "prediction on the same scenarios) |"
+    )
+    print("|---|---|---|---|")
+    for (model, policy), c in per_policy(found).items():
+        print(f"| {model} | {policy} | {c['n_probed']:.0f} | {probed_cell(c)} |")
 
 
 def main(argv: list[str] | None = None) -> int:
