@@ -66,6 +66,10 @@ FORMS: dict[str, tuple[str, str]] = {
     "launch": ("linear", "n"),
     "launch_multi": ("linear", "n"),
     "return": ("linear", "n"),
+    # the rest of the control path at two stages, charged at PP > 1 (docs/validation.md part 40)
+    "return_multi": ("linear", "n"),
+    "schedule_multi": ("linear", "n"),
+    "update_multi": ("linear", "n"),
     "ring_launch": ("linear", "n"),
     "ring_return": ("linear", "n"),
 }
@@ -107,6 +111,7 @@ def value(r: dict[str, Any], stat: str) -> float:
 
 
 RING_OPS = ("ring_launch", "ring_return")  # by least absolute deviation with ``ring_lad`` (part 34; reverted by (c))
+PATH_MULTI = ("return_multi", "schedule_multi", "update_multi")  # fitted with ``path_multi`` (part 40)
 
 
 def fit_all(
@@ -115,16 +120,21 @@ def fit_all(
     attn_ctx: bool = False,
     ring_lad: bool = False,
     ring_own_schedule: bool = True,
+    path_multi: bool = True,
 ) -> tuple[dict[str, OpFit], dict[str, dict[str, Any]]]:
     """Every operator's fit on its ``fit`` samples (``attn_ctx``: ``attn_prefill`` with its context term;
     ``ring_lad`` (:func:`analyse_and_write`'s default from part 34 (a) until (c) reverted it): :data:`RING_OPS` as a
     line by least absolute deviation over every recorded gap, else by relative least squares over the per-count
     medians as every other line; ``ring_own_schedule``, the default since part 35's verdict: ``ring_launch`` from its
     own samples, each launch from the step's own schedule; off, from the ``ring_launch_any`` samples where a
-    calibration kept them, each launch from whichever schedule came last, as measured until part 35)."""
+    calibration kept them, each launch from whichever schedule came last, as measured until part 35);
+    ``path_multi`` (the default since part 40's rule): :data:`PATH_MULTI` where the calibration measured them, which
+    the simulator charges at PP > 1; off, none of them, as before part 40 (the one-stage fits at every depth)."""
     fits, stats = {}, {}
     for op, (form, x) in FORMS.items():
         sel = [r for r in rows if r["op"] == op and r["split"] == "fit"]
+        if op in PATH_MULTI and not path_multi:
+            continue
         if op == "ring_launch" and not ring_own_schedule:
             sel = [{**r, "op": op} for r in rows if r["op"] == "ring_launch_any"] or sel
         if not sel:
@@ -998,6 +1008,7 @@ def analyse_and_write(
     ring_lad: bool = False,
     ring_own_schedule: bool = True,
     glue_whole: bool = True,
+    path_multi: bool = True,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -1036,9 +1047,9 @@ def analyse_and_write(
     part 36's verdict): ``layer_glue``'s live steps are the one-stage runs' alone (:func:`whole_model_steps`: their
     stage holds every layer), so each stage's layers are priced as a layer costs when the whole model passes through
     the host's caches each step, as in a live pipeline whose stages share the host; off, the live steps of every
-    depth, as before."""
+    depth, as before. ``path_multi``: :func:`fit_all`'s (part 40)."""
     stat = meta.get("statistic", "median")
-    fits, stats = fit_all(rows, stat, attn_ctx, ring_lad, ring_own_schedule)
+    fits, stats = fit_all(rows, stat, attn_ctx, ring_lad, ring_own_schedule, path_multi)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
     if layers is not None and charge_stage_layers:  # before the glue: the live steps' stages are priced with it
         fits["stage_layers"] = layers

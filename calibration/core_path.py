@@ -21,6 +21,11 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
 * ``return``: the stage's compute end -> the core's update start (tokens queued back, the core wakes);
 * ``launch_multi``: the launch again, from a second run at two stages (one message per stage's queue;
   0.58 ms against 0.39 at one stage in a validation trace), which the simulator charges at PP > 1.
+* ``return_multi``, ``schedule_multi``, ``update_multi``: the rest of the control path from that run, which the
+  simulator charges at PP > 1 (docs/validation.md part 40): with two stage processes beside the engine core on
+  this host's two cores the return took 0.29 ms against 0.26 at one stage (medians of three runs each, ``tiny``),
+  the schedule and update spans 10-25% longer, and in the held-out draws' PP=2 runs the engine's return ran 1.31x
+  what the one-stage fit charged (1.00x at PP=1).
 * ``handoff``: from that run, a stage's compute end -> the next stage's compute start, per payload
   (``bytes`` of hidden states + residual), where the next stage was waiting: the engine's own
   transfer (two isends, the receiver's thread woken from its wait), which the link ping-pong
@@ -69,6 +74,7 @@ import numpy as np
 
 from ppsim.validate.path import handover_steps, restart_records, restarts, turnarounds
 
+MULTI_PATH = ("launch", "return", "schedule", "update")  # measured at two stages as ``<kind>_multi`` too
 LIVE_RUNS = 3  # live runs per pipeline depth whose stage computes are timed alone too (calibrate.fit_live)
 WORKLOAD = {
     "num_prompts": 32,
@@ -301,7 +307,8 @@ def profile_core_path(
     model: str, device: str, threads: int, alone: Callable[[list[dict[str, Any]]], None] | None = None
 ) -> list[dict[str, Any]]:
     """Run the live engine on the calibration workload; rows ``schedule``/``update``/``launch``/``return``
-    at one stage, and where the model has two layers: ``launch_multi`` and ``handoff`` at two stages
+    at one stage, and where the model has two layers: the same four as ``<kind>_multi`` and ``handoff`` at two
+    stages
     (``turnaround`` from a run with two micro-batches in flight)
     (the core puts a step message on every stage's queue, and their feeder threads share its GIL; the
     stages hand hidden states over), ``ring_launch``/``ring_return`` at two stages with the ring.
@@ -340,7 +347,8 @@ def profile_core_path(
         if k == 0:
             pp2 = serve(2)
             two = list(pp2.ops)
-            out = rows_of({"launch_multi": step_paths(two).get("launch", [])}) + live(pp2)
+            paths = step_paths(two)  # the whole control path at two stages, charged at PP > 1 (part 40)
+            out = rows_of({f"{k}_multi": paths.get(k, []) for k in MULTI_PATH}) + live(pp2)
             return out + [{**r, "split": "live"} for r in rows_of({"handoff": handoffs(two)}, x="bytes")]
         if k == 1:
             ring_run = serve(2, "trtllm-slots")

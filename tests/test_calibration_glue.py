@@ -256,6 +256,40 @@ def test_launch_at_more_than_one_stage_uses_its_own_fit():
     assert ProfiledCost(Profile({}, older), SHAPE, None, 1, pp=2).launch_time(2) == pytest.approx(3.2e-4)
 
 
+def test_the_control_path_at_more_than_one_stage_uses_its_two_stage_fits():
+    """Part 40: the return and the core's schedule and update spans as calibration measured them at two stages
+    (``<kind>_multi``) are charged at PP > 1, the one-stage fits at PP = 1 and where a profile has no two-stage run."""
+
+    def line(op: str, c0: float) -> OpFit:
+        return OpFit(op, "linear", "n", {"c0": c0, "c1": 1e-6})
+
+    one = {"return": line("return", 2e-4), "schedule": line("schedule", 2e-5), "update": line("update", 3e-5)}
+    two = {f"{k}_multi": line(f"{k}_multi", f.coef["c0"] * 1.5) for k, f in one.items()}
+    fits = {**base_fits(), **one, **two}
+    at1 = ProfiledCost(Profile({}, fits), SHAPE, None, 1)
+    at2 = ProfiledCost(Profile({}, fits), SHAPE, None, 1, pp=2)
+    older = ProfiledCost(Profile({}, {**base_fits(), **one}), SHAPE, None, 1, pp=2)
+    for cost, k in ((at1, 1.0), (at2, 1.5), (older, 1.0)):
+        assert cost.return_time(4) == pytest.approx(2e-4 * k + 4e-6)
+        assert cost.cpu_time("schedule", 4) == pytest.approx(2e-5 * k + 4e-6)
+        assert cost.cpu_time("update", 4) == pytest.approx(3e-5 * k + 4e-6)
+
+
+def test_fit_all_leaves_the_two_stage_path_out_with_path_multi_off():
+    from calibration.calibrate import fit_all
+
+    rows = [
+        {"op": op, "split": "fit", "n": n, "median_s": 1e-4 * n + (1e-4 if "multi" in op else 0.0)}
+        for op in ("return", "return_multi", "schedule_multi", "update_multi")
+        for n in (1, 2, 4, 8)
+    ]
+    fits, _ = fit_all(rows)
+    assert {"return", "return_multi", "schedule_multi", "update_multi"} <= set(fits)
+    assert fits["return_multi"].at(2) == pytest.approx(3e-4) and fits["return"].at(2) == pytest.approx(2e-4)
+    fits, _ = fit_all(rows, path_multi=False)
+    assert "return" in fits and not {"return_multi", "schedule_multi", "update_multi"} & set(fits)
+
+
 def test_paired_idle_rows_carry_the_penalty_itself_from_zero_at_no_gap():
     """idle_paired samples are (step after the gap) - (the back-to-back step just before it): no gap-0
     task to subtract, so one slow back-to-back task can no longer cancel the penalty (it did: P64@0's)."""

@@ -414,6 +414,14 @@ def test_glue_live_compares_the_wide_turnaround_only_on_a_calibration_with_its_w
     _refused(glue_live.main, argv, inputs, capsys, "has no wide run's restarts (turnaround_wide)", [*INPUTS, "p"])
 
 
+def test_glue_live_compares_the_two_stage_path_only_on_a_calibration_that_measured_it(monkeypatch, inputs, capsys):
+    """--compare before40:multi needs the control path at two stages that calibration measures since part 40."""
+    glue_live = _script(monkeypatch, "glue_live", "refit_copy")
+    argv = ["refit", "--compare", "before40:multi", "--profile", _live_profile(inputs / "p"), "{d}/run"]
+    fragment = "has no control path measured at two stages (return_multi)"
+    _refused(glue_live.main, [*argv, "--work", "{d}/w"], inputs, capsys, fragment, [*INPUTS, "p"])
+
+
 def test_glue_live_replays_only_where_the_two_ways_price_the_computes_alike(monkeypatch, inputs, capsys):
     """--replay takes the runs' speed over the recorded predictions: a glue comparison would change those."""
     glue_live = _script(monkeypatch, "glue_live", "refit_copy")

@@ -76,14 +76,17 @@ since part 34 (c)); a core-path change, so ``--replay`` holds: ``ownsched_readin
 scenarios of ``dense-1024`` 86 and ``tiny`` 63-64; (a) adopted it). ``--compare before36:whole`` (part 36)
 ``layer_glue`` fitted on the live steps of every depth against the one-stage runs' only (``glue_whole``, calibrate's
 default since its verdict), a compute change, so the plain prediction: ``whole_readings.csv`` (``tiny`` seeds 65-66,
-``dense-1024`` 87-88, MoE rounds 75-76; read as ``today:whole`` before the verdict, the same two fits). ``today`` is
-calibrate's defaults.
+``dense-1024`` 87-88, MoE rounds 75-76; read as ``today:whole`` before the verdict, the same two fits).
+``--compare before40:multi`` (part 40) the control path's return, schedule and update at PP > 1 as measured at one
+stage (before it) against as measured at two (``path_multi``: ``return_multi``, ``schedule_multi``,
+``update_multi`` from calibration's two-stage run, calibrate's default from part 40's rule), a core-path change, so
+``--replay`` holds: ``multi_readings{,_plain}.csv``. ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
                    before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep|
-                   before31:prelog|before34:ringlad|before35:ownsched|before36:whole]
+                   before31:prelog|before34:ringlad|before35:ownsched|before36:whole|before40:multi]
          [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -152,6 +155,9 @@ WAYS: dict[str, dict[str, bool]] = {
     # model's footprint; calibrate's default since its verdict; its readings were taken as ``today:whole`` before it)
     "before36": {"glue_whole": False},
     "whole": {"glue_whole": True},
+    # part 40: the control path's return, schedule and update at PP > 1 as measured at one stage, or at two
+    "before40": {"path_multi": False},
+    "multi": {"path_multi": True},
 }
 COMPARES = (
     "grid:live",
@@ -178,10 +184,11 @@ COMPARES = (
     "before34:ringlad",
     "before35:ownsched",
     "before36:whole",
+    "before40:multi",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 # the mean stage computes alike: the replay's factor holds for both (part 34's ring fits are core path, not computes)
-REPLAYABLE = (*TURNAROUNDS, "pooled:busy", "before34:ringlad", "before35:ownsched")
+REPLAYABLE = (*TURNAROUNDS, "pooled:busy", "before34:ringlad", "before35:ownsched", "before40:multi")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 TTFT_JUDGED = (
@@ -261,6 +268,11 @@ def glue_live(args: argparse.Namespace) -> None:
     if "before35" in args.compare and not any(r["op"] == "ring_launch_any" for r in samples):
         raise PPSimError(
             f"--profile: {args.profile} has no ring launches from any schedule (ring_launch_any); "
+            "calibrate with today's code"
+        )
+    if "multi" in args.compare.split(":") and not any(r["op"] in cal.PATH_MULTI for r in samples):
+        raise PPSimError(
+            f"--profile: {args.profile} has no control path measured at two stages (return_multi); "
             "calibrate with today's code"
         )
     needs_many = any(w in args.compare for w in ("items", "dec"))

@@ -364,6 +364,10 @@ class ProfiledCost:
         # at PP > 1 the engine core puts a step message on every stage's queue (``launch_multi``)
         self._launch = self.p.fits.get("launch_multi") if pp > 1 else None
         self._launch = self._launch or self.p.fits.get("launch")
+        # and the rest of its control path as measured at two stages, where calibration did (docs/validation.md
+        # part 40): the return and the core's schedule and update spans, with two stage processes on the host
+        multi = {k: self.p.fits.get(f"{k}_multi") if pp > 1 else None for k in ("return", "schedule", "update")}
+        self._path = {k: f or self.p.fits.get(k) for k, f in multi.items()}
         # the engine's own stage-to-stage transfer beyond the link ping-pong (calibration/core_path.py)
         self.handoff_s = max(self.p.fits["handoff"].coef["c0"], 0.0) if "handoff" in self.p.fits else 0.0
         # a stage's loop between two computes where its input waited (calibration/core_path.py), at PP > 1:
@@ -638,7 +642,7 @@ class ProfiledCost:
     def cpu_time(self, kind: str, n: int) -> float:
         if kind not in ("schedule", "update"):
             raise ValueError(f"unknown cpu kind {kind!r}")
-        return max(self.f[kind].at(n), 0.0)
+        return max((self._path[kind] or self.f[kind]).at(n), 0.0)
 
     def launch_time(self, n: int) -> float:
         """The engine's control message for a step of ``n`` requests reaching the first stage."""
@@ -649,8 +653,9 @@ class ProfiledCost:
     def return_time(self, n: int) -> float:
         """Sampled token ids of ``n`` requests reaching the engine core: the measured control path,
         else int64 ids over the stage link."""
-        if "return" in self.f:
-            return max(self.f["return"].at(n), 0.0)
+        f = self._path["return"]
+        if f is not None:
+            return max(f.at(n), 0.0)
         return self.link_time(8 * max(n, 1))
 
 
