@@ -111,7 +111,7 @@ def value(r: dict[str, Any], stat: str) -> float:
 
 
 RING_OPS = ("ring_launch", "ring_return")  # by least absolute deviation with ``ring_lad`` (part 34; reverted by (c))
-PATH_MULTI = ("return_multi", "schedule_multi", "update_multi")  # fitted with ``path_multi`` (part 40)
+PATH_MULTI = ("return_multi", "schedule_multi", "update_multi")  # fitted only with ``path_multi`` (part 40)
 
 
 def fit_all(
@@ -120,7 +120,7 @@ def fit_all(
     attn_ctx: bool = False,
     ring_lad: bool = False,
     ring_own_schedule: bool = True,
-    path_multi: bool = True,
+    path_multi: bool = False,
 ) -> tuple[dict[str, OpFit], dict[str, dict[str, Any]]]:
     """Every operator's fit on its ``fit`` samples (``attn_ctx``: ``attn_prefill`` with its context term;
     ``ring_lad`` (:func:`analyse_and_write`'s default from part 34 (a) until (c) reverted it): :data:`RING_OPS` as a
@@ -128,8 +128,9 @@ def fit_all(
     medians as every other line; ``ring_own_schedule``, the default since part 35's verdict: ``ring_launch`` from its
     own samples, each launch from the step's own schedule; off, from the ``ring_launch_any`` samples where a
     calibration kept them, each launch from whichever schedule came last, as measured until part 35);
-    ``path_multi`` (the default since part 40's rule): :data:`PATH_MULTI` where the calibration measured them, which
-    the simulator charges at PP > 1; off, none of them, as before part 40 (the one-stage fits at every depth)."""
+    ``path_multi``: :data:`PATH_MULTI` where the calibration measured them, which the simulator then charges at PP > 1
+    (part 40: not adopted on its fresh readings, 0 for, 1 against, 5 level; recorded, not fitted, by default); off,
+    the one-stage fits at every depth."""
     fits, stats = {}, {}
     for op, (form, x) in FORMS.items():
         sel = [r for r in rows if r["op"] == op and r["split"] == "fit"]
@@ -1008,7 +1009,7 @@ def analyse_and_write(
     ring_lad: bool = False,
     ring_own_schedule: bool = True,
     glue_whole: bool = True,
-    path_multi: bool = True,
+    path_multi: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from

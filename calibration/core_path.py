@@ -21,11 +21,12 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
 * ``return``: the stage's compute end -> the core's update start (tokens queued back, the core wakes);
 * ``launch_multi``: the launch again, from a second run at two stages (one message per stage's queue;
   0.58 ms against 0.39 at one stage in a validation trace), which the simulator charges at PP > 1.
-* ``return_multi``, ``schedule_multi``, ``update_multi``: the rest of the control path from that run, which the
-  simulator charges at PP > 1 (docs/validation.md part 40): with two stage processes beside the engine core on
-  this host's two cores the return took 0.29 ms against 0.26 at one stage (medians of three runs each, ``tiny``),
-  the schedule and update spans 10-25% longer, and in the held-out draws' PP=2 runs the engine's return ran 1.31x
-  what the one-stage fit charged (1.00x at PP=1).
+* ``return_multi``, ``schedule_multi``, ``update_multi``: the rest of the control path from that run, recorded
+  (``calibrate.fit_all(..., path_multi=True)`` fits them, and the simulator then charges them at PP > 1; not adopted
+  on docs/validation.md part 40's fresh readings: one run's fit is noisier than the effect): with two stage processes
+  beside the engine core on this host's two cores the return took 0.29 ms against 0.26 at one stage (medians of three
+  runs each, ``tiny``), the schedule and update spans 10-25% longer, and in the held-out draws' PP=2 runs the engine's
+  return ran 1.31x what the one-stage fit charged (1.00x at PP=1).
 * ``handoff``: from that run, a stage's compute end -> the next stage's compute start, per payload
   (``bytes`` of hidden states + residual), where the next stage was waiting: the engine's own
   transfer (two isends, the receiver's thread woken from its wait), which the link ping-pong
@@ -347,7 +348,7 @@ def profile_core_path(
         if k == 0:
             pp2 = serve(2)
             two = list(pp2.ops)
-            paths = step_paths(two)  # the whole control path at two stages, charged at PP > 1 (part 40)
+            paths = step_paths(two)  # the whole control path at two stages (part 40: recorded)
             out = rows_of({f"{k}_multi": paths.get(k, []) for k in MULTI_PATH}) + live(pp2)
             return out + [{**r, "split": "live"} for r in rows_of({"handoff": handoffs(two)}, x="bytes")]
         if k == 1:

@@ -79,8 +79,9 @@ default since its verdict), a compute change, so the plain prediction: ``whole_r
 ``dense-1024`` 87-88, MoE rounds 75-76; read as ``today:whole`` before the verdict, the same two fits).
 ``--compare before40:multi`` (part 40) the control path's return, schedule and update at PP > 1 as measured at one
 stage (before it) against as measured at two (``path_multi``: ``return_multi``, ``schedule_multi``,
-``update_multi`` from calibration's two-stage run, calibrate's default from part 40's rule), a core-path change, so
-``--replay`` holds: ``multi_readings{,_plain}.csv``. ``today`` is calibrate's defaults.
+``update_multi`` from calibration's two-stage run; not adopted, 0 for, 1 against, 5 level), a core-path change, so
+``--replay`` holds: ``multi_readings{,_plain}.csv`` (``tiny`` 76-77, ``dense-1024`` 95, MoE round 87). ``today`` is
+calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|

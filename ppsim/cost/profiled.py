@@ -364,8 +364,8 @@ class ProfiledCost:
         # at PP > 1 the engine core puts a step message on every stage's queue (``launch_multi``)
         self._launch = self.p.fits.get("launch_multi") if pp > 1 else None
         self._launch = self._launch or self.p.fits.get("launch")
-        # and the rest of its control path as measured at two stages, where calibration did (docs/validation.md
-        # part 40): the return and the core's schedule and update spans, with two stage processes on the host
+        # and the rest of its control path as measured at two stages, where the profile fitted it (docs/validation.md
+        # part 40, not calibrate's default): the return and the core's schedule and update spans
         multi = {k: self.p.fits.get(f"{k}_multi") if pp > 1 else None for k in ("return", "schedule", "update")}
         self._path = {k: f or self.p.fits.get(k) for k, f in multi.items()}
         # the engine's own stage-to-stage transfer beyond the link ping-pong (calibration/core_path.py)
