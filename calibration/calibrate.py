@@ -66,7 +66,7 @@ FORMS: dict[str, tuple[str, str]] = {
     "launch": ("linear", "n"),
     "launch_multi": ("linear", "n"),
     "return": ("linear", "n"),
-    # the rest of the control path at two stages, charged at PP > 1 (docs/validation.md part 40)
+    # the rest of the control path at two stages: fitted, and charged at PP > 1, only with ``path_multi`` (part 40)
     "return_multi": ("linear", "n"),
     "schedule_multi": ("linear", "n"),
     "update_multi": ("linear", "n"),

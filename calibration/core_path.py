@@ -308,8 +308,7 @@ def profile_core_path(
     model: str, device: str, threads: int, alone: Callable[[list[dict[str, Any]]], None] | None = None
 ) -> list[dict[str, Any]]:
     """Run the live engine on the calibration workload; rows ``schedule``/``update``/``launch``/``return``
-    at one stage, and where the model has two layers: the same four as ``<kind>_multi`` and ``handoff`` at two
-    stages
+    at one stage, and where the model has two layers: the same four as ``<kind>_multi`` and ``handoff`` at two stages
     (``turnaround`` from a run with two micro-batches in flight)
     (the core puts a step message on every stage's queue, and their feeder threads share its GIL; the
     stages hand hidden states over), ``ring_launch``/``ring_return`` at two stages with the ring.
