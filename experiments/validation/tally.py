@@ -22,6 +22,7 @@ import csv
 import re
 import statistics
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,11 @@ def _median_abs(rows: list[dict[str, str]], column: str, where: Path) -> float:
         raise PPSimError(f"--dir: {where} has no number in column {column} ({err}); run.py writes it") from None
 
 
+def probe_read(row: dict[str, str], metrics: Iterable[str]) -> bool:
+    """Whether a results row carries the probe-conditioned prediction (``*_probed``) of every one of ``metrics``."""
+    return all(row.get(f"{m}_probed") not in (None, "") for m in metrics)
+
+
 def read_draw(path: Path, model: str, seed: int) -> Draw:
     with path.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("set") == "held-out"]
@@ -74,7 +80,7 @@ def read_draw(path: Path, model: str, seed: int) -> Draw:
         raise PPSimError(f"--dir: {path} has no held-out scenario; give the folder of run.py's held-out results")
     errors = {m: _median_abs(rows, f"{m}_error", path) for m in TARGETS}
     replay = {m: _median_abs(rows, f"{m}_adjusted", path) for m in TARGETS}
-    read = all(r.get(f"{m}_probed") not in (None, "") for r in rows for m in TARGETS)
+    read = all(probe_read(r, TARGETS) for r in rows)
     probed = {m: _median_abs(rows, f"{m}_probed", path) for m in TARGETS} if read else None
     return Draw(model, seed, errors, replay, tuple(rows), probed)
 
@@ -144,7 +150,7 @@ def per_policy(found: list[Draw]) -> dict[tuple[str, str], dict[str, float]]:
         for m in POLICY_METRICS:
             cell[m] = statistics.median(abs(float(r[f"{m}_error"])) for r in rows)
             cell[f"{m}_replay"] = statistics.median(abs(float(r[f"{m}_adjusted"])) for r in rows)
-        probed = [r for r in rows if all(r.get(f"{m}_probed") not in (None, "") for m in RELATIVE)]
+        probed = [r for r in rows if probe_read(r, RELATIVE)]
         cell["n_probed"] = len(probed)
         if probed:  # the probe-conditioned prediction, over the scenarios of the draws that read it
             cell["all_probed"] = statistics.median(abs(float(r[f"{m}_probed"])) for r in probed for m in RELATIVE)
@@ -218,7 +224,8 @@ def report(folder: Path, since: int, until: int | None) -> None:
         "| median TTFT / replay |"
     )
     print("|---|---|---|---|---|---|")
-    for (model, policy), c in per_policy(found).items():
+    cells = per_policy(found)
+    for (model, policy), c in cells.items():
         every = policy_cell(c)
         tpot = f"{c['mean_tpot_ms']:.1%} (±{c['mean_tpot_ms_spread']:.1%}) / {c['mean_tpot_ms_replay']:.1%}"
         ttft = f"{c['median_ttft_ms']:.1%} / {c['median_ttft_ms_replay']:.1%}"
@@ -228,7 +235,7 @@ def report(folder: Path, since: int, until: int | None) -> None:
         "prediction on the same scenarios) |"
     )
     print("|---|---|---|---|")
-    for (model, policy), c in per_policy(found).items():
+    for (model, policy), c in cells.items():
         print(f"| {model} | {policy} | {c['n_probed']:.0f} | {probed_cell(c)} |")
 
 
