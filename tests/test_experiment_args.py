@@ -422,13 +422,51 @@ def test_glue_live_compares_the_two_stage_path_only_on_a_calibration_that_measur
     _refused(glue_live.main, [*argv, "--work", "{d}/w"], inputs, capsys, fragment, [*INPUTS, "p"])
 
 
-def test_glue_live_replays_only_where_the_two_ways_price_the_computes_alike(monkeypatch, inputs, capsys):
-    """--replay takes the runs' speed over the recorded predictions: a glue comparison would change those."""
+@pytest.mark.parametrize("flag", ["--replay", "--probed"])
+def test_glue_live_replays_only_where_the_two_ways_price_the_computes_alike(monkeypatch, inputs, capsys, flag):
+    """--replay takes the runs' speed over the recorded predictions, --probed the probe's over the profile's price of
+    its step: a glue comparison would change what either factor scales."""
     glue_live = _script(monkeypatch, "glue_live", "refit_copy")
-    argv = ["refit", "--compare", "live:tokfix", "--replay", "--profile", _live_profile(inputs / "p"), "{d}/run"]
+    argv = ["refit", "--compare", "live:tokfix", flag, "--profile", _live_profile(inputs / "p"), "{d}/run"]
+    _refused(glue_live.main, [*argv, "--work", "{d}/w"], inputs, capsys, f"{flag}: live:tokfix changes", [*INPUTS, "p"])
+
+
+def test_glue_live_takes_one_speed_at_a_time(monkeypatch, inputs, capsys):
+    glue_live = _script(monkeypatch, "glue_live", "refit_copy")
+    argv = ["refit", "--compare", "waited:wide", "--replay", "--probed", "--profile", _live_profile(inputs / "p")]
     _refused(
-        glue_live.main, [*argv, "--work", "{d}/w"], inputs, capsys, "--replay: live:tokfix changes", [*INPUTS, "p"]
+        glue_live.main,
+        [*argv, "{d}/run"],
+        inputs,
+        capsys,
+        "--probed: not allowed with argument --replay",
+        [
+            *INPUTS,
+            "p",
+        ],
     )
+
+
+def test_glue_live_probed_prediction_scales_by_the_probe_the_run_recorded(monkeypatch, tmp_path):
+    """--probed (part 41): the probe-conditioned prediction at the factor ``validation.json`` recorded; a run without
+    it is refused in one line naming the run."""
+    glue_live = _script(monkeypatch, "glue_live")
+    seen = []
+    engine = [{"m": 1}]
+
+    def at_speed(prep, factor, eng):
+        seen.append((prep, factor, eng))
+        return {"rows": [{"metric": "mean_tpot_ms", "error": 0.03}]}
+
+    v = {"engine_summaries": engine, "probe_conditioned": {"factor": 1.07}}
+    monkeypatch.setattr(glue_live, "prepared", lambda run, profile: (v, "prep"))
+    monkeypatch.setattr(glue_live, "at_speed", at_speed)
+    monkeypatch.setattr(glue_live, "pick", lambda rows: {r["metric"]: r["error"] for r in rows})
+    assert glue_live.predicted(tmp_path, tmp_path, probed=True) == {"mean_tpot_ms": 0.03}
+    assert seen == [("prep", 1.07, engine)]
+    del v["probe_conditioned"]
+    with pytest.raises(glue_live.PPSimError, match="no probe-conditioned prediction in validation.json"):
+        glue_live.predicted(tmp_path, tmp_path, probed=True)
 
 
 def test_glue_live_compares_the_turnaround_only_on_a_calibration_that_has_it(monkeypatch, inputs, capsys):
@@ -869,6 +907,16 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         # part 40: the control path at two stages, tiny 76-77, dense-1024 95, MoE round 87 (the replay judged)
         ("multi_readings", "for 0, against 1, level 5; other targets worse: none: not adopted"),
         ("multi_readings_plain", "for 0, against 1, level 5; other targets worse: none: not adopted"),
+        # part 41: the wide turnaround line again, in-sample on the kept MoE rounds 74-88 (probed: 79-88)
+        ("turnaround_wide_again_insample_replay", "for 26, against 12, level 7; other targets worse: none: adopted"),
+        (
+            "turnaround_wide_again_insample_plain",
+            "for 18, against 21, level 6; other targets worse: median_ttft_ms, p99_ttft_ms: not adopted",
+        ),
+        (
+            "turnaround_wide_again_insample_probed",
+            "for 13, against 14, level 3; other targets worse: none: not adopted",
+        ),
         (  # part 31 (c)
             "prestep_readings_after",
             "for 3, against 3, level 1; other targets worse: median_e2el_ms: not adopted",

@@ -77,18 +77,22 @@ scenarios of ``dense-1024`` 86 and ``tiny`` 63-64; (a) adopted it). ``--compare 
 ``layer_glue`` fitted on the live steps of every depth against the one-stage runs' only (``glue_whole``, calibrate's
 default since its verdict), a compute change, so the plain prediction: ``whole_readings.csv`` (``tiny`` seeds 65-66,
 ``dense-1024`` 87-88, MoE rounds 75-76; read as ``today:whole`` before the verdict, the same two fits).
-``--compare before40:multi`` (part 40) the control path's return, schedule and update at PP > 1 as measured at one
-stage (before it) against as measured at two (``path_multi``: ``return_multi``, ``schedule_multi``,
-``update_multi`` from calibration's two-stage run; not adopted, 0 for, 1 against, 5 level), a core-path change, so
-``--replay`` holds: ``multi_readings{,_plain}.csv`` (``tiny`` 76-77, ``dense-1024`` 95, MoE round 87). ``today`` is
-calibrate's defaults.
+``--compare before40:multi`` (part 40) the control path's return, schedule and update at PP > 1 as measured at one stage
+(before it) against as measured at two (``path_multi``: ``return_multi``, ``schedule_multi``, ``update_multi`` from
+calibration's two-stage run; not adopted, 0 for, 1 against, 5 level), a core-path change, so ``--replay`` holds:
+``multi_readings{,_plain}.csv`` (``tiny`` 76-77, ``dense-1024`` 95, MoE round 87). ``--compare waited:wide`` read again
+(part 41, after the core's heap freeze), judged on the replay with ``--probed`` beside it (each way's probe-conditioned
+prediction: every stage compute times the factor the whole-model probe read before the runs, part 37):
+``turnaround_wide_again_insample_{replay,plain,probed}.csv`` (the kept MoE rounds 74-88, in-sample) and
+``turnaround_wide_again_readings_{replay,plain,probed}.csv`` (the runs after its rule). ``today`` is calibrate's
+defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
                    before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep|
                    before31:prelog|before34:ringlad|before35:ownsched|before36:whole|before40:multi]
-         [--work DIR] [--csv FILE] [--reading run] [--replay] RUN_DIR [...]
+         [--work DIR] [--csv FILE] [--reading run] [--replay | --probed] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
 
@@ -115,7 +119,7 @@ from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.cost.profiled import read_profile  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.outputs import check_apart  # noqa: E402
-from ppsim.validate.run import replay_with, speed_adjusted  # noqa: E402
+from ppsim.validate.run import at_speed, replay_with, speed_adjusted  # noqa: E402
 
 # way -> calibrate.refit's keywords
 WAYS: dict[str, dict[str, bool]] = {
@@ -218,14 +222,21 @@ def refit_copy(profile: Path, dst: Path, way: str) -> Path:
     return dst
 
 
-def predicted(run: Path, profile: Path, replay: bool = False) -> dict[str, float]:
+def predicted(run: Path, profile: Path, replay: bool = False, probed: bool = False) -> dict[str, float]:
     """The run's scenario simulated with ``profile``, its errors against the run's engine summaries; with ``replay``
     the speed-adjusted replay instead (every stage compute times the runs' measured over recorded stage time, from the
     run's ``step_costs.csv``: :func:`ppsim.validate.run.speed_adjusted`; the turnaround and the core path unscaled).
     The factor is over the predictions the run recorded, so a run made with another compute model than the refit's
     (another depth or level charge: ``replay_adjusted.py`` handles those) would be scaled off; every reading of parts
-    26 and 28 was a fresh run of its own calibration."""
+    26 and 28 was a fresh run of its own calibration. With ``probed`` the probe-conditioned prediction (part 37: every
+    stage compute times the factor the whole-model probe read before the repeats, ``probe_conditioned`` in the run's
+    ``validation.json``; nothing read after a run started), which part 41 checks its replay's verdict against."""
     v, prep = prepared(run, str(profile))
+    if probed:
+        factor = (v.get("probe_conditioned") or {}).get("factor")
+        if factor is None:
+            raise PPSimError(f"{run}: no probe-conditioned prediction in validation.json; give runs of ppsim validate")
+        return pick(at_speed(prep, float(factor), v["engine_summaries"])["rows"])
     if not replay:
         return pick(replay_with(prep, prep.cost, v["engine_summaries"])["rows"])
     adjusted = speed_adjusted(prep, recorded_steps(run), v["engine_summaries"])
@@ -281,11 +292,12 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no stage plans of many prefill items; calibrate with today's code"
         )
-    if args.replay and args.compare not in REPLAYABLE:
-        raise PPSimError(
-            f"--replay: {args.compare} changes the predicted stage computes the replay's speed factor is taken over; "
-            f"drop --replay, or compare turnarounds or spreads ({', '.join(REPLAYABLE)})"
-        )
+    for flag in ("replay", "probed"):
+        if getattr(args, flag) and args.compare not in REPLAYABLE:
+            raise PPSimError(
+                f"--{flag}: {args.compare} changes the predicted stage computes the {flag} speed factor is taken "
+                f"over; drop --{flag}, or compare turnarounds or spreads ({', '.join(REPLAYABLE)})"
+            )
     base, new = args.compare.split(":")
     profiles = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in (base, new)}
     calibrated = f"{args.profile}@{read_profile(args.profile).meta.get('date', '')}"  # a reused path stays apart
@@ -309,13 +321,13 @@ def glue_live(args: argparse.Namespace) -> None:
     out = []
     for run in map(Path, args.runs):
         with reading_run(run, "runs"):
-            errs = {w: predicted(run, p, args.replay) for w, p in profiles.items()}
+            errs = {w: predicted(run, p, args.replay, args.probed) for w, p in profiles.items()}
         cells = "  ".join(f"{m} {abs(errs[base][m]):.3f}->{abs(errs[new][m]):.3f}" for m in COLUMNS if m in errs[base])
         print(f"{run.name}: {cells}")
         reading = f"{calibrated}:{run}" if args.reading == "run" else calibrated
         out += [
             [
-                args.compare + (" replay" if args.replay else ""),
+                args.compare + (" replay" if args.replay else " probed" if args.probed else ""),
                 reading,
                 args.profile,
                 str(run),
@@ -399,10 +411,16 @@ def main(argv: list[str] | None = None) -> int:
         default="draw",
         help="what judge counts as one reading: the calibration's runs together (a held-out draw) or each run (MoE)",
     )
-    rf.add_argument(
+    speed = rf.add_mutually_exclusive_group()
+    speed.add_argument(
         "--replay",
         action="store_true",
         help="each way's speed-adjusted replay (the runs' compute speed) in place of its prediction (part 26)",
+    )
+    speed.add_argument(
+        "--probed",
+        action="store_true",
+        help="each way's probe-conditioned prediction (the probe's reading before the runs, part 37) instead (part 41)",
     )
     jg = sub.add_parser("judge", help="the pre-committed rule over the readings of a --csv file")
     jg.add_argument("file")
