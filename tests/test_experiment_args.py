@@ -917,6 +917,13 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
             "turnaround_wide_again_insample_probed",
             "for 13, against 14, level 3; other targets worse: none: not adopted",
         ),
+        # part 41's fresh readings (MoE rounds 89-91, tiny 79, dense-1024 96): the replay holds, the probed fails (iii)
+        ("turnaround_wide_again_readings_replay", "for 7, against 2, level 2; other targets worse: none: adopted"),
+        (
+            "turnaround_wide_again_readings_probed",
+            "for 4, against 5, level 2; other targets worse: median_ttft_ms, p99_ttft_ms: not adopted",
+        ),
+        ("turnaround_wide_again_readings_plain", "for 4, against 5, level 2; other targets worse: none: not adopted"),
         (  # part 31 (c)
             "prestep_readings_after",
             "for 3, against 3, level 1; other targets worse: median_e2el_ms: not adopted",
