@@ -902,8 +902,8 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("whole_readings", "for 6, against 2, level 2; other targets worse: none: adopted"),
         # (b): tiny 67, dense-1024 89, MoE round 77, calibrated with it: kept
         ("whole_readings_after", "for 3, against 0, level 2; other targets worse: none: adopted"),
-        # part 37: the probe-conditioned prediction against the plain one, tiny 70-78, dense-1024 91-95, MoE 79-88
-        ("probe_conditioned_readings", "for 31, against 10, level 3; other targets worse: none: adopted"),
+        # part 37: the probe-conditioned prediction against the plain one, tiny 70-79, dense-1024 91-96, MoE 79-91
+        ("probe_conditioned_readings", "for 39, against 12, level 4; other targets worse: none: adopted"),
         # part 40: the control path at two stages, tiny 76-77, dense-1024 95, MoE round 87 (the replay judged)
         ("multi_readings", "for 0, against 1, level 5; other targets worse: none: not adopted"),
         ("multi_readings_plain", "for 0, against 1, level 5; other targets worse: none: not adopted"),
