@@ -737,6 +737,44 @@ def whole_model_steps(live: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in live if r["split"] == "live1"]
 
 
+LAST_LIVE_MIN_PAIRS = 5  # fit_last_live: at least this many two-stage steps timed alone at both stages
+LAST_LIVE_NOTE = (
+    "live engine's last stage over its first, measured minus priced, seconds a step (calibration's two-stage steps "
+    "timed alone; part 42): the last stage is charged it less its layers' share, every other stage minus its share"
+)
+
+
+def last_live_pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Calibration's two-stage live steps (``live2``) as (first stage, last stage) pairs of one step, both timed
+    again alone (``alone_s``): each live run records its stages' computes in step order, so the k-th first-stage row
+    and the k-th last-stage row are one step (same plan)."""
+    first = [r for r in rows if r["split"] == "live2" and r["op"] == "stage_first"]
+    last = [r for r in rows if r["split"] == "live2" and r["op"] == "stage_last"]
+    pairs = zip(first, last, strict=False)
+    return [(a, b) for a, b in pairs if a["items"] == b["items"] and a.get("alone_s") and b.get("alone_s")]
+
+
+def fit_last_live(
+    fits: dict[str, OpFit], meta: dict[str, Any], shape: ModelShape, rows: list[dict[str, Any]]
+) -> float | None:
+    """Seconds the live engine's last stage spends on a step beyond what its ends are priced at, against its first
+    stage (docs/validation.md, part 42): the median over calibration's two-stage steps timed alone of (last stage -
+    first stage, measured) - (the same, priced with ``fits``). The layers' glue cancels in the difference (both stages
+    hold as many layers), so what is left is the last stage's final norm, lm_head and sampling (and ``last_glue``,
+    fitted on the grid's in-process last stages) against the first stage's embedding, as the live engine runs them.
+    None with fewer than :data:`LAST_LIVE_MIN_PAIRS` pairs."""
+    pairs = last_live_pairs(rows)
+    if len(pairs) < LAST_LIVE_MIN_PAIRS:
+        return None
+    cost = ProfiledCost(Profile(meta, fits), shape, None, 1)
+    gaps = []
+    for a, b in pairs:
+        plan = plan_of(a["items"])
+        priced = cost.stage_time(stage_spec(b), plan) - cost.stage_time(stage_spec(a), plan)
+        gaps.append(float(b["alone_s"]) - float(a["alone_s"]) - priced)
+    return float(np.median(gaps))
+
+
 def _live_runs(rows: list[dict[str, Any]], stages: int) -> list[list[dict[str, Any]]]:
     """The ``live<stages>`` rows timed alone too (``alone_s``), one list per live run."""
     by_run: dict[int, list[dict[str, Any]]] = {}
@@ -1010,6 +1048,7 @@ def analyse_and_write(
     ring_own_schedule: bool = True,
     glue_whole: bool = True,
     path_multi: bool = False,
+    last_live: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -1048,7 +1087,9 @@ def analyse_and_write(
     part 36's verdict): ``layer_glue``'s live steps are the one-stage runs' alone (:func:`whole_model_steps`: their
     stage holds every layer), so each stage's layers are priced as a layer costs when the whole model passes through
     the host's caches each step, as in a live pipeline whose stages share the host; off, the live steps of every
-    depth, as before. ``path_multi``: :func:`fit_all`'s (part 40)."""
+    depth, as before. ``path_multi``: :func:`fit_all`'s (part 40). ``last_live`` (part 42): fits ``last_live``, the
+    live last stage's excess over its priced ends from calibration's two-stage steps timed alone
+    (:func:`fit_last_live`), which the profiled cost charges at PP > 1 (``ProfiledCost._stage_parts``)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx, ring_lad, ring_own_schedule, path_multi)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -1082,6 +1123,9 @@ def analyse_and_write(
         g, gaps = fit_glue(cost, [r for r in rows if r["split"] == "layer"], stat)
         glue, note = {"layer_glue": g}, "OLS of whole layer minus sum of operators"
     fits.update(glue)
+    shift = fit_last_live(fits, meta, shape, rows) if last_live else None
+    if shift is not None:  # charged by ProfiledCost at PP > 1 (its stages' shares of it sum to 0 at every depth)
+        fits["last_live"] = OpFit("last_live", "linear", "", {"c0": shift, "c1": 0.0})
     idle = fit_idle([r for r in rows if r["split"] in ("idle", "idle_paired")], stat)
     if idle is not None:
         fits["stage_idle"] = idle
@@ -1144,6 +1188,8 @@ def analyse_and_write(
             how += ", through its wide run's restarts (part 26)" if wide else ""
             how += ", the back-to-back ones (part 28)" if wide and turnaround_wide_b2b else ""
         fj["turnaround"].update({"note": f"live engine's stage loop between computes, input waiting, seconds; {how}"})
+    if "last_live" in fj:
+        fj["last_live"].update({"note": LAST_LIVE_NOTE})
     if live is not None:
         fj["live_stage"].update({"note": "live engine's stage compute / the same steps alone, by pipeline stages"})
     if depth is not None:

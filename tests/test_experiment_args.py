@@ -431,6 +431,49 @@ def test_glue_live_replays_only_where_the_two_ways_price_the_computes_alike(monk
     _refused(glue_live.main, [*argv, "--work", "{d}/w"], inputs, capsys, f"{flag}: live:tokfix changes", [*INPUTS, "p"])
 
 
+@pytest.mark.parametrize("compare", ["before42:lastlive", "before4142:widelast"])
+def test_glue_live_compares_the_last_stage_only_on_a_calibration_with_two_stage_steps_timed_alone(
+    monkeypatch, inputs, capsys, compare
+):
+    """Part 42 fits the live last stage's excess from calibration's two-stage steps timed alone at both stages."""
+    glue_live = _script(monkeypatch, "glue_live", "refit_copy")
+    argv = ["refit", "--compare", compare, "--profile", _live_profile(inputs / "p"), "{d}/run", "--work", "{d}/w"]
+    fragment = "has no wide run's restarts" if "wide" in compare else "has no two-stage live steps timed alone"
+    _refused(glue_live.main, argv, inputs, capsys, fragment, [*INPUTS, "p"])
+
+
+def test_glue_live_own_factor_takes_the_runs_speed_over_their_predictions_moved_to_the_new_prices():
+    """Part 42's replay: measured over (recorded + new price - old price of each step's plan), summed over steps."""
+    from ppsim.cost.base import StageSpec
+
+    glue_live = importlib.import_module("experiments.validation.glue_live")
+
+    class Priced:
+        def __init__(self, last_s: float) -> None:
+            self.last_s = last_s
+
+        def stage_time(self, spec, plan) -> float:
+            return 1e-3 * plan.num_reqs + (self.last_s if spec.is_last else 0.0)
+
+    stages = (StageSpec(0, 0, 4, True, False), StageSpec(1, 4, 8, False, True))
+    steps = [
+        {
+            "stage": s,
+            "num_tokens": 2,
+            "num_reqs": 2,
+            "num_prefill_tokens": 0,
+            "decode_ctx_tokens": 200,
+            "measured_s": 3e-3,
+            "predicted_s": 2e-3,
+        }
+        for s in (0, 1)
+    ]
+    assert glue_live.own_factor(steps, stages, Priced(0.0), Priced(0.0)) == pytest.approx(6 / 4)
+    assert glue_live.own_factor(steps, stages, Priced(0.0), Priced(1e-3)) == pytest.approx(6 / 5)
+    with pytest.raises(glue_live.PPSimError, match="no stage computes"):
+        glue_live.own_factor([], stages, Priced(0.0), Priced(0.0))
+
+
 def test_glue_live_takes_one_speed_at_a_time(monkeypatch, inputs, capsys):
     glue_live = _script(monkeypatch, "glue_live", "refit_copy")
     argv = ["refit", "--compare", "waited:wide", "--replay", "--probed", "--profile", _live_profile(inputs / "p")]
@@ -924,6 +967,13 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
             "for 4, against 5, level 2; other targets worse: median_ttft_ms, p99_ttft_ms: not adopted",
         ),
         ("turnaround_wide_again_readings_plain", "for 4, against 5, level 2; other targets worse: none: not adopted"),
+        # part 42 in-sample (tiny 75-79, dense-1024 94-96 PP=2; MoE rounds 86-91): last_live alone, and with the line
+        ("lastlive_insample_replay", "for 11, against 7, level 8; other targets worse: none: adopted"),
+        ("lastlive_insample_probed", "for 8, against 9, level 9; other targets worse: none: not adopted"),
+        ("lastlive_insample_plain", "for 8, against 4, level 14; other targets worse: median_ttft_ms: not adopted"),
+        ("widelast_insample_replay", "for 13, against 5, level 8; other targets worse: none: adopted"),
+        ("widelast_insample_probed", "for 9, against 10, level 7; other targets worse: none: not adopted"),
+        ("widelast_insample_plain", "for 10, against 8, level 8; other targets worse: median_ttft_ms: not adopted"),
         (  # part 31 (c)
             "prestep_readings_after",
             "for 3, against 3, level 1; other targets worse: median_e2el_ms: not adopted",

@@ -84,14 +84,20 @@ calibration's two-stage run; not adopted, 0 for, 1 against, 5 level), a core-pat
 (part 41, after the core's heap freeze), judged on the replay with ``--probed`` beside it (each way's probe-conditioned
 prediction: every stage compute times the factor the whole-model probe read before the runs, part 37):
 ``turnaround_wide_again_insample_{replay,plain,probed}.csv`` (the kept MoE rounds 74-88, in-sample) and
-``turnaround_wide_again_readings_{replay,plain,probed}.csv`` (the runs after its rule). ``today`` is calibrate's
-defaults.
+``turnaround_wide_again_readings_{replay,plain,probed}.csv`` (the runs after its rule). ``--compare before42:lastlive``
+(part 42) the live last stage's excess over its priced ends charged at PP > 1 (``last_live``) against not, and
+``before4142:widelast`` it and part 41's wide turnaround line together against neither: compute changes whose replay
+takes each way's own factor (:func:`own_factor`) and whose probe price they leave alone, so ``--replay`` and
+``--probed`` hold: ``lastlive_insample_*.csv`` and ``widelast_insample_*.csv`` (in-sample: the kept `tiny` 75-79,
+``dense-1024`` 94-96 and MoE rounds 86-91), ``widelast_readings_{replay,probed,plain}.csv`` (the runs after its rule).
+``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
          [--compare grid:live|live:layers|waited:reqs|live:items|items:sq|live:dec|waited:b2b|live:bare|
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
                    before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep|
-                   before31:prelog|before34:ringlad|before35:ownsched|before36:whole|before40:multi]
+                   before31:prelog|before34:ringlad|before35:ownsched|before36:whole|before40:multi|
+                   before42:lastlive|before4142:widelast]
          [--work DIR] [--csv FILE] [--reading run] [--replay | --probed] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -105,6 +111,7 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -112,7 +119,7 @@ if str(ROOT) not in sys.path:
 
 from calibration import calibrate as cal  # noqa: E402
 from calibration.artifact import read_samples  # noqa: E402
-from experiments.validation.glue_fit import check_refit_inputs  # noqa: E402
+from experiments.validation.glue_fit import approx_plan, check_refit_inputs  # noqa: E402
 from experiments.validation.replay_adjusted import COLUMNS, pick, prepared, recorded_steps  # noqa: E402
 from experiments.validation.runfiles import reading_run  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
@@ -163,6 +170,12 @@ WAYS: dict[str, dict[str, bool]] = {
     # part 40: the control path's return, schedule and update at PP > 1 as measured at one stage, or at two
     "before40": {"path_multi": False},
     "multi": {"path_multi": True},
+    # part 42: the live last stage's excess over its priced ends, charged at PP > 1 (its stages' shares sum to 0)
+    "before42": {"last_live": False},
+    "lastlive": {"last_live": True},
+    # part 42 (b): with part 41's wide turnaround line, both against neither
+    "before4142": {"last_live": False, "turnaround_wide": False},
+    "widelast": {"last_live": True, "turnaround_wide": True},
 }
 COMPARES = (
     "grid:live",
@@ -190,10 +203,15 @@ COMPARES = (
     "before35:ownsched",
     "before36:whole",
     "before40:multi",
+    "before42:lastlive",
+    "before4142:widelast",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 # the mean stage computes alike: the replay's factor holds for both (part 34's ring fits are core path, not computes)
 REPLAYABLE = (*TURNAROUNDS, "pooled:busy", "before34:ringlad", "before35:ownsched", "before40:multi")
+# compute changes a replay reads at each way's own factor (the runs' stage seconds over the recorded predictions moved
+# to that way's prices, :func:`own_factor`), and whose probe price (the whole model at one stage) they leave alone
+OWN_FACTOR = ("before42:lastlive", "before4142:widelast")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 TTFT_JUDGED = (
@@ -222,7 +240,26 @@ def refit_copy(profile: Path, dst: Path, way: str) -> Path:
     return dst
 
 
-def predicted(run: Path, profile: Path, replay: bool = False, probed: bool = False) -> dict[str, float]:
+def own_factor(steps: list[dict[str, str]], stages: Any, base: Any, cost: Any) -> float:
+    """The runs' measured stage seconds over their recorded predictions moved to ``cost``: each engine stage compute's
+    recorded prediction (made with ``base``, the calibration as it was) plus ``cost``'s price of its plan minus
+    ``base``'s (the plan rebuilt from the step's counts, :func:`glue_fit.approx_plan`; ``stages``, the run's): the
+    replay's speed factor for a way that prices the computes otherwise."""
+    measured = moved = 0.0
+    for r in steps:
+        spec = stages[int(r["stage"])]
+        T, R, P = int(r["num_tokens"]), int(r["num_reqs"]), int(r["num_prefill_tokens"])
+        plan = approx_plan(T, R, P, int(r["decode_ctx_tokens"]))
+        measured += float(r["measured_s"])
+        moved += float(r["predicted_s"]) + cost.stage_time(spec, plan) - base.stage_time(spec, plan)
+    if measured <= 0 or moved <= 0:
+        raise PPSimError("no stage computes in step_costs.csv to take the runs' speed from; give finished runs")
+    return measured / moved
+
+
+def predicted(
+    run: Path, profile: Path, replay: bool = False, probed: bool = False, base: Path | None = None
+) -> dict[str, float]:
     """The run's scenario simulated with ``profile``, its errors against the run's engine summaries; with ``replay``
     the speed-adjusted replay instead (every stage compute times the runs' measured over recorded stage time, from the
     run's ``step_costs.csv``: :func:`ppsim.validate.run.speed_adjusted`; the turnaround and the core path unscaled).
@@ -230,8 +267,15 @@ def predicted(run: Path, profile: Path, replay: bool = False, probed: bool = Fal
     (another depth or level charge: ``replay_adjusted.py`` handles those) would be scaled off; every reading of parts
     26 and 28 was a fresh run of its own calibration. With ``probed`` the probe-conditioned prediction (part 37: every
     stage compute times the factor the whole-model probe read before the repeats, ``probe_conditioned`` in the run's
-    ``validation.json``; nothing read after a run started), which part 41 checks its replay's verdict against."""
+    ``validation.json``; nothing read after a run started), which part 41 checks its replay's verdict against. With
+    ``replay`` and ``base`` (the calibration the runs were predicted with), the replay at this profile's own factor
+    (:func:`own_factor`: part 42's compute change)."""
     v, prep = prepared(run, str(profile))
+    if replay and base is not None:
+        with (run / "step_costs.csv").open(newline="") as f:
+            steps = list(csv.DictReader(f))
+        factor = own_factor(steps, prep.topology.stages, prepared(run, str(base))[1].cost, prep.cost)
+        return pick(at_speed(prep, factor, v["engine_summaries"])["rows"])
     if probed:
         factor = (v.get("probe_conditioned") or {}).get("factor")
         if factor is None:
@@ -268,7 +312,8 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no turnaround samples by requests; calibrate with today's code"
         )
-    if {"wide", "wideb2b"} & set(args.compare.split(":")) and not any(r["op"] == "turnaround_wide" for r in samples):
+    ways = [WAYS[w] for w in args.compare.split(":")]
+    if any(w.get("turnaround_wide") for w in ways) and not any(r["op"] == "turnaround_wide" for r in samples):
         raise PPSimError(
             f"--profile: {args.profile} has no wide run's restarts (turnaround_wide); calibrate with today's code"
         )
@@ -287,13 +332,18 @@ def glue_live(args: argparse.Namespace) -> None:
             f"--profile: {args.profile} has no control path measured at two stages (return_multi); "
             "calibrate with today's code"
         )
+    if any(w.get("last_live") for w in ways) and len(cal.last_live_pairs(samples)) < cal.LAST_LIVE_MIN_PAIRS:
+        raise PPSimError(
+            f"--profile: {args.profile} has no two-stage live steps timed alone at both stages; calibrate with today's "
+            "code"
+        )
     needs_many = any(w in args.compare for w in ("items", "dec"))
     if needs_many and not any(r["split"] == "stage" and cal.multi_item(r) for r in samples):
         raise PPSimError(
             f"--profile: {args.profile} has no stage plans of many prefill items; calibrate with today's code"
         )
     for flag in ("replay", "probed"):
-        if getattr(args, flag) and args.compare not in REPLAYABLE:
+        if getattr(args, flag) and args.compare not in (*REPLAYABLE, *OWN_FACTOR):
             raise PPSimError(
                 f"--{flag}: {args.compare} changes the predicted stage computes the {flag} speed factor is taken "
                 f"over; drop --{flag}, or compare turnarounds or spreads ({', '.join(REPLAYABLE)})"
@@ -321,7 +371,8 @@ def glue_live(args: argparse.Namespace) -> None:
     out = []
     for run in map(Path, args.runs):
         with reading_run(run, "runs"):
-            errs = {w: predicted(run, p, args.replay, args.probed) for w, p in profiles.items()}
+            was = Path(args.profile) if args.compare in OWN_FACTOR else None
+            errs = {w: predicted(run, p, args.replay, args.probed, was) for w, p in profiles.items()}
         cells = "  ".join(f"{m} {abs(errs[base][m]):.3f}->{abs(errs[new][m]):.3f}" for m in COLUMNS if m in errs[base])
         print(f"{run.name}: {cells}")
         reading = f"{calibrated}:{run}" if args.reading == "run" else calibrated

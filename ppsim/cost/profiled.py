@@ -548,7 +548,7 @@ class ProfiledCost:
             terms = memo.get(key)
             if terms is None:
                 terms = memo[key] = self._stage_parts(stage, T, R)
-            num_layers, dense, moe, prep, emb, last, per_layer = terms
+            num_layers, dense, moe, prep, emb, last, per_layer, live_shift = terms
             t = num_layers * base
             if dense is not None:
                 t += dense
@@ -564,13 +564,19 @@ class ProfiledCost:
                 t += emb
             if last is not None:
                 t += last
+            if live_shift:
+                t += live_shift
             out.append(t * depth)
         return out
 
     def _stage_parts(self, stage: StageSpec, T: int, R: int) -> tuple:
         """The terms of ``stage_time`` that depend only on the stage and the token and request counts, in
         the order they are added: layers, dense MLPs, MoE MLPs, prepare_inputs, embedding, the last stage's
-        final norm + lm_head + sampling (None: absent), and the layers' ``stage_layers`` ratio."""
+        final norm + lm_head + sampling (None: absent), the layers' ``stage_layers`` ratio, and the stage's share of
+        ``last_live`` (docs/validation.md, part 42: ``X`` seconds the live last stage costs over its priced ends,
+        measured against its first stage; a layer glue fitted on the whole model spread ``X`` over every layer, so a
+        stage holding ``n`` of the model's ``L`` layers is charged ``X`` (if last) ``- X n / L``: 0 at PP = 1, and
+        the stages' shares sum to 0 at every depth)."""
         f = self.f
         key = (stage.start_layer, stage.end_layer)
         n_moe = self._n_moe.get(key)
@@ -588,7 +594,11 @@ class ProfiledCost:
             last = sum(f[op].at(T if f[op].x == "tokens" else R) for op in ("final_norm", "lm_head", "sampling"))
             if "last_glue" in f:
                 last += f["last_glue"].tok_req(T, R)
-        return nl, dense, moe, prep, emb, last, stage_layers_ratio(f.get("stage_layers"), nl)
+        shift = 0.0
+        if "last_live" in f:
+            x = f["last_live"].coef["c0"]
+            shift = x * ((1.0 if stage.is_last else 0.0) - nl / self.shape.num_layers)
+        return nl, dense, moe, prep, emb, last, stage_layers_ratio(f.get("stage_layers"), nl), shift
 
     def _spread(self, stage: int, step_id: int, gap_s: float = 0.0) -> float:
         """The spread ratio the pipelines multiply stage ``stage``'s compute of step ``step_id`` by, ``gap_s`` after
