@@ -945,8 +945,8 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("whole_readings", "for 6, against 2, level 2; other targets worse: none: adopted"),
         # (b): tiny 67, dense-1024 89, MoE round 77, calibrated with it: kept
         ("whole_readings_after", "for 3, against 0, level 2; other targets worse: none: adopted"),
-        # part 37: the probe-conditioned prediction against the plain one, tiny 70-79, dense-1024 91-96, MoE 79-91
-        ("probe_conditioned_readings", "for 39, against 12, level 4; other targets worse: none: adopted"),
+        # part 37: the probe-conditioned prediction against the plain one, tiny 70-80, dense-1024 91-97, MoE 79-94
+        ("probe_conditioned_readings", "for 44, against 16, level 6; other targets worse: none: adopted"),
         # part 40: the control path at two stages, tiny 76-77, dense-1024 95, MoE round 87 (the replay judged)
         ("multi_readings", "for 0, against 1, level 5; other targets worse: none: not adopted"),
         ("multi_readings_plain", "for 0, against 1, level 5; other targets worse: none: not adopted"),
@@ -974,6 +974,17 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("widelast_insample_replay", "for 13, against 5, level 8; other targets worse: none: adopted"),
         ("widelast_insample_probed", "for 9, against 10, level 7; other targets worse: none: not adopted"),
         ("widelast_insample_plain", "for 10, against 8, level 8; other targets worse: median_ttft_ms: not adopted"),
+        # part 42's fresh readings (MoE rounds 92-94, tiny 80, dense-1024 97): not adopted; last_live alone beside
+        ("widelast_readings_replay", "for 3, against 3, level 5; other targets worse: none: not adopted"),
+        ("widelast_readings_probed", "for 3, against 5, level 3; other targets worse: none: not adopted"),
+        (
+            "widelast_readings_plain",
+            "for 4, against 4, level 3; other targets worse: output_throughput, median_ttft_ms, p99_ttft_ms, "
+            "median_e2el_ms, p99_e2el_ms: not adopted",
+        ),
+        ("lastlive_readings_replay", "for 2, against 2, level 7; other targets worse: none: not adopted"),
+        ("lastlive_readings_probed", "for 3, against 2, level 6; other targets worse: none: adopted"),
+        ("lastlive_readings_plain", "for 3, against 1, level 7; other targets worse: none: adopted"),
         (  # part 31 (c)
             "prestep_readings_after",
             "for 3, against 3, level 1; other targets worse: median_e2el_ms: not adopted",

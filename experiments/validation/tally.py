@@ -110,7 +110,7 @@ class Tally:
     met: dict[str, list[int]]  # model -> seeds of the draws that met every target
     missed: int  # the other draws
     missed_tpot: int  # of them, those that missed TPOT
-    tpot_range: tuple[float, float] | None  # their TPOT median |error|, lowest and highest
+    tpot_range: tuple[float, float] | None  # the TPOT median |error| of those that missed TPOT, lowest and highest
     replay_met: int  # draws whose replay meets every target
     probed_draws: int = 0  # draws whose results carry the probe-conditioned prediction
     probed_met: int = 0  # of them, those it meets every target on
@@ -118,7 +118,7 @@ class Tally:
 
 def summary(found: list[Draw]) -> Tally:
     others = [d for d in found if d.missed]
-    tpot = [d.errors["mean_tpot_ms"] for d in others]
+    tpot = [d.errors["mean_tpot_ms"] for d in others if "mean_tpot_ms" in d.missed]
     return Tally(
         draws=len(found),
         met={model: [d.seed for d in found if d.model == model and not d.missed] for model in FILES},
