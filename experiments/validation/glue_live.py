@@ -346,7 +346,8 @@ def glue_live(args: argparse.Namespace) -> None:
         if getattr(args, flag) and args.compare not in (*REPLAYABLE, *OWN_FACTOR):
             raise PPSimError(
                 f"--{flag}: {args.compare} changes the predicted stage computes the {flag} speed factor is taken "
-                f"over; drop --{flag}, or compare turnarounds or spreads ({', '.join(REPLAYABLE)})"
+                f"over; drop --{flag}, or compare turnarounds, spreads or the ways a replay reads at their own "
+                f"factor ({', '.join((*REPLAYABLE, *OWN_FACTOR))})"
             )
     base, new = args.compare.split(":")
     profiles = {w: refit_copy(Path(args.profile), Path(args.work) / w, w) for w in (base, new)}
