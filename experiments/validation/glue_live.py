@@ -258,7 +258,7 @@ def own_factor(steps: list[dict[str, str]], stages: Any, base: Any, cost: Any) -
 
 
 def predicted(
-    run: Path, profile: Path, replay: bool = False, probed: bool = False, base: Path | None = None
+    run: Path, profile: Path, replay: bool = False, probed: bool = False, base: Any = None
 ) -> dict[str, float]:
     """The run's scenario simulated with ``profile``, its errors against the run's engine summaries; with ``replay``
     the speed-adjusted replay instead (every stage compute times the runs' measured over recorded stage time, from the
@@ -268,13 +268,13 @@ def predicted(
     26 and 28 was a fresh run of its own calibration. With ``probed`` the probe-conditioned prediction (part 37: every
     stage compute times the factor the whole-model probe read before the repeats, ``probe_conditioned`` in the run's
     ``validation.json``; nothing read after a run started), which part 41 checks its replay's verdict against. With
-    ``replay`` and ``base`` (the calibration the runs were predicted with), the replay at this profile's own factor
-    (:func:`own_factor`: part 42's compute change)."""
+    ``replay`` and ``base`` (the cost model of the calibration the runs were predicted with), the replay at this
+    profile's own factor (:func:`own_factor`: part 42's compute change)."""
     v, prep = prepared(run, str(profile))
     if replay and base is not None:
         with (run / "step_costs.csv").open(newline="") as f:
             steps = list(csv.DictReader(f))
-        factor = own_factor(steps, prep.topology.stages, prepared(run, str(base))[1].cost, prep.cost)
+        factor = own_factor(steps, prep.topology.stages, base, prep.cost)
         return pick(at_speed(prep, factor, v["engine_summaries"])["rows"])
     if probed:
         factor = (v.get("probe_conditioned") or {}).get("factor")
@@ -372,7 +372,7 @@ def glue_live(args: argparse.Namespace) -> None:
     out = []
     for run in map(Path, args.runs):
         with reading_run(run, "runs"):
-            was = Path(args.profile) if args.compare in OWN_FACTOR else None
+            was = prepared(run, args.profile)[1].cost if args.replay and args.compare in OWN_FACTOR else None
             errs = {w: predicted(run, p, args.replay, args.probed, was) for w, p in profiles.items()}
         cells = "  ".join(f"{m} {abs(errs[base][m]):.3f}->{abs(errs[new][m]):.3f}" for m in COLUMNS if m in errs[base])
         print(f"{run.name}: {cells}")
