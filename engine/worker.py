@@ -160,6 +160,8 @@ class Stage:
             else None
         )
         self.own_tokens = p.token_path == "broadcast" and not multi  # one rank keeps what it samples
+        if self.bcast is not None and self.bcast.group is not None and cfg.device == "cpu":
+            idle_helpers()  # the broadcast group runs an event loop of its own: at SCHED_IDLE as the first
 
     # --- one micro-batch ---------------------------------------------------------------------
     @torch.inference_mode()
@@ -345,8 +347,11 @@ class Stage:
         for part in (self.ring_out, self.bcast, self.ring_in):
             if part is not None:
                 part.close()
-        if self.ring_out is not None:
-            self.results.put(("stats", self.cfg.rank, self.ring_out.stats))
+        stats = dict(self.ring_out.stats) if self.ring_out is not None else {}
+        if self.cfg.world > 1 and self.cfg.device == "cpu":
+            stats[f"loops_not_idle_rank{self.cfg.rank}"] = len(busy_helpers())
+        if stats:
+            self.results.put(("stats", self.cfg.rank, stats))
         self.flush()
 
 
@@ -400,6 +405,25 @@ def pin(rank: int, world: int, threads: int, device: str) -> set[int] | None:
 HELPER_THREADS = ("gloo_tcp_loop",)  # gloo's TCP event loop (one per device of the process group)
 
 
+def _helpers(names: tuple[str, ...]) -> list[int]:
+    """Thread ids of this process's threads named ``names``."""
+    out = []
+    for task in Path(f"/proc/{os.getpid()}/task").glob("*"):
+        try:
+            if (task / "comm").read_text().strip() in names:
+                out.append(int(task.name))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return out
+
+
+def _policy(tid: int) -> int | None:
+    try:
+        return os.sched_getscheduler(tid)
+    except OSError:  # the thread ended meanwhile
+        return None
+
+
 def idle_helpers(names: tuple[str, ...] = HELPER_THREADS) -> list[int]:
     """Put this process's threads named ``names`` at ``SCHED_IDLE``; their thread ids (none off Linux).
 
@@ -408,18 +432,26 @@ def idle_helpers(names: tuple[str, ...] = HELPER_THREADS) -> list[int]:
     while the stage's main thread was inside gloo holding that lock (posting a receive), it preempted the
     main thread on their shared core and spun until the scheduler took the core back, 3-8 ms, before the
     main thread could let go (docs/engine.md). At ``SCHED_IDLE`` it never preempts the main thread: it runs
-    when the main thread waits, which is when a message is wanted."""
+    when the main thread waits, which is when a message is wanted. Every process group has a loop of its
+    own, so this runs again after a group is created (MRV2's broadcast group)."""
     if not hasattr(os, "SCHED_IDLE"):
         return []
     done = []
-    for task in Path(f"/proc/{os.getpid()}/task").glob("*"):
+    for tid in _helpers(names):
         try:
-            if (task / "comm").read_text().strip() in names:
-                os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
-                done.append(int(task.name))
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            done.append(tid)
         except OSError:  # the thread ended meanwhile
             continue
     return done
+
+
+def busy_helpers(names: tuple[str, ...] = HELPER_THREADS) -> list[int]:
+    """This process's threads named ``names`` not at ``SCHED_IDLE`` (none off Linux): reported by every
+    CPU stage at the end of its run, so that a group created after :func:`idle_helpers` shows."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return []
+    return [t for t in _helpers(names) if _policy(t) not in (None, os.SCHED_IDLE)]
 
 
 def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:

@@ -13,6 +13,7 @@ workload where no prompt is chunked.
 from __future__ import annotations
 
 import csv
+import os
 from collections import defaultdict
 
 import pytest
@@ -60,6 +61,8 @@ def check_token_path(run, policy: str, pp: int, depth: int) -> None:
         assert run.info["sampled_forwarded_by_core"] == 0
     if policy == "sglang-ring" and not depth:  # no deferral: every output leaves at once
         assert run.info["outputs_deferred"] == 0
+    if pp > 1 and hasattr(os, "SCHED_IDLE"):  # every gloo event loop at SCHED_IDLE, MRV2's broadcast group's too
+        assert [run.info[f"loops_not_idle_rank{r}"] for r in range(pp)] == [0] * pp
 
 
 def token_schedule(rows: list[dict[str, str]]) -> dict[int, list[tuple[int, int]]]:
