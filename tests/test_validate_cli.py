@@ -4,6 +4,8 @@ function that fails the test), and a good one must reach it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ppsim.errors import PPSimError
@@ -80,3 +82,32 @@ def test_repeats_are_bounded():
             check_repeats(n)
     check_repeats(1)
     check_repeats(MAX_REPEATS)
+
+
+def test_a_config_naming_a_profile_is_that_profile_not_a_new_calibration(tmp_path, monkeypatch):
+    """``--config`` with ``[cost] profile_dir`` validates against that profile, as ``--profile DIR`` does (until
+    2026-12-07 validate calibrated this host over it); ``--calibrate`` still makes a new one."""
+    pytest.importorskip("torch")
+    from ppsim.cli import main
+    from tests.bad_inputs_profiles import SHIPPED
+
+    calls: list = []
+    _no_calibration(monkeypatch, calls)
+    seen: list = []
+
+    class Ran(Exception):
+        pass
+
+    def validate(s, out, repeats, host):  # noqa: ANN001, ANN202
+        seen.append(s.cost.profile_dir)
+        raise Ran
+
+    monkeypatch.setattr("ppsim.validate.run.validate", validate)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[cost]\nprofile_dir = "{SHIPPED}"\n')
+    argv = [a.replace("{d}", str(tmp_path)) for a in VALIDATE]
+    with pytest.raises(Ran):
+        main([*argv, "--config", str(cfg), "--host-guard", "off"])
+    assert calls == [] and [Path(p).resolve() for p in seen] == [SHIPPED.resolve()]
+    assert main([*argv, "--config", str(cfg), "--host-guard", "off", "--calibrate"]) == 1  # calibration "fails"
+    assert calls == ["tiny"] and len(seen) == 1

@@ -137,7 +137,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_output_dir(args.output_dir, inputs={k: v for k, v in inputs.items() if Path(v).resolve() != carried})
     check_engine_inputs(s)
     made = None
-    if not args.profile:
+    if not args.profile and (args.calibrate or s.cost.kind != "profile"):  # a --config naming a profile_dir uses it
         made = MadeProfile(Path(args.output_dir))
         args.profile = calibrate_here(args, s)
         if args.profile is None:
