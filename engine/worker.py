@@ -161,7 +161,7 @@ class Stage:
         )
         self.own_tokens = p.token_path == "broadcast" and not multi  # one rank keeps what it samples
         if self.bcast is not None and self.bcast.group is not None and cfg.device == "cpu":
-            idle_helpers()  # the broadcast group runs an event loop of its own: at SCHED_IDLE as the first
+            idle_helpers()  # the broadcast group runs a gloo event loop of its own: SCHED_IDLE, as the default group's
 
     # --- one micro-batch ---------------------------------------------------------------------
     @torch.inference_mode()
