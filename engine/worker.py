@@ -160,8 +160,6 @@ class Stage:
             else None
         )
         self.own_tokens = p.token_path == "broadcast" and not multi  # one rank keeps what it samples
-        if self.bcast is not None and self.bcast.group is not None and cfg.device == "cpu":
-            idle_helpers()  # the broadcast group runs a gloo event loop of its own: SCHED_IDLE, as the default group's
 
     # --- one micro-batch ---------------------------------------------------------------------
     @torch.inference_mode()
@@ -433,7 +431,7 @@ def idle_helpers(names: tuple[str, ...] = HELPER_THREADS) -> list[int]:
     main thread on their shared core and spun until the scheduler took the core back, 3-8 ms, before the
     main thread could let go (docs/engine.md). At ``SCHED_IDLE`` it never preempts the main thread: it runs
     when the main thread waits, which is when a message is wanted. Every process group has a loop of its
-    own, so this runs again after a group is created (MRV2's broadcast group)."""
+    own, so this runs once the stage has made all of its groups (MRV2's broadcast group among them)."""
     if not hasattr(os, "SCHED_IDLE"):
         return []
     done = []
@@ -472,10 +470,10 @@ def stage_main(cfg: StageConfig, ctrl: Any, results: Any) -> None:
                 world_size=cfg.world,
                 timeout=timedelta(seconds=cfg.dist_timeout_s),
             )
-            if cfg.device == "cpu":
-                idle_helpers()
         results.put(("phase", cfg.rank, "joined"))
         stage = Stage(cfg, ctrl, results)
+        if cfg.world > 1 and cfg.device == "cpu":
+            idle_helpers()  # every group's loop: the default one's and the data path's own (MRV2's broadcast)
         results.put(("phase", cfg.rank, "loaded"))
         warm_s = stage.warm_up()
         gc.collect()
