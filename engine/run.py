@@ -20,6 +20,7 @@ checked against the driver's clock bracket and, if outside it, shifted by the me
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -238,6 +239,7 @@ def run_engine(
             "kv_num_blocks_simulator": prep0.num_blocks,
             "checkpoint": cfgs[0].checkpoint,
             "stage_pids": [p.pid for p in group.procs],
+            "core_pid": os.getpid(),  # the engine core runs in this process (experiments/validation/steals.py)
             "startup_s": time.perf_counter() - t_spawn,
         }
         if log:
