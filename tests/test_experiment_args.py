@@ -549,6 +549,29 @@ def test_restarts_reports_the_restarts_by_margin_and_requests(tmp_path, capsys):
     assert "by margin (ms): 0.4: 0.30 (1)  2.0: 0.20 (1)" in out and "by requests:    1: 0.20 (1)  3: 0.30 (1)" in out
 
 
+def test_restarts_splits_the_restarts_by_step_kind_and_pools_them_by_run_name(tmp_path, capsys):
+    """Stage 1 restarts on step 0 (a 16-token prefill) 0.2 ms after step 9, on step 1 (a decode right after that
+    prefill) 0.3 ms after it, on step 2 (a decode after a decode) 0.5 ms after that; the same run twice under two
+    rounds' ``b1`` pools into one line of two restarts each."""
+    from experiments.validation import restarts
+
+    head = "track,kind,step_id,start_s,end_s,num_tokens,num_reqs,num_prefill_tokens,num_decode_tokens\n"
+    rows = [(0, 0, 0, 1, 16), (0, 1, 1, 2, 0), (0, 2, 2, 3, 0), (1, 9, 0, 4, 0), (1, 0, 4.2, 6, 16)]
+    rows += [(1, 1, 6.3, 8, 0), (1, 2, 8.5, 10, 0)]
+    text = head + "".join(
+        f"stage{s},compute,{i},{a / 1e3},{b / 1e3},{p or 1},1,{p},{0 if p else 1}\n" for s, i, a, b, p in rows
+    )
+    for r in ("r1", "r2"):
+        (tmp_path / r / "b1" / "engine-0").mkdir(parents=True)
+        (tmp_path / r / "b1" / "engine-0" / "stage_ops.csv").write_text(text)
+    assert restarts.main(["--pool", str(tmp_path / "r1" / "b1"), str(tmp_path / "r2" / "b1")]) == 0
+    out = capsys.readouterr().out
+    assert "by step kind:   prefill: 0.20 (1)  decode after a prefill: 0.30 (1)  decode: 0.50 (1)" in out
+    pooled = out.split("== pooled by run name")[1]
+    assert "b1 engine" in pooled and "prefill: 0.20 (2) 0.20-0.20" in pooled and "decode: 0.50 (2)" in pooled
+    assert "sim" not in pooled
+
+
 def _each_restart_profile(d: Path, restarts_ms: list[tuple[int, float, float, int]]) -> Path:
     """A calibration dir whose samples.csv holds ``turnaround_each`` rows: (requests, restart ms, compute
     before ms, prefill tokens of that compute) each, and one fitted row that is not a restart."""

@@ -46,6 +46,8 @@ def read_ops(path: Path) -> list[OpRecord]:
                 float(r["end_s"]),
                 int(r["num_tokens"]),
                 int(r["num_reqs"]),
+                num_prefill_tokens=int(r.get("num_prefill_tokens") or 0),
+                num_decode_tokens=int(r.get("num_decode_tokens") or 0),
                 nbytes=float(r.get("nbytes") or 0.0),
             )
         )

@@ -18,7 +18,11 @@ fast mode sits. Calibrations since 2026-12-06 also carry each restart's parts fr
 record (the hand-on of the previous outputs, switched out or not; the control messages; the receive), printed by
 requests (``experiments/validation/stage_loop.py`` gives the same split for an engine or validate run).
 
-Run: python experiments/validation/restarts.py [--profile DIR] [--calibration DIR] [RUN_DIR ...]
+Per run it also splits the restarts by what the restarted step is (a prefill step, a decode right after the
+stage's prefill compute, a decode after a decode); ``--pool`` pools those over the runs of one name (every
+round's ``b8``, say), engine repeats apart from the simulator: what docs/validation.md part 41's follow-up reads.
+
+Run: python experiments/validation/restarts.py [--profile DIR] [--calibration DIR] [--pool] [RUN_DIR ...]
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from experiments.validation.control_path import read_ops  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.cost.profiled import read_profile  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
-from ppsim.validate.path import restart_margins  # noqa: E402
+from ppsim.metrics.records import OpRecord  # noqa: E402
+from ppsim.validate.path import restart_margins, restart_records  # noqa: E402
 
 MARGIN_BINS_MS = (0.0, 0.2, 0.4, 0.6, 1.0, 2.0)  # lower edges; the last bin is open
 FAST_MS = 0.4  # between the calibration sample's two modes (p10 0.14-0.30 ms; the runs' 0.5-0.8 ms)
@@ -64,11 +69,26 @@ def by_requests(rows: list[tuple[int, int, float, float]]) -> dict[int, list[flo
     return dict(sorted(out.items()))
 
 
+KINDS = ("prefill", "decode after a prefill", "decode")  # what the restarted step is, and the compute before it
+
+
+def by_kind(ops: list[OpRecord]) -> dict[str, list[float]]:
+    """What the restarted step is -> restarts (ms): a prefill step (any prefill tokens), a decode right after
+    the stage's prefill compute, or a decode after a decode (docs/validation.md part 41's follow-up)."""
+    out: dict[str, list[float]] = {k: [] for k in KINDS}
+    for r in restart_records(ops):
+        kind = KINDS[0] if r["prefill_tokens"] > 0 else KINDS[1] if r["prev_prefill_tokens"] > 0 else KINDS[2]
+        out[kind].append(r["restart_s"] * 1e3)
+    return {k: v for k, v in out.items() if v}
+
+
 def cells(groups: dict) -> str:
     return "  ".join(f"{k}: {statistics.median(v):.2f} ({len(v)})" for k, v in groups.items()) or "none"
 
 
-def report(run: Path) -> list[str]:
+def report(run: Path, pooled: dict[str, dict[str, list[float]]] | None = None) -> list[str]:
+    """Per engine repeat and the simulator of a validate run: the restarts by margin, requests and step kind;
+    with ``pooled``, each part's by-kind restarts are added under ``engine`` or ``sim`` of the run's name."""
     parts = sorted(p for p in run.iterdir() if p.is_dir() and (p.name.startswith("engine-") or p.name == "sim"))
     if not parts:
         raise PPSimError(f"{run}: no engine-*/ or sim/ run inside; give ppsim validate output dirs")
@@ -86,9 +106,31 @@ def report(run: Path) -> list[str]:
         except (KeyError, ValueError) as e:
             raise PPSimError(f"{f}: not a stage_ops.csv ({type(e).__name__}: {e}); rerun ppsim validate") from None
         rows = restart_margins(ops)
+        kinds = by_kind(ops)
         lines.append(f"  {p.name:9s} by margin (ms): {cells(by_margin(rows))}")
         lines.append(f"  {'':9s} by requests:    {cells(by_requests(rows))}")
+        lines.append(f"  {'':9s} by step kind:   {cells(kinds)}")
+        if pooled is not None:
+            side = pooled.setdefault(f"{run.name} {'sim' if p.name == 'sim' else 'engine'}", {})
+            for k, v in kinds.items():
+                side.setdefault(k, []).extend(v)
     return lines
+
+
+def pooled_lines(pooled: dict[str, dict[str, list[float]]]) -> list[str]:
+    """The by-kind restarts pooled over the runs of one name (e.g. every round's ``b8``), engine and simulator."""
+    lines = ["== pooled by run name (median ms (restarts), p25-p75)"]
+    for name, kinds in sorted(pooled.items()):
+        text = "  ".join(f"{k}: {statistics.median(v):.2f} ({len(v)}) {_iqr(v)}" for k in KINDS if (v := kinds.get(k)))
+        lines.append(f"  {name:14s} {text or 'none'}")
+    return lines
+
+
+def _iqr(xs: list[float]) -> str:
+    if len(xs) < 2:
+        return ""
+    q = statistics.quantiles(xs, n=4)
+    return f"{q[0]:.2f}-{q[2]:.2f}"
 
 
 def restart_rows(profile: str) -> tuple[list[dict], list[dict]]:
@@ -186,16 +228,22 @@ def show(args: argparse.Namespace) -> None:
         coef = t.coef if t is not None else {"c0": 0.0, "c1": 0.0}
         per = f" + {coef['c1'] * 1e3:.4f} ms a request" if t is not None and t.x == "reqs" else ""
         print(f"profile turnaround: {coef['c0'] * 1e3:.3f} ms{per}")
+    pooled: dict[str, dict[str, list[float]]] | None = {} if args.pool else None
     for run in map(Path, args.runs):
         if not run.is_dir():
             raise PPSimError(f"{run}: not a directory; give ppsim validate output dirs")
-        print("\n".join(report(run)))
+        print("\n".join(report(run, pooled)))
+    if pooled:
+        print("\n".join(pooled_lines(pooled)))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = Parser(prog="experiments/validation/restarts.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", help="a calibration: print the turnaround it charges")
     ap.add_argument("--calibration", help="a calibration: its run's restarts one by one, fast against slow")
+    ap.add_argument(
+        "--pool", action="store_true", help="also pool the restarts by step kind over the runs of one name (b1, ...)"
+    )
     ap.add_argument("runs", nargs="*", help="ppsim validate output dirs (engine-*/ and sim/ inside)")
     args = ap.parse_args(argv)
     if not args.runs and args.calibration is None:
