@@ -70,10 +70,15 @@ def test_a_trace_without_switch_events_or_a_dir_without_the_run_is_one_line_exit
     trace, run = _run(tmp_path)
     empty = tmp_path / "empty.txt"
     empty.write_text("not perf output\n")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "engine.json").write_text("{")
+    (bad / "stage_ops.csv").write_text("track\n")
     for argv, fragment in (
         ([str(empty), str(run)], "no sched:sched_switch events; record with `perf record -e sched:sched_switch -a`"),
         ([str(trace), str(tmp_path)], "no engine.json and stage_ops.csv; give an engine run dir"),
         ([str(tmp_path / "missing.txt"), str(run)], "trace: "),
+        ([str(trace), str(bad)], "engine.json: not JSON"),
     ):
         assert steals.main(argv) == 2
         out, err = capsys.readouterr()

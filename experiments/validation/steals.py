@@ -93,15 +93,21 @@ def read_run(run: Path) -> tuple[list[int], int | None, dict[int, list[tuple[flo
     info_f, ops_f = run / "engine.json", run / "stage_ops.csv"
     if not info_f.is_file() or not ops_f.is_file():
         raise PPSimError(f"{run}: no engine.json and stage_ops.csv; give an engine run dir (R/engine-0)")
-    info = json.loads(info_f.read_text())
-    pids = info.get("stage_pids")
+    try:
+        info = json.loads(info_f.read_text())
+    except ValueError as e:
+        raise PPSimError(f"{info_f}: not JSON ({e}); give an engine run dir") from None
+    pids = info.get("stage_pids") if isinstance(info, dict) else None
     if not isinstance(pids, list) or not pids:
         raise PPSimError(f"{info_f}: no stage_pids; rerun the engine (every run records them)")
     comps: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    with ops_f.open() as fh:
-        for r in csv.DictReader(fh):
-            if r.get("kind") == "compute" and str(r.get("track", "")).startswith("stage"):
-                comps[int(r["track"][5:])].append((float(r["start_s"]), float(r["end_s"])))
+    try:
+        with ops_f.open() as fh:
+            for r in csv.DictReader(fh):
+                if r.get("kind") == "compute" and str(r.get("track", "")).startswith("stage"):
+                    comps[int(r["track"][5:])].append((float(r["start_s"]), float(r["end_s"])))
+    except (KeyError, TypeError, ValueError) as e:
+        raise PPSimError(f"{ops_f}: not a stage_ops.csv ({type(e).__name__}: {e}); rerun the engine") from None
     return [int(p) for p in pids], info.get("core_pid"), {k: sorted(v) for k, v in comps.items()}
 
 
