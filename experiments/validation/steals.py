@@ -149,12 +149,11 @@ def align(on: OnCore, comps: list[tuple[float, float]]) -> tuple[float, float]:
                 votes[round((s - a) / COARSE_S)] += 1
                 votes[round((e - b) / COARSE_S)] += 1
     grid = [(k + i / 4) * COARSE_S for k, _ in votes.most_common(BINS) for i in range(-8, 9)]
-    for step in (FINE_S, EXACT_S, None):
-        best = max(grid, key=lambda o: coverage(on, comps, o))
-        if step is None:
-            return best, coverage(on, comps, best)
-        grid = [best + i * step for i in range(-60, 61)]
-    raise AssertionError("unreachable")
+    share = lambda o: coverage(on, comps, o)  # noqa: E731
+    best = max(grid, key=share)
+    for step in (FINE_S, EXACT_S):
+        best = max((best + i * step for i in range(-60, 61)), key=share)
+    return best, share(best)
 
 
 def stolen(th: Thread, comps: list[tuple[float, float]], offset: float) -> dict[str, list[float]]:
