@@ -32,36 +32,40 @@ from typing import Any
 PROBE_DURATION_S = 1.5
 PROBE_LAYERS, PROBE_BATCH, PROBE_CTX, BLOCK = 4, 4, 134, 16
 MODEL_PROBE_DURATION_S = 1.0
-# one distinct token per request: identical inputs would take one MoE route, k experts, where the cost
-# model prices the distinct experts B tokens touch (the first version fed token 0 to all four: a MoE
-# whole-model probe ran 13-25% under its profile's price while the engine's own steps ran over it)
-TOKENS = tuple(range(1, PROBE_BATCH + 1))
 MODEL_PROBE_MAX_BYTES = 256 * 1024**2  # weights of the whole model beyond this: not probed
-_built: dict[tuple[str, int, bool], dict[str, Any]] = {}
+_models: dict[tuple[str, int, bool], Any] = {}  # one stage per (model, layers, last), whatever step it probes
+_steps: dict[tuple[str, int, bool, int, int], dict[str, Any]] = {}
 
 
-def _stage(s: Any, layers: int, last: bool) -> dict[str, Any]:
+def _stage(s: Any, layers: int, last: bool, batch: int = PROBE_BATCH, ctx: int = PROBE_CTX) -> dict[str, Any]:
     """The first ``layers`` layers of ``s`` as a first stage (with the lm_head if ``last``), its KV cache and
-    the probe's decode items; built once per process."""
-    key = (s.name, layers, last)
-    if key not in _built:
-        import torch
+    a decode micro-batch of ``batch`` requests at ``ctx`` tokens of context (one distinct token each); the
+    stage built once per process, the same for every step probed on it."""
+    import torch
 
-        from engine.kvcache import PagedKVCache
-        from engine.model import build_stage, torch_dtype
-        from engine.transport import StepItem
+    from engine.kvcache import PagedKVCache
+    from engine.model import build_stage, torch_dtype
+    from engine.transport import StepItem
 
-        dt = torch_dtype(s.dtype)
-        per = -(-(PROBE_CTX + 1) // BLOCK)
-        _built[key] = dict(
-            model=build_stage(s, 0, layers, True, last, 0, dt),
-            kv=PagedKVCache(layers, per * PROBE_BATCH, BLOCK, s.num_kv_heads, s.head_dim, dt, "cpu"),
-            items=tuple(
-                StepItem(i, PROBE_CTX, 1, True, tuple(range(i * per, (i + 1) * per))) for i in range(PROBE_BATCH)
-            ),
+    dt = torch_dtype(s.dtype)
+    if (s.name, layers, last) not in _models:
+        _models[(s.name, layers, last)] = build_stage(s, 0, layers, True, last, 0, dt)
+    key = (s.name, layers, last, batch, ctx)
+    if key not in _steps:
+        for k in [k for k in _steps if k[3:] != (PROBE_BATCH, PROBE_CTX)]:  # one shaped step's KV kept at a time
+            del _steps[k]
+        per = -(-(ctx + 1) // BLOCK)
+        _steps[key] = dict(
+            model=_models[(s.name, layers, last)],
+            kv=PagedKVCache(layers, per * batch, BLOCK, s.num_kv_heads, s.head_dim, dt, "cpu"),
+            items=tuple(StepItem(i, ctx, 1, True, tuple(range(i * per, (i + 1) * per))) for i in range(batch)),
+            # one distinct token per request: identical inputs would take one MoE route, k experts, where the
+            # cost model prices the distinct experts B tokens touch (the first version fed token 0 to all four:
+            # a MoE whole-model probe ran 13-25% under its profile's price while the engine's own steps ran over it)
+            tokens=tuple(1 + i % max(1, s.vocab_size - 1) for i in range(batch)),
             dev=torch.device("cpu"),
         )
-    return _built[key]
+    return _steps[key]
 
 
 def stage_probe(duration_s: float = PROBE_DURATION_S) -> float:
@@ -81,25 +85,29 @@ def model_probe_fits(s: Any) -> bool:
     return s.total_weight_bytes() <= MODEL_PROBE_MAX_BYTES
 
 
-def probe_plan() -> Any:
-    """The probe's micro-batch as the cost model sees it: PROBE_BATCH decodes at PROBE_CTX of context."""
+def probe_plan(batch: int = PROBE_BATCH, ctx: int = PROBE_CTX) -> Any:
+    """The probe's micro-batch as the cost model sees it: ``batch`` decodes at ``ctx`` of context."""
     from ppsim.policy.plan import PlanItem, make_plan
 
-    return make_plan(0, [PlanItem(i, PROBE_CTX, 1, False, True) for i in range(PROBE_BATCH)])
+    return make_plan(0, [PlanItem(i, ctx, 1, False, True) for i in range(batch)])
 
 
-def model_price(profile_dir: str, s: Any) -> float:
+def model_price(profile_dir: str, s: Any, batch: int = PROBE_BATCH, ctx: int = PROBE_CTX) -> float:
     """Seconds the profile in ``profile_dir`` charges for :func:`model_probe`'s step of ``s``."""
     from ppsim.cost.base import StageSpec
     from ppsim.cost.profiled import ProfiledCost, read_profile
 
     cost = ProfiledCost(read_profile(profile_dir), s, None, 1, pp=1)
-    return cost.stage_time(StageSpec(0, 0, s.num_layers, True, True), probe_plan())
+    return cost.stage_time(StageSpec(0, 0, s.num_layers, True, True), probe_plan(batch, ctx))
 
 
-def model_probe(s: Any, duration_s: float = MODEL_PROBE_DURATION_S) -> float:
-    """Mean thread CPU seconds of one whole-model decode step of ``s`` (PP = 1) over ``duration_s``."""
-    return _timed(_stage(s, s.num_layers, True), duration_s)
+def model_probe(
+    s: Any, duration_s: float = MODEL_PROBE_DURATION_S, batch: int = PROBE_BATCH, ctx: int = PROBE_CTX
+) -> float:
+    """Mean thread CPU seconds of one whole-model decode step of ``s`` (PP = 1) of ``batch`` requests at
+    ``ctx`` tokens of context over ``duration_s`` (by default the fixed step; the shaped probe of
+    ``ppsim validate`` passes the predicted run's own decode step: ``ppsim.validate.run.shaped_step``)."""
+    return _timed(_stage(s, s.num_layers, True, batch, ctx), duration_s)
 
 
 def _timed(st: dict[str, Any], duration_s: float) -> float:
@@ -111,7 +119,7 @@ def _timed(st: dict[str, Any], duration_s: float) -> float:
     torch.set_num_threads(1)
     try:
         step = lambda: forward_step(  # noqa: E731
-            st["model"], st["kv"], st["items"], TOKENS, None, None, BLOCK, st["dev"]
+            st["model"], st["kv"], st["items"], st["tokens"], None, None, BLOCK, st["dev"]
         )
         with torch.inference_mode():
             for _ in range(3):  # warm

@@ -70,6 +70,24 @@ def test_conditioned_reads_the_plain_and_probe_conditioned_errors(tmp_path, caps
     assert out.strip().endswith("TPOT for")
     v["probe_conditioned"]["rows"][0]["error"] = -0.097  # within half a point: level
     assert host_probes.conditioned_line("x", v).endswith("TPOT level")
+    v["probe_shaped"] = {
+        "factor": 1.05,
+        "step": [8, 60],
+        "rows": [{"metric": "mean_tpot_ms", "error": -0.05}, {"metric": "output_throughput", "error": 0.04}],
+    }
+    (tmp_path / "b8" / "validation.json").write_text(json.dumps(v))
+    csv_path = tmp_path / "shaped.csv"
+    args = ["--conditioned", "--compare", "probed:shaped", "--csv", str(csv_path), "--label", "MOE98"]
+    assert host_probes.main([*args, str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("b8: factor 1.100 -> 1.050 (step 8@60); output_throughput +0.010 -> +0.040")
+    assert "mean_tpot_ms -0.097 -> -0.050; TPOT for" in out and "2 rows appended" in out
+    lines = csv_path.read_text().splitlines()
+    assert lines[1].startswith("probed:shaped,MOE98,profile,MOE98/b8,")
+    with pytest.raises(SystemExit) as e:  # only with --conditioned
+        host_probes.main(["--compare", "probed:shaped", str(tmp_path)])
+    assert e.value.code == 2 and "--compare: goes with --conditioned" in capsys.readouterr().err
+    del v["probe_shaped"]
     del v["probe_conditioned"]  # a run from before it: nothing to read, exit 2
     (tmp_path / "b8" / "validation.json").write_text(json.dumps(v))
     assert host_probes.main(["--conditioned", str(tmp_path)]) == 2

@@ -457,3 +457,74 @@ def test_validate_reads_the_cpu_of_the_profile_and_refuses_another_before_the_en
         validate(s, tmp_path / "out", 1, log=lambda m: None, host=g)
     assert g.cpu == cpu_identity() and g.cpu_reference["vcpus"] == os.cpu_count() + 1
     assert not (tmp_path / "out" / "validation.json").exists()
+
+
+def test_the_shaped_factor_reads_the_shaped_probe_before_each_repeat_over_its_own_price():
+    """Part 44: the whole model on the predicted run's decode step, read beside the fixed probe; its factor is
+    its before-readings over the profile's price of that step, the fixed probe's factor untouched."""
+    whole, shaped = iter([0.0055, 0.0090, 0.0065, 0.0090]), iter([0.022, 0.030, 0.022, 0.030])
+    g = guard(
+        [(0.002, 0.99)] * 4,
+        model_probe=lambda: next(whole),
+        model_price_s=0.005,
+        shaped_probe=lambda: next(shaped),
+        shaped_step=(16, 300),
+        shaped_price_s=0.020,
+    )
+    for i in range(2):
+        g.read(f"before {i}")
+        g.read(f"after {i}")
+    d = g.to_dict()
+    assert g.shaped_factor() == pytest.approx(1.1) and d["shaped_factor"] == pytest.approx(1.1)
+    assert g.probe_factor() == pytest.approx(1.2) and d["shaped_step"] == [16, 300]
+    assert [r["shaped_probe_s"] for r in d["readings"]] == [0.022, 0.030, 0.022, 0.030]
+    assert guard([(0.002, 0.99)], model_probe=lambda: 0.005).to_dict()["shaped_factor"] is None  # not read
+
+
+def test_the_shaped_step_is_the_plain_prediction_s_median_decode_and_mean_context():
+    """Four requests at t = 0, 40 prompt and 8 output tokens each, all served together: every decode of the
+    first stage holds 4 requests, and a decode's mean context is 40 + 8 / 2 tokens."""
+    from ppsim.config import build_scenario
+    from ppsim.validate.run import shaped_step
+
+    s = build_scenario(
+        None,
+        {
+            "model": "tiny",
+            "hardware": "h100-sxm",
+            "engine": {"policy": "vllm-sync", "max_num_seqs": 4},
+            "workload": {
+                "num_prompts": 4,
+                "request_rate": float("inf"),
+                "random_input_len": 40,
+                "random_output_len": 8,
+                "random_range_ratio": 0.0,
+            },
+        },
+    )
+    assert shaped_step(s) == (4, 44)
+    one = s.model_copy(update={"workload": s.workload.model_copy(update={"random_output_len": 1})})
+    assert shaped_step(one) is None  # one output token: the prefill makes it, nothing decodes
+
+
+def test_the_probe_builds_and_prices_any_decode_step():
+    pytest.importorskip("torch")
+    from engine.probe import model_probe
+    from ppsim.models.shape import load_model
+
+    tiny = load_model("tiny")
+    assert model_probe(tiny, 0.02, batch=9, ctx=40) > 0 and model_probe(tiny, 0.02, batch=1, ctx=300) > 0
+
+
+def test_the_probe_keeps_one_stage_per_model_and_one_shaped_step_s_kv_at_a_time():
+    pytest.importorskip("torch")
+    from engine import probe
+    from ppsim.models.shape import load_model
+
+    tiny = load_model("tiny")
+    fixed = probe._stage(tiny, tiny.num_layers, True)
+    a = probe._stage(tiny, tiny.num_layers, True, 9, 40)
+    b = probe._stage(tiny, tiny.num_layers, True, 2, 70)
+    assert a["model"] is b["model"] is fixed["model"] and len(b["items"]) == 2 and b["tokens"] == (1, 2)
+    kept = {k[3:] for k in probe._steps if k[:3] == ("tiny", tiny.num_layers, True)}
+    assert kept == {(probe.PROBE_BATCH, probe.PROBE_CTX), (2, 70)}

@@ -111,6 +111,20 @@ def test_the_probe_conditioned_prediction_has_its_own_column():
     tpot = next(x for x in md.splitlines() if x.startswith("| mean_tpot_ms |"))
     assert "probe-conditioned (whole-model probe before each repeat)" in head
     assert tpot.split(" | ")[5:7] == ["-", "6.0%"]  # host-conditioned: none; probe-conditioned: 6.0%
+    assert tpot.split(" | ")[7] == "-"  # the shaped probe (part 44) not read
+
+
+def test_the_shaped_probe_s_prediction_has_its_own_column():
+    p = _payload(-0.3, -0.2)
+    p["probe_conditioned"] = {"factor": 1.1, "rows": [{**r, "error": r["error"] / 5} for r in p["rows"]]}
+    p["probe_shaped"] = {"factor": 1.2, "step": [8, 60], "rows": [{**r, "error": r["error"] / 10} for r in p["rows"]]}
+    row = result_row("held-out", "h1", {"policy": "vllm-sync", "pp": 2}, p)
+    assert row["shaped_factor"] == 1.2 and row["mean_tpot_ms_shaped"] == pytest.approx(-0.03)
+    md = results_md([row], ["# t"])
+    head = next(x for x in md.splitlines() if x.startswith("| metric (held-out)"))
+    tpot = next(x for x in md.splitlines() if x.startswith("| mean_tpot_ms |"))
+    assert "| shaped probe (the predicted decode step; part 44) | speed-adjusted replay" in head
+    assert tpot.split(" | ")[6:8] == ["6.0%", "3.0%"]  # probe-conditioned, then the shaped probe's
 
 
 def test_development_matrix_knobs_are_plain_values():

@@ -29,10 +29,12 @@ the profile's price) on each target metric, and whether the latter is for / agai
 point): a MoE B's reading for part 37's rule (docs/validation.md).
 
 With ``--csv FILE`` (and ``--label``, ``--reading draw|run``) it appends those errors in ``glue_live.py``'s
-``--csv`` form, compare ``plain:probed``, for ``glue_live.py judge FILE``.
+``--csv`` form, compare ``plain:probed``, for ``glue_live.py judge FILE``. ``--compare probed:shaped`` reads
+the probe-conditioned prediction against the shaped probe's (``probe_shaped``: the whole model on the predicted
+run's own decode step, part 44) instead.
 
-Run: python experiments/validation/host_probes.py [--conditioned [--csv FILE --label NAME --reading draw|run]]
-     RUNS [RUNS ...]   (a ``--runs`` folder of run.py or moe.py, or any folder holding ``validation.json`` files)
+Run: python experiments/validation/host_probes.py [--conditioned [--compare plain:probed|probed:shaped]
+     [--csv FILE --label NAME --reading draw|run]] RUNS [RUNS ...]   (a ``--runs`` folder of run.py or moe.py, or any folder holding ``validation.json`` files)
 """
 
 from __future__ import annotations
@@ -187,36 +189,59 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 CONDITIONED = (SHOWN[0], "mean_ttft_ms", *SHOWN[1:])  # the targets, and the mean TTFT moe.py reports
 
 
-def conditioned_line(name: str, v: dict[str, Any]) -> str | None:
-    """One validation's plain and probe-conditioned errors, and the TPOT reading; None without the latter."""
-    pc = v.get("probe_conditioned")
+# --compare: (the base's key in validation.json, None for the plain prediction; the new one's)
+PAIRS = {"plain:probed": (None, "probe_conditioned"), "probed:shaped": ("probe_conditioned", "probe_shaped")}
+
+
+def errors_of(v: dict[str, Any], key: str | None) -> dict[str, float]:
+    """Per-metric errors of the plain prediction (``key`` None) or of ``v[key]`` ({}: not there)."""
+    rows = v.get("rows", []) if key is None else (v.get(key) or {}).get("rows", [])
+    return {r["metric"]: r["error"] for r in rows}
+
+
+def conditioned_line(name: str, v: dict[str, Any], compare: str = "plain:probed") -> str | None:
+    """One validation's errors of the two predictions ``compare`` names (by default the plain and the
+    probe-conditioned), and the TPOT reading; None without the second."""
+    base_key, new_key = PAIRS[compare]
+    pc = v.get(new_key)
     if not pc:
         return None
-    plain = {r["metric"]: r["error"] for r in v.get("rows", [])}
-    probed = {r["metric"]: r["error"] for r in pc.get("rows", [])}
+    plain, probed = errors_of(v, base_key), errors_of(v, new_key)
     cells = [f"{m} {plain[m]:+.3f} -> {probed[m]:+.3f}" for m in CONDITIONED if m in plain and m in probed]
     a, b = abs(plain.get("mean_tpot_ms", 0.0)), abs(probed.get("mean_tpot_ms", 0.0))
     reading = "level" if abs(a - b) <= LEVEL else "for" if b < a else "against"
-    return f"{name}: factor {pc['factor']:.3f}; " + ", ".join(cells) + f"; TPOT {reading}"
+    factors = " -> ".join(f"{(v.get(k) or {}).get('factor', 1.0):.3f}" for k in (base_key, new_key) if k)
+    step = f" (step {pc['step'][0]}@{pc['step'][1]})" if pc.get("step") else ""
+    return f"{name}: factor {factors}{step}; " + ", ".join(cells) + f"; TPOT {reading}"
 
 
 def fmt(x: float | None) -> str:
     return "    -" if x is None else f"{x:+.3f}"
 
 
-def write_csv(path: str, label: str, reading: str, profile: str, found: list[tuple[str, dict[str, Any]]]) -> int:
-    """Append one row per validation and metric in ``glue_live.py``'s ``--csv`` form (compare ``plain:probed``;
-    base = the plain prediction's error, new = the probe-conditioned one's), so ``glue_live.py judge`` applies
-    part 37's rule. ``reading``: ``draw`` (all of ``found`` one reading, ``label``) or ``run`` (each one)."""
+def write_csv(
+    path: str,
+    label: str,
+    reading: str,
+    profile: str,
+    found: list[tuple[str, dict[str, Any]]],
+    compare: str = "plain:probed",
+) -> int:
+    """Append one row per validation and metric in ``glue_live.py``'s ``--csv`` form (compare ``plain:probed``:
+    base = the plain prediction's error, new = the probe-conditioned one's, part 37's rule; ``probed:shaped``:
+    base = the probe-conditioned, new = the shaped probe's, part 44's), for ``glue_live.py judge``.
+    ``reading``: ``draw`` (all of ``found`` one reading, ``label``) or ``run`` (each one)."""
     from experiments.validation.replay_adjusted import COLUMNS
 
+    base_key, new_key = PAIRS[compare]
     out = []
     for name, v in found:
-        plain = {r["metric"]: r["error"] for r in v.get("rows", [])}
-        probed = {r["metric"]: r["error"] for r in (v.get("probe_conditioned") or {}).get("rows", [])}
+        plain, probed = errors_of(v, base_key), errors_of(v, new_key)
         key = label if reading == "draw" else f"{label}/{name}"
         out += [
-            ["plain:probed", key, profile, f"{label}/{name}", m, plain[m], probed[m]] for m in COLUMNS if m in probed
+            [compare, key, profile, f"{label}/{name}", m, plain[m], probed[m]]
+            for m in COLUMNS
+            if m in probed and m in plain
         ]
     fresh = not Path(path).exists()
     with open(path, "a", newline="") as f:
@@ -240,9 +265,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--reading", choices=("draw", "run"), default="draw", help="one reading per draw (RUNS folder) or per run"
     )
     ap.add_argument("--profile-name", default="profile", help="the profile column of --csv")
+    ap.add_argument(
+        "--compare",
+        choices=tuple(PAIRS),
+        default="plain:probed",
+        help="with --conditioned: the two predictions read (part 37: plain:probed; part 44: probed:shaped)",
+    )
     args = ap.parse_args(argv)
     if args.csv and not args.conditioned:
         ap.error("--csv: goes with --conditioned (it writes the plain and probe-conditioned errors)")
+    if args.compare != "plain:probed" and not args.conditioned:
+        ap.error("--compare: goes with --conditioned (it names the two predictions read)")
     return args
 
 
@@ -253,18 +286,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"RUNS: {missing[0]} is not a folder; give a --runs folder of run.py or moe.py", file=sys.stderr)
         return 2
     if args.conditioned:
+        base_key, new_key = PAIRS[args.compare]
         found = [
             (f.parent.name, v)
             for p in args.runs
             for f in sorted(Path(p).rglob("validation.json"))
-            if (v := json.loads(f.read_text())).get("probe_conditioned")
+            if (v := json.loads(f.read_text())).get(new_key) and (base_key is None or v.get(base_key))
         ]
         if not found:
-            print(f"RUNS: no probe-conditioned prediction under {', '.join(args.runs)}", file=sys.stderr)
+            print(f"RUNS: no {new_key.replace('_', ' ')} prediction under {', '.join(args.runs)}", file=sys.stderr)
             return 2
-        print("\n".join(line for name, v in found if (line := conditioned_line(name, v))))
+        print("\n".join(line for name, v in found if (line := conditioned_line(name, v, args.compare))))
         if args.csv:
-            n = write_csv(args.csv, args.label, args.reading, args.profile_name, found)
+            n = write_csv(args.csv, args.label, args.reading, args.profile_name, found, args.compare)
             print(f"{n} rows appended to {args.csv}")
         return 0
     rows = collect(args.runs)

@@ -35,6 +35,7 @@ RESCALED = (  # payload key, factor column, metric column suffix
     ("speed_adjusted", "speed_factor", "adjusted"),
     ("host_conditioned", "host_factor", "conditioned"),
     ("probe_conditioned", "probe_factor", "probed"),
+    ("probe_shaped", "shaped_factor", "shaped"),
 )
 
 
@@ -130,8 +131,8 @@ def target_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
     out = [
         f"| metric ({set_name}) | median \\|error\\| | median engine spread | target | met "
         "| host-conditioned (in-run sampler) | probe-conditioned (whole-model probe before each repeat) "
-        "| speed-adjusted replay (not a prediction) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| shaped probe (the predicted decode step; part 44) | speed-adjusted replay (not a prediction) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m, lim in TARGETS.items():
         e = _med([abs(r[f"{m}_error"]) for r in sel])
@@ -139,13 +140,14 @@ def target_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
         a = _med([abs(r[f"{m}_adjusted"]) for r in sel if r.get(f"{m}_adjusted", "") != ""])
         c = _med([abs(r[f"{m}_conditioned"]) for r in sel if r.get(f"{m}_conditioned", "") != ""])
         pr = _med([abs(r[f"{m}_probed"]) for r in sel if r.get(f"{m}_probed", "") != ""])
+        sh = _med([abs(r[f"{m}_shaped"]) for r in sel if r.get(f"{m}_shaped", "") != ""])
         if m == "pipeline_bubble_fraction":
-            cells = tuple("-" if v is None else f"{v:.3f} pts" for v in (e, sp, c, pr, a))
+            cells = tuple("-" if v is None else f"{v:.3f} pts" for v in (e, sp, c, pr, sh, a))
             cells = (cells[0], cells[1], f"{lim:.2f} pts", *cells[2:])
         else:
-            cells = (_pct(e), _pct(sp), f"{lim:.0%}", _pct(c), _pct(pr), _pct(a))
+            cells = (_pct(e), _pct(sp), f"{lim:.0%}", _pct(c), _pct(pr), _pct(sh), _pct(a))
         met = "-" if e is None else "yes" if e <= lim else "no"
-        out.append(f"| {m} | {cells[0]} | {cells[1]} | {cells[2]} | {met} | {cells[3]} | {cells[4]} | {cells[5]} |")
+        out.append(f"| {m} | {' | '.join(cells[:3])} | {met} | {' | '.join(cells[3:])} |")
     return out
 
 

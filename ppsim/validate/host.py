@@ -144,6 +144,7 @@ class HostReading:
     core_share: float  # smallest CPU / wall over the probes (1.0: each probe had a core to itself)
     stage_probe_s: float | None = None  # the engine's own step, CPU s (engine/probe.py); None: not read
     model_probe_s: float | None = None  # the validated model's whole step, CPU s (engine/probe.py::model_probe)
+    shaped_probe_s: float | None = None  # the same model at the predicted run's decode step (HostGuard.shaped_step)
 
 
 def cpu_probe(processes: int | None = None) -> tuple[float, float]:
@@ -173,11 +174,13 @@ def read_host(
     loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
     stage_probe: Callable[[], float] | None = None,
     model_probe: Callable[[], float] | None = None,
+    shaped_probe: Callable[[], float] | None = None,
 ) -> HostReading:
     wall, share = probe()
     step = float(stage_probe()) if stage_probe is not None else None
     whole = float(model_probe()) if model_probe is not None else None
-    return HostReading(when, float(loadavg()[0]), float(wall), float(share), step, whole)
+    shaped = float(shaped_probe()) if shaped_probe is not None else None
+    return HostReading(when, float(loadavg()[0]), float(wall), float(share), step, whole, shaped)
 
 
 @dataclass
@@ -196,6 +199,9 @@ class HostGuard:
     model_probe: Callable[[], float] | None = None  # the validated model's whole step (engine/probe.py), if read
     model_reference_s: float | None = None  # it at calibration (meta.json host_model_probe_s, same kind)
     model_price_s: float | None = None  # what the profile charges for its step (engine/probe.py::model_price)
+    shaped_probe: Callable[[], float] | None = None  # the whole model at the predicted run's decode step, if read
+    shaped_step: tuple[int, int] | None = None  # that step: (requests, context tokens)
+    shaped_price_s: float | None = None  # what the profile charges for it
     sampler: Callable[[], Any] | None = None  # makes an in-run sampler (engine/host_sampler.py), if read
     sampler_reference_s: float | None = None  # its mean through calibration (meta.json host_sampler_s)
     sampled_s: list[float] = field(default_factory=list)  # its mean through each engine repeat
@@ -230,7 +236,9 @@ class HostGuard:
         """Take one reading; in ``refuse`` mode raise at once if the host is already off."""
         if self.mode == "off":
             return
-        self.readings.append(read_host(when, self.probe, self.loadavg, self.stage_probe, self.model_probe))
+        self.readings.append(
+            read_host(when, self.probe, self.loadavg, self.stage_probe, self.model_probe, self.shaped_probe)
+        )
         problem = self.problem()
         if problem and self.mode == "refuse":
             raise PPSimError(
@@ -286,6 +294,12 @@ class HostGuard:
         1.10 = the host ran this model 10% slower than its profile charges just before the runs. None: not
         read or not priced."""
         vs = _vs([r.model_probe_s for r in self.readings if r.when.startswith("before")], self.model_price_s)
+        return None if vs is None else 1.0 + vs
+
+    def shaped_factor(self) -> float | None:
+        """:meth:`probe_factor` of the shaped probe: the whole model at the predicted run's own decode step
+        (``shaped_step``) read before the repeats over the profile's price of that step. None: not read."""
+        vs = _vs([r.shaped_probe_s for r in self.readings if r.when.startswith("before")], self.shaped_price_s)
         return None if vs is None else 1.0 + vs
 
     def problem(self) -> str | None:
@@ -347,6 +361,9 @@ class HostGuard:
             "model_price_s": self.model_price_s,
             "model_vs_price": self.model_vs_price(),
             "probe_factor": self.probe_factor(),
+            "shaped_step": list(self.shaped_step) if self.shaped_step else None,
+            "shaped_price_s": self.shaped_price_s,
+            "shaped_factor": self.shaped_factor(),
             "sampler_reference_s": self.sampler_reference_s,
             "sampler_s": list(self.sampled_s),
             "sampler_ratio": self.sampler_ratio(),

@@ -187,6 +187,7 @@ def finish_validation(
         "speed_adjusted": speed_adjusted(prep, steps, [r.summary for r in runs]),
         "host_conditioned": host_conditioned(prep, host, [r.summary for r in runs]),
         "probe_conditioned": probe_conditioned(prep, host, [r.summary for r in runs]),
+        "probe_shaped": probe_shaped(prep, host, [r.summary for r in runs]),
         "depth_factor": depth_factor_of(prep.cost),
         "level_factor": level_factor_of(prep.cost),
         "corun_factor": corun_factor_of(prep.cost),
@@ -251,6 +252,34 @@ def probe_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) 
     return at_speed(prep, factor, engine)
 
 
+def probe_shaped(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """:func:`probe_conditioned` with the shaped probe: the whole model timed on the predicted run's own
+    decode step (``host.shaped_step``, from :func:`shaped_step`) instead of the fixed 4 requests at 134
+    tokens, over the profile's price of that step (:meth:`HostGuard.shaped_factor`); ``step`` beside the
+    factor. None when not read (docs/validation.md part 44)."""
+    factor = host.shaped_factor()
+    if factor is None or host.shaped_step is None:
+        return None
+    return {"step": list(host.shaped_step), **at_speed(prep, factor, engine)}
+
+
+def shaped_step(s: Scenario) -> tuple[int, int] | None:
+    """The predicted run's own decode step, before any engine run: the plain prediction of ``s`` (its KV pool
+    as :func:`ppsim.deployment.prepare` sizes it) gives (the median decode requests of the first stage's
+    computes that decode, the mean context of a decode: each request's prompt plus half its output, weighted
+    by its output). None when nothing decodes."""
+    import statistics
+
+    res = simulate(prepare(s))
+    decodes = [o.num_decode_tokens for o in res.ops if o.kind == "compute" and o.track == "stage0"]
+    decodes = [d for d in decodes if d > 0]
+    weight = sum(r.output_tokens for r in res.requests)
+    if not decodes or weight <= 0:
+        return None
+    ctx = sum(r.output_tokens * (r.input_tokens + r.output_tokens / 2) for r in res.requests) / weight
+    return int(statistics.median_low(decodes)), max(1, round(ctx))
+
+
 def at_speed(prep: Any, factor: float, engine: list[dict[str, Any]]) -> dict[str, Any]:
     """The simulator with every stage compute scaled by ``factor``, compared with the engine runs: ``factor``,
     rows and verdict (the replay and the host- and probe-conditioned predictions differ only in the factor)."""
@@ -275,12 +304,14 @@ def replay_with(prep: Any, cost: Any, engine: list[dict[str, Any]]) -> dict[str,
 
 def model_probe_of(s: Scenario, host: HostGuard) -> None:
     """The whole-model probe of ``s``'s model (unless one is given, or the model is too big to build), with
-    what the profile charges for its step and the profile's own reading of it (same kind only)."""
+    what the profile charges for its step and the profile's own reading of it (same kind only); where it builds
+    that probe, the shaped probe beside it (:func:`shaped_step`, part 44)."""
     from engine.probe import model_price, model_probe, model_probe_fits, model_probe_kind
     from ppsim.models.shape import load_model
 
     shape = load_model(s.model)
-    if host.model_probe is None and model_probe_fits(shape):
+    built = host.model_probe is None and model_probe_fits(shape)
+    if built:
         host.model_probe = lambda: model_probe(shape)
     if host.model_probe is None:
         return
@@ -289,6 +320,12 @@ def model_probe_of(s: Scenario, host: HostGuard) -> None:
     host.model_reference_s = _positive(meta.get("host_model_probe_s")) if same else None
     if host.model_price_s is None:
         host.model_price_s = _positive(model_price(s.cost.profile_dir or "", shape))
+    if built and host.shaped_probe is None:  # part 44: the probe at the run's own step
+        host.shaped_step = shaped_step(s)
+        if host.shaped_step is not None:
+            batch, ctx = host.shaped_step
+            host.shaped_probe = lambda: model_probe(shape, batch=batch, ctx=ctx)
+            host.shaped_price_s = _positive(model_price(s.cost.profile_dir or "", shape, batch, ctx))
 
 
 def calibration_meta(profile_dir: str | None) -> dict[str, Any]:
@@ -379,6 +416,16 @@ def format_report(payload: dict[str, Any]) -> str:
                 f"probe-conditioned prediction (the whole-model probe before each repeat ran its step at "
                 f"x{pc['factor']:.3f} the profile's price; no engine figure used)",
                 pc,
+            )
+        )
+    ps = payload.get("probe_shaped")
+    if ps:
+        reqs, ctx = ps["step"]
+        lines.append(
+            rescaled_line(
+                f"shaped-probe prediction (the whole model on the predicted decode step, {reqs} requests at {ctx} "
+                f"tokens, before each repeat: x{ps['factor']:.3f} the profile's price; no engine figure used)",
+                ps,
             )
         )
     if payload.get("path"):
