@@ -7,6 +7,7 @@ import csv
 import pytest
 
 from experiments.validation import probe_gates
+from experiments.validation.tables import TARGETS
 
 
 def _row(plain, probed, factor):
@@ -24,15 +25,19 @@ def test_a_gate_s_error_lies_on_the_line_through_the_plain_and_probed_errors():
     assert g["soft0.03"](1.10) == pytest.approx(1.07) and g["soft0.03"](0.90) == pytest.approx(0.93)
 
 
-def test_the_table_reads_each_draw_s_median_and_counts_the_target(tmp_path, monkeypatch):
-    fields = ["set", "mean_tpot_ms_error", "mean_tpot_ms_probed", "probe_factor"]
+def test_the_table_reads_each_draw_s_median_and_counts_the_target(tmp_path):
+    def full(row):  # every column tally.py reads: the other targets' errors 0
+        cells = {f"{m}_{s}": "0" for m in TARGETS for s in ("error", "adjusted", "probed")}
+        return {**cells, **row}
+
     for name, rows in {
         "results-seed70.csv": [_row("-0.10", "0.00", "1.10"), _row("-0.08", "-0.02", "1.06")],
         "results-dense-1024-seed91.csv": [_row("0.02", "-0.06", "1.08"), {**_row("0.5", "0.5", "1"), "set": "dev"}],
         "results-seed69.csv": [{**_row("-0.2", "", ""), "probe_factor": ""}],  # before the probe: not read
     }.items():
+        rows = [full(r) for r in rows]
         with (tmp_path / name).open("w", newline="") as f:
-            w = csv.DictWriter(f, fields)
+            w = csv.DictWriter(f, list(rows[0]))
             w.writeheader()
             w.writerows(rows)
     found = probe_gates.draws(tmp_path)

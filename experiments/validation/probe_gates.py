@@ -16,8 +16,6 @@ Run: python experiments/validation/probe_gates.py [--metric mean_tpot_ms]
 
 from __future__ import annotations
 
-import csv
-import re
 import statistics
 import sys
 from collections.abc import Callable
@@ -25,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from experiments.validation import tally  # noqa: E402
 from experiments.validation.tables import TARGETS  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 
 HERE = Path(__file__).parent
-DRAW = re.compile(r"results-(dense-1024-)?seed(\d+)\.csv$")
 
 
 def _shrink(w: float) -> Callable[[float], float]:
@@ -61,17 +59,8 @@ def error_at(row: dict[str, str], g: float, metric: str) -> float:
 
 
 def draws(folder: Path = HERE) -> dict[tuple[str, int], list[dict[str, str]]]:
-    """Held-out rows that read the probe, per (model, seed)."""
-    out: dict[tuple[str, int], list[dict[str, str]]] = {}
-    for path in sorted(folder.glob("results-*seed*.csv")):
-        m = DRAW.search(path.name)
-        if not m:
-            continue
-        with path.open() as f:
-            rows = [r for r in csv.DictReader(f) if r["set"] == "held-out" and r.get("probe_factor") not in (None, "")]
-        if rows:
-            out[("dense-1024" if m.group(1) else "tiny", int(m.group(2)))] = rows
-    return out
+    """Held-out rows of every committed draw since seed 30 (``tally.draws``) that read the probe, per (model, seed)."""
+    return {(d.model, d.seed): list(d.rows) for d in tally.draws(folder, 30) if d.probed is not None}
 
 
 def table(found: dict[tuple[str, int], list[dict[str, str]]], metric: str) -> list[str]:
