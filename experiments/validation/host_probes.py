@@ -7,7 +7,8 @@ decode step at its whole footprint. Each against its reading at calibration is a
 slower now). The repeat's own slow-down is its step level: the engine's stage computes against the
 profile's prediction for the same plans (``step_cost.by_run``: ``1 / (1 + median error) - 1``, thread CPU
 time as calibration times). ``price``: the whole-model probe against what the run's profile charges for
-that step (``host.model_price_s``, or priced here from the profile for a run from before it). Per
+that step (``host.model_price_s``, or priced here from the profile for a run from before it); ``shaped``: the
+same model on the predicted run's own decode step against the price of that step (part 44). Per
 repeat, a probe's reading is the mean of the one before and the one after it. Two more columns read what a
 user has before the runs, both against the price: ``before``, the whole-model probe read just before this
 repeat alone, and ``drawn``, the mean of those readings over all the validation's repeats (what the
@@ -34,7 +35,8 @@ the probe-conditioned prediction against the shaped probe's (``probe_shaped``: t
 run's own decode step, part 44) instead.
 
 Run: python experiments/validation/host_probes.py [--conditioned [--compare plain:probed|probed:shaped]
-     [--csv FILE --label NAME --reading draw|run]] RUNS [RUNS ...]   (a ``--runs`` folder of run.py or moe.py, or any folder holding ``validation.json`` files)
+     [--csv FILE --label NAME --reading draw|run]] RUNS [RUNS ...]
+     (a ``--runs`` folder of run.py or moe.py, or any folder holding ``validation.json`` files)
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ PROBES = (  # (column, reading's key, reference's key in validation.json host)
     ("stage", "stage_probe_s", "stage_reference_s"),
     ("model", "model_probe_s", "model_reference_s"),
     ("price", "model_probe_s", "model_price_s"),
+    ("shaped", "shaped_probe_s", "shaped_price_s"),  # part 44: the model on the run's own decode step, over its price
 )
 BEFORE = ("before", "drawn")  # the whole-model probe before this repeat / before every repeat, over the price
 COLUMNS = (*(c for c, _, _ in PROBES), *BEFORE)
@@ -312,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print("\n".join(lines) + "\n" + ", ".join(f"{k} {v}" for k, v in counts.items()))
         return 0
-    print("scenario                                  rep   level    cpu  stage  model  price before  drawn")
+    print("scenario                                  rep   level    cpu  stage  model  price shaped before  drawn")
     for r in rows:
         probes = " ".join(fmt(r[c]) for c in ("level", *COLUMNS))
         print(f"{r['scenario'][:40]:40s} {r['repeat']:4d} {probes}")
