@@ -102,21 +102,19 @@ def test_validate_tiny_end_to_end(ppsim_cli, tmp_path):
     assert hc["factor"] == pytest.approx(sum(h["sampler_s"]) / 2 / 0.0004) == pytest.approx(h["sampler_ratio"])
     assert [r["metric"] for r in hc["rows"]] == [r["metric"] for r in v["rows"]]
     assert "host-conditioned prediction (the in-run sampler read the host at x" in r.stdout
-    # the whole-model probe before each repeat over the profile's price of its step: the probe-conditioned one
-    pc = v["probe_conditioned"]
-    before = [x["model_probe_s"] for x in h["readings"] if x["when"].startswith("before")]
-    assert len(before) == 2 and pc["factor"] == pytest.approx(sum(before) / 2 / h["model_price_s"])
-    assert [r["metric"] for r in pc["rows"]] == [r["metric"] for r in v["rows"]]
-    assert "probe-conditioned prediction (the whole-model probe before each repeat ran its step at x" in r.stdout
-    # part 44: the same at the predicted run's own decode step, priced by the profile for that step
-    ps, (reqs, ctx) = v["probe_shaped"], h["shaped_step"]
+    # the probe-conditioned prediction (part 44): the whole model on the predicted run's own decode step before each
+    # repeat, over the profile's price of that step; the fixed probe's (4 requests at 134 tokens) beside it
+    pc, (reqs, ctx) = v["probe_conditioned"], h["shaped_step"]
     shaped = [x["shaped_probe_s"] for x in h["readings"] if x["when"].startswith("before")]
-    assert ps["step"] == [reqs, ctx] and reqs >= 1 and ctx >= 1 and h["shaped_price_s"] > 0
-    assert ps["factor"] == pytest.approx(sum(shaped) / 2 / h["shaped_price_s"]) == pytest.approx(h["shaped_factor"])
-    assert [r["metric"] for r in ps["rows"]] == [r["metric"] for r in v["rows"]]
-    assert (
-        f"shaped-probe prediction (the whole model on the predicted decode step, {reqs} requests at {ctx}" in r.stdout
-    )
+    assert pc["probe"] == "shaped" and pc["step"] == [reqs, ctx] and reqs >= 1 and ctx >= 1
+    assert pc["factor"] == pytest.approx(sum(shaped) / 2 / h["shaped_price_s"]) == pytest.approx(h["shaped_factor"])
+    assert [r["metric"] for r in pc["rows"]] == [r["metric"] for r in v["rows"]]
+    on = f"probe-conditioned prediction (the whole-model probe before each repeat ran the predicted decode step, {reqs}"
+    assert on in r.stdout
+    pf = v["probe_fixed"]
+    before = [x["model_probe_s"] for x in h["readings"] if x["when"].startswith("before")]
+    assert len(before) == 2 and pf["factor"] == pytest.approx(sum(before) / 2 / h["model_price_s"])
+    assert pf["factor"] == pytest.approx(h["probe_factor"]) and "fixed-probe prediction (4 requests at 134" in r.stdout
     assert (out / "latency_cdf.png").stat().st_size > 1000
     trace = json.loads((out / "trace_combined.json").read_text())
     assert {e["pid"] for e in trace["traceEvents"]} == {0, 1}

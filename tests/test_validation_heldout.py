@@ -123,8 +123,14 @@ def test_the_shaped_probe_s_prediction_has_its_own_column():
     md = results_md([row], ["# t"])
     head = next(x for x in md.splitlines() if x.startswith("| metric (held-out)"))
     tpot = next(x for x in md.splitlines() if x.startswith("| mean_tpot_ms |"))
-    assert "| shaped probe (the predicted decode step; part 44) | speed-adjusted replay" in head
+    assert "| the other probe (part 44: on its trial the shaped one, since the fixed one) | speed-adjusted" in head
     assert tpot.split(" | ")[6:8] == ["6.0%", "3.0%"]  # probe-conditioned, then the shaped probe's
+    del p["probe_shaped"]  # since part 44's adoption: probe_conditioned is the shaped probe's, the fixed one beside
+    p["probe_fixed"] = {"factor": 1.3, "rows": [{**r, "error": r["error"] / 20} for r in p["rows"]]}
+    row = result_row("held-out", "h1", {"policy": "vllm-sync", "pp": 2}, p)
+    assert row["fixed_factor"] == 1.3 and row["mean_tpot_ms_shaped"] == "" and row["mean_tpot_ms_fixed"] == -0.015
+    tpot = next(x for x in results_md([row], ["# t"]).splitlines() if x.startswith("| mean_tpot_ms |"))
+    assert tpot.split(" | ")[6:8] == ["6.0%", "1.5%"]
 
 
 def test_development_matrix_knobs_are_plain_values():

@@ -193,7 +193,11 @@ CONDITIONED = (SHOWN[0], "mean_ttft_ms", *SHOWN[1:])  # the targets, and the mea
 
 
 # --compare: (the base's key in validation.json, None for the plain prediction; the new one's)
-PAIRS = {"plain:probed": (None, "probe_conditioned"), "probed:shaped": ("probe_conditioned", "probe_shaped")}
+PAIRS = {
+    "plain:probed": (None, "probe_conditioned"),
+    "probed:shaped": ("probe_conditioned", "probe_shaped"),  # part 44's trial: probe_conditioned the fixed probe's
+    "fixed:probed": ("probe_fixed", "probe_conditioned"),  # since its adoption: probe_conditioned the shaped probe's
+}
 
 
 def errors_of(v: dict[str, Any], key: str | None) -> dict[str, float]:
@@ -272,7 +276,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--compare",
         choices=tuple(PAIRS),
         default="plain:probed",
-        help="with --conditioned: the two predictions read (part 37: plain:probed; part 44: probed:shaped)",
+        help="with --conditioned: the two predictions read (part 37: plain:probed; part 44: probed:shaped on its "
+        "trial's runs, fixed:probed since)",
     )
     args = ap.parse_args(argv)
     if args.csv and not args.conditioned:

@@ -35,7 +35,8 @@ RESCALED = (  # payload key, factor column, metric column suffix
     ("speed_adjusted", "speed_factor", "adjusted"),
     ("host_conditioned", "host_factor", "conditioned"),
     ("probe_conditioned", "probe_factor", "probed"),
-    ("probe_shaped", "shaped_factor", "shaped"),
+    ("probe_shaped", "shaped_factor", "shaped"),  # part 44's trial (the draws of 2026-12-07's thirty-second session)
+    ("probe_fixed", "fixed_factor", "fixed"),  # since part 44's adoption: the fixed probe's, beside
 )
 
 
@@ -131,7 +132,8 @@ def target_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
     out = [
         f"| metric ({set_name}) | median \\|error\\| | median engine spread | target | met "
         "| host-conditioned (in-run sampler) | probe-conditioned (whole-model probe before each repeat) "
-        "| shaped probe (the predicted decode step; part 44) | speed-adjusted replay (not a prediction) |",
+        "| the other probe (part 44: on its trial the shaped one, since the fixed one) "
+        "| speed-adjusted replay (not a prediction) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for m, lim in TARGETS.items():
@@ -140,7 +142,8 @@ def target_table(rows: list[dict[str, Any]], set_name: str) -> list[str]:
         a = _med([abs(r[f"{m}_adjusted"]) for r in sel if r.get(f"{m}_adjusted", "") != ""])
         c = _med([abs(r[f"{m}_conditioned"]) for r in sel if r.get(f"{m}_conditioned", "") != ""])
         pr = _med([abs(r[f"{m}_probed"]) for r in sel if r.get(f"{m}_probed", "") != ""])
-        sh = _med([abs(r[f"{m}_shaped"]) for r in sel if r.get(f"{m}_shaped", "") != ""])
+        other = [r.get(f"{m}_shaped", "") if r.get(f"{m}_shaped", "") != "" else r.get(f"{m}_fixed", "") for r in sel]
+        sh = _med([abs(float(x)) for x in other if x != ""])
         if m == "pipeline_bubble_fraction":
             cells = tuple("-" if v is None else f"{v:.3f} pts" for v in (e, sp, c, pr, sh, a))
             cells = (cells[0], cells[1], f"{lim:.2f} pts", *cells[2:])

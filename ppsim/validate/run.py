@@ -187,7 +187,7 @@ def finish_validation(
         "speed_adjusted": speed_adjusted(prep, steps, [r.summary for r in runs]),
         "host_conditioned": host_conditioned(prep, host, [r.summary for r in runs]),
         "probe_conditioned": probe_conditioned(prep, host, [r.summary for r in runs]),
-        "probe_shaped": probe_shaped(prep, host, [r.summary for r in runs]),
+        "probe_fixed": probe_fixed(prep, host, [r.summary for r in runs]),
         "depth_factor": depth_factor_of(prep.cost),
         "level_factor": level_factor_of(prep.cost),
         "corun_factor": corun_factor_of(prep.cost),
@@ -243,24 +243,27 @@ def host_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -
 def probe_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The prediction at the host's speed on this model as the whole-model probe read it just before each
     repeat: every stage compute scaled by ``factor`` = the mean of those readings over the profile's price
-    of the probe's step (:meth:`HostGuard.probe_factor`). What a user can do before a run (probe the host
-    on the model, then predict): no engine figure and nothing read after a run starts. None when the probe
-    was not read or not priced."""
+    of the probe's step. The probe is the model on the predicted run's own decode step
+    (``host.shaped_step``, :func:`shaped_step`; :meth:`HostGuard.shaped_factor`; ``probe`` "shaped",
+    ``step`` [requests, context]; adopted by docs/validation.md part 44), else the fixed 4 requests at 134
+    tokens (:meth:`HostGuard.probe_factor`; ``probe`` "fixed"). What a user can do before a run (probe the
+    host on the model, then predict): no engine figure and nothing read after a run starts. None when no
+    probe was read or priced."""
+    shaped = host.shaped_factor() if host.shaped_step is not None else None
+    if shaped is not None:
+        return {"probe": "shaped", "step": list(host.shaped_step or ()), **at_speed(prep, shaped, engine)}
     factor = host.probe_factor()
-    if factor is None:
+    return None if factor is None else {"probe": "fixed", **at_speed(prep, factor, engine)}
+
+
+def probe_fixed(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The prediction scaled by the fixed probe (4 requests at 134 tokens, :meth:`HostGuard.probe_factor`)
+    where :func:`probe_conditioned` read the shaped one: the prediction part 37 adopted, kept beside as a
+    diagnostic (part 44). None otherwise."""
+    factor = host.probe_factor()
+    if factor is None or host.shaped_factor() is None or host.shaped_step is None:
         return None
     return at_speed(prep, factor, engine)
-
-
-def probe_shaped(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """:func:`probe_conditioned` with the shaped probe: the whole model timed on the predicted run's own
-    decode step (``host.shaped_step``, from :func:`shaped_step`) instead of the fixed 4 requests at 134
-    tokens, over the profile's price of that step (:meth:`HostGuard.shaped_factor`); ``step`` beside the
-    factor. None when not read (docs/validation.md part 44)."""
-    factor = host.shaped_factor()
-    if factor is None or host.shaped_step is None:
-        return None
-    return {"step": list(host.shaped_step), **at_speed(prep, factor, engine)}
 
 
 def shaped_step(s: Scenario) -> tuple[int, int] | None:
@@ -411,21 +414,23 @@ def format_report(payload: dict[str, Any]) -> str:
         )
     pc = payload.get("probe_conditioned")
     if pc:
+        on = "its step"
+        if pc.get("probe") == "shaped":
+            on = f"the predicted decode step, {pc['step'][0]} requests at {pc['step'][1]} tokens,"
         lines.append(
             rescaled_line(
-                f"probe-conditioned prediction (the whole-model probe before each repeat ran its step at "
+                f"probe-conditioned prediction (the whole-model probe before each repeat ran {on} at "
                 f"x{pc['factor']:.3f} the profile's price; no engine figure used)",
                 pc,
             )
         )
-    ps = payload.get("probe_shaped")
-    if ps:
-        reqs, ctx = ps["step"]
+    pf = payload.get("probe_fixed")
+    if pf:
         lines.append(
             rescaled_line(
-                f"shaped-probe prediction (the whole model on the predicted decode step, {reqs} requests at {ctx} "
-                f"tokens, before each repeat: x{ps['factor']:.3f} the profile's price; no engine figure used)",
-                ps,
+                f"fixed-probe prediction (4 requests at 134 tokens before each repeat: x{pf['factor']:.3f} the "
+                "profile's price; part 37's, a diagnostic)",
+                pf,
             )
         )
     if payload.get("path"):
