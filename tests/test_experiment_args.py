@@ -968,8 +968,10 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("whole_readings", "for 6, against 2, level 2; other targets worse: none: adopted"),
         # (b): tiny 67, dense-1024 89, MoE round 77, calibrated with it: kept
         ("whole_readings_after", "for 3, against 0, level 2; other targets worse: none: adopted"),
-        # part 37: the probe-conditioned prediction against the plain one, tiny 70-85, dense-1024 91-103, MoE 79-97
-        ("probe_conditioned_readings", "for 54, against 22, level 10; other targets worse: none: adopted"),
+        # part 37: the probe-conditioned prediction against the plain one, tiny 70-88, dense-1024 91-105, MoE 79-100
+        ("probe_conditioned_readings", "for 61, against 28, level 11; other targets worse: none: adopted"),
+        # part 44: the shaped probe against the fixed one, tiny 86-88, dense-1024 104-105, MoE rounds 98-100
+        ("shaped_probe_readings", "for 10, against 3, level 1; other targets worse: none: adopted"),
         # part 40: the control path at two stages, tiny 76-77, dense-1024 95, MoE round 87 (the replay judged)
         ("multi_readings", "for 0, against 1, level 5; other targets worse: none: not adopted"),
         ("multi_readings_plain", "for 0, against 1, level 5; other targets worse: none: not adopted"),
