@@ -293,13 +293,16 @@ class HostGuard:
         """The whole-model probe read before the repeats (``before i``) over the profile's price of its step:
         1.10 = the host ran this model 10% slower than its profile charges just before the runs. None: not
         read or not priced."""
-        vs = _vs([r.model_probe_s for r in self.readings if r.when.startswith("before")], self.model_price_s)
-        return None if vs is None else 1.0 + vs
+        return self._before_over("model_probe_s", self.model_price_s)
 
     def shaped_factor(self) -> float | None:
         """:meth:`probe_factor` of the shaped probe: the whole model at the predicted run's own decode step
         (``shaped_step``) read before the repeats over the profile's price of that step. None: not read."""
-        vs = _vs([r.shaped_probe_s for r in self.readings if r.when.startswith("before")], self.shaped_price_s)
+        return None if self.shaped_step is None else self._before_over("shaped_probe_s", self.shaped_price_s)
+
+    def _before_over(self, key: str, price: float | None) -> float | None:
+        """The mean of the readings ``key`` taken before the repeats over ``price`` (None: none, or no price)."""
+        vs = _vs([getattr(r, key) for r in self.readings if r.when.startswith("before")], price)
         return None if vs is None else 1.0 + vs
 
     def problem(self) -> str | None:

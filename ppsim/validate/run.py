@@ -249,9 +249,9 @@ def probe_conditioned(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) 
     tokens (:meth:`HostGuard.probe_factor`; ``probe`` "fixed"). What a user can do before a run (probe the
     host on the model, then predict): no engine figure and nothing read after a run starts. None when no
     probe was read or priced."""
-    shaped = host.shaped_factor() if host.shaped_step is not None else None
-    if shaped is not None:
-        return {"probe": "shaped", "step": list(host.shaped_step or ()), **at_speed(prep, shaped, engine)}
+    shaped = host.shaped_factor()
+    if shaped is not None and host.shaped_step is not None:
+        return {"probe": "shaped", "step": list(host.shaped_step), **at_speed(prep, shaped, engine)}
     factor = host.probe_factor()
     return None if factor is None else {"probe": "fixed", **at_speed(prep, factor, engine)}
 
@@ -261,7 +261,7 @@ def probe_fixed(prep: Any, host: HostGuard, engine: list[dict[str, Any]]) -> dic
     where :func:`probe_conditioned` read the shaped one: the prediction part 37 adopted, kept beside as a
     diagnostic (part 44). None otherwise."""
     factor = host.probe_factor()
-    if factor is None or host.shaped_factor() is None or host.shaped_step is None:
+    if factor is None or host.shaped_factor() is None:
         return None
     return at_speed(prep, factor, engine)
 
