@@ -737,6 +737,37 @@ def whole_model_steps(live: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in live if r["split"] == "live1"]
 
 
+DECODE_BINS = ((1, 1), (2, 3), (4, 7), (8, 12), (13, 20), (21, 64), (65, 1 << 20))  # fit_decode_batch's bins
+DECODE_BIN_MIN_STEPS = 3  # a bin with fewer decode steps timed alone is left out
+
+
+def fit_decode_batch(
+    fits: dict[str, OpFit], meta: dict[str, Any], shape: ModelShape, rows: list[dict[str, Any]]
+) -> OpFit | None:
+    """``decode_batch``: calibration's live decode-only steps timed alone (both depths' stages, ``alone_s``) over the
+    stage model ``fits`` prices them at, the median per bin of requests (:data:`DECODE_BINS`, at the bin's median
+    request count; ``interp`` over requests, held beyond the ends). A glue linear in tokens and requests prices the
+    one-request decode 5-19% over these same steps on every calibration read (docs/validation.md part 45); the
+    profiled cost multiplies a decode-only stage compute by this where the profile charges it. None with fewer than
+    two bins."""
+    cost = ProfiledCost(Profile(meta, {k: v for k, v in fits.items() if k != "decode_batch"}), shape, None, 1)
+    by: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for r in timed_alone(rows):
+        plan = plan_of(r["items"])
+        if plan.is_empty or plan.num_prefill_tokens:
+            continue
+        pred = cost.stage_time(stage_spec(r), plan)
+        n = len(plan.items)
+        if pred > 0:
+            by.setdefault(next(b for b in DECODE_BINS if b[0] <= n <= b[1]), []).append((n, float(r["alone_s"]) / pred))
+    kept = [v for b, v in sorted(by.items()) if len(v) >= DECODE_BIN_MIN_STEPS]
+    if len(kept) < 2:
+        return None
+    xs = [float(np.median([n for n, _ in v])) for v in kept]
+    ys = [float(np.median([q for _, q in v])) for v in kept]
+    return OpFit("decode_batch", "interp", "reqs", {"xs": xs, "ys": ys})
+
+
 LAST_LIVE_MIN_PAIRS = 5  # fit_last_live: at least this many two-stage steps timed alone at both stages
 LAST_LIVE_NOTE = (
     "live engine's last stage over its first, measured minus priced, seconds a step (calibration's two-stage steps "
@@ -1049,6 +1080,7 @@ def analyse_and_write(
     glue_whole: bool = True,
     path_multi: bool = False,
     last_live: bool = False,
+    decode_batch: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -1089,7 +1121,9 @@ def analyse_and_write(
     the host's caches each step, as in a live pipeline whose stages share the host; off, the live steps of every
     depth, as before. ``path_multi``: :func:`fit_all`'s (part 40). ``last_live`` (part 42): fits ``last_live``, the
     live last stage's excess over its priced ends from calibration's two-stage steps timed alone
-    (:func:`fit_last_live`), which the profiled cost charges at PP > 1 (``ProfiledCost._stage_parts``)."""
+    (:func:`fit_last_live`), which the profiled cost charges at PP > 1 (``ProfiledCost._stage_parts``).
+    ``decode_batch`` (part 45): charges :func:`fit_decode_batch`, the live decodes timed alone over the stage model by
+    requests (recorded in ``meta.json`` ``decode_batch`` either way)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx, ring_lad, ring_own_schedule, path_multi)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -1126,6 +1160,11 @@ def analyse_and_write(
     shift = fit_last_live(fits, meta, shape, rows) if last_live else None
     if shift is not None:  # charged by ProfiledCost at PP > 1 (its stages' shares of it sum to 0 at every depth)
         fits["last_live"] = OpFit("last_live", "linear", "", {"c0": shift, "c1": 0.0})
+    batch = fit_decode_batch(fits, meta, shape, rows)
+    if batch is not None:
+        meta["decode_batch"] = batch.coef  # recorded (part 45), charged only with ``decode_batch``
+        if decode_batch:
+            fits["decode_batch"] = batch
     idle = fit_idle([r for r in rows if r["split"] in ("idle", "idle_paired")], stat)
     if idle is not None:
         fits["stage_idle"] = idle

@@ -1075,3 +1075,75 @@ def test_analyse_and_write_fits_last_live_only_when_asked(tmp_path):
     assert "last_live" not in read_profile(tmp_path / "default").fits
     got = read_profile(tmp_path / "last").fits["last_live"]
     assert got.coef["c0"] == pytest.approx(200e-6, rel=0.05)  # priced with the glue fitted from these rows
+
+
+def _live_decodes(cost: ProfiledCost, ratio: dict[int, float], each: int = 3) -> list[dict]:
+    """Calibration's live decode steps timed alone (``live1``, the whole of ``tiny``), ``each`` per request count,
+    each at ``ratio[n]`` of what ``cost`` prices it; and one live prefill step, which the fit leaves out."""
+    from calibration.calibrate import plan_of
+
+    whole = StageSpec(0, 0, 8, True, True)
+    rows = []
+    for n, q in ratio.items():
+        items = ";".join(["99:1"] * n)
+        t = cost.stage_time(whole, plan_of(items))
+        row = {"op": "stage_full", "split": "live1", "items": items, "layers": 8, "gap_s": 0.0}
+        rows += [{**row, "median_s": t * q, "alone_s": t * q}] * each
+    row = {"op": "stage_full", "split": "live1", "items": "0:64", "layers": 8, "gap_s": 0.0}
+    t = 1.5 * cost.stage_time(whole, plan_of("0:64"))
+    rows.append({**row, "median_s": t, "alone_s": t})
+    return rows
+
+
+def test_fit_decode_batch_is_the_live_decodes_timed_alone_over_the_stage_model_by_requests():
+    """Part 45: per bin of requests (1, 2-3, 4-7, ...) the median of the live decode steps timed alone over their
+    price, at the bin's median request count; prefill steps and bins of fewer than three steps left out; None with
+    fewer than two bins."""
+    from calibration.calibrate import fit_decode_batch
+
+    fits = {**base_fits(), **{k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}}
+    cost = ProfiledCost(Profile({}, fits), SHAPE, None, 1)
+    got = fit_decode_batch(fits, {}, SHAPE, _live_decodes(cost, {1: 0.9, 5: 1.1, 16: 1.0}))
+    assert got.name == "decode_batch" and got.x == "reqs"
+    assert got.coef["xs"] == [1.0, 5.0, 16.0] and got.coef["ys"] == pytest.approx([0.9, 1.1, 1.0])
+    thin = _live_decodes(cost, {1: 0.9, 5: 1.1}) + _live_decodes(cost, {16: 1.3}, each=2)
+    assert fit_decode_batch(fits, {}, SHAPE, thin).coef["xs"] == [1.0, 5.0]  # the 13-20 bin has two steps
+    assert fit_decode_batch(fits, {}, SHAPE, _live_decodes(cost, {1: 0.9})) is None
+    charged = {**fits, "decode_batch": OpFit("decode_batch", "interp", "reqs", {"xs": [1.0], "ys": [0.5]})}
+    again = fit_decode_batch(charged, {}, SHAPE, _live_decodes(cost, {1: 0.9, 5: 1.1}))
+    assert again.coef["ys"] == pytest.approx([0.9, 1.1])  # over the model without it
+
+
+def test_decode_batch_scales_decode_only_stage_computes_by_their_requests():
+    """A decode-only plan of R requests costs ``decode_batch`` at R times its stage model (interpolated, held beyond
+    the ends), at every stage; a plan holding a prefill item is priced as without it."""
+    from calibration.calibrate import plan_of
+
+    fits = {**base_fits(), **{k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}}
+    before = ProfiledCost(Profile({}, fits), SHAPE, None, 1)
+    batch = OpFit("decode_batch", "interp", "reqs", {"xs": [1.0, 8.0], "ys": [0.8, 1.2]})
+    after = ProfiledCost(Profile({}, {**fits, "decode_batch": batch}), SHAPE, None, 1)
+    two = (StageSpec(0, 0, 4, True, False), StageSpec(1, 4, 8, False, True))
+    for n, q in ((1, 0.8), (4, 0.8 + 0.4 * 3 / 7), (8, 1.2), (20, 1.2)):
+        plan = plan_of(";".join(["99:1"] * n))
+        assert after.decode_batch_ratio(n) == pytest.approx(q)
+        assert after.stage_times(two, plan) == pytest.approx([q * t for t in before.stage_times(two, plan)])
+    for items in ("0:32;300:1;77:1", "512:128"):
+        plan = plan_of(items)
+        assert after.stage_times(two, plan) == pytest.approx(before.stage_times(two, plan))
+    assert before.decode_batch_ratio(1) == 1.0
+
+
+def test_analyse_and_write_records_decode_batch_and_charges_it_only_when_asked(tmp_path):
+    """``decode_batch=True`` puts the fit in the profile; by default (part 45's rule not yet judged) ``meta.json``
+    records it and the profile does not charge it."""
+    meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
+    fits = {**base_fits(), **{k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}}
+    live = _live_decodes(ProfiledCost(Profile({}, fits), SHAPE, None, 1), {1: 0.85, 8: 1.05})
+    rows = synthetic_rows() + operator_rows() + live
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "default"))
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "batch"), decode_batch=True)
+    default, batch = read_profile(tmp_path / "default"), read_profile(tmp_path / "batch")
+    assert "decode_batch" not in default.fits and default.meta["decode_batch"]["xs"] == [1.0, 8.0]
+    assert batch.fits["decode_batch"].coef == default.meta["decode_batch"]
+    assert batch.fits["decode_batch"].coef["ys"][0] < 1.0 < batch.fits["decode_batch"].coef["ys"][1]

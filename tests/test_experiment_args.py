@@ -1054,6 +1054,29 @@ def test_glue_live_part_30_ways_fit_the_attention_context_term_and_the_glue_toke
     assert glue_live.PRIMARY_OF["before30:ctx"] == glue_live.PRIMARY_OF["ctx:both"] == "median_ttft_ms"
 
 
+def test_glue_live_part_45_ways_charge_the_decode_batch_ratio_or_record_it(tmp_path):
+    """Part 45: ``decbatch`` charges ``decode_batch`` (calibration's live decodes timed alone over the stage model by
+    requests), ``before45`` fits the same profile without it; both record it in ``meta.json``."""
+    import json
+
+    from calibration.artifact import read_samples, samples_csv
+
+    glue_live = importlib.import_module("experiments.validation.glue_live")
+    src = _refittable_profile(tmp_path / "p")
+    row = {"op": "stage_full", "split": "live1", "layers": 2, "start_layer": 0, "gap_s": 0.0, "repeats": 1}
+    more = [
+        {**row, "items": items, "alone_s": t, "median_s": t, "mean_s": t}
+        for items, t in (("99:1", 0.0009), (";".join(["99:1"] * 5), 0.0013))
+        for _ in range(3)
+    ]
+    (src / "samples.csv").write_text(samples_csv([*read_samples(src), *more]))
+    for way, charged in (("before45", False), ("decbatch", True)):
+        d = glue_live.refit_copy(src, tmp_path / way, way)
+        assert ("decode_batch" in json.loads((d / "fits.json").read_text())) is charged, way
+        assert json.loads((d / "meta.json").read_text())["decode_batch"]["xs"] == [1.0, 5.0], way
+    assert "before45:decbatch" in glue_live.COMPARES and "before45:decbatch" not in glue_live.PRIMARY_OF
+
+
 def test_glue_live_part_31_ways_fit_the_glue_before_it_or_the_prefill_step_glue(tmp_path):
     """Part 31: ``prestep`` fits ``layer_glue`` with ``pstep`` and ``dreq`` and no token term; ``before31`` and every
     earlier way the (1, tokens, requests) glue their readings were taken with; ``today`` calibrate's default (part 31

@@ -90,6 +90,9 @@ prediction: every stage compute times the factor the whole-model probe read befo
 takes each way's own factor (:func:`own_factor`) and whose probe price they leave alone, so ``--replay`` and
 ``--probed`` hold: ``lastlive_insample_*.csv`` and ``widelast_insample_*.csv`` (in-sample: the kept `tiny` 75-79,
 ``dense-1024`` 94-96 and MoE rounds 86-91), ``widelast_readings_{replay,probed,plain}.csv`` (the runs after its rule).
+``--compare before45:decbatch`` (part 45) a decode-only stage compute of R requests charged calibration's live decodes
+timed alone over the stage model at R (``decode_batch``) against not, on the plain prediction:
+``decode_batch_seen.csv`` (the draws it was found on) and ``decode_batch_readings.csv`` (the runs after its rule).
 ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
@@ -97,7 +100,7 @@ Run: python experiments/validation/glue_live.py refit --profile DIR
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
                    before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep|
                    before31:prelog|before34:ringlad|before35:ownsched|before36:whole|before40:multi|
-                   before42:lastlive|before4142:widelast]
+                   before42:lastlive|before4142:widelast|before45:decbatch]
          [--work DIR] [--csv FILE] [--reading run] [--replay | --probed] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -176,6 +179,9 @@ WAYS: dict[str, dict[str, bool]] = {
     # part 42 (b): with part 41's wide turnaround line, both against neither
     "before4142": {"last_live": False, "turnaround_wide": False},
     "widelast": {"last_live": True, "turnaround_wide": True},
+    # part 45: a decode-only stage compute times calibration's live decodes alone over the stage model, by requests
+    "before45": {"decode_batch": False},
+    "decbatch": {"decode_batch": True},
 }
 COMPARES = (
     "grid:live",
@@ -205,6 +211,7 @@ COMPARES = (
     "before40:multi",
     "before42:lastlive",
     "before4142:widelast",
+    "before45:decbatch",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 # the mean stage computes alike: the replay's factor holds for both (part 34's ring fits are core path, not computes)

@@ -419,6 +419,10 @@ class ProfiledCost:
         self._glue_dreq = glue.coef.get("dreq", 0.0) if tok_req else 0.0  # seconds per decode request (part 22)
         self._glue_pstep = glue.coef.get("pstep", 0.0) if tok_req else 0.0  # seconds per prefill step (part 31)
         self._glue_plog = glue.coef.get("plog", 0.0) if tok_req else 0.0  # x log2 largest prefill item (part 32)
+        # a decode-only stage compute of R requests times the live decodes' measured over priced at R, where the
+        # profile charges it (``decode_batch``, calibrate.fit_decode_batch; docs/validation.md part 45)
+        batch = self.f.get("decode_batch")
+        self._decode_batch = (list(batch.coef["xs"]), list(batch.coef["ys"])) if batch is not None else None
         self.moe_skew = moe_skew
         self.expert_load: list[float] = []
         self._touched: dict[int, float] = {}
@@ -542,6 +546,8 @@ class ProfiledCost:
         base = self.layer_base_time(plan)
         memo = self._stage_terms
         depth = self.depth_factor * self.level_factor
+        if self._decode_batch is not None and not plan.num_prefill_tokens:
+            depth *= self.decode_batch_ratio(R)
         out = []
         for stage in stages:
             key = (stage.start_layer, stage.end_layer, stage.is_first, stage.is_last, T, R)
@@ -568,6 +574,15 @@ class ProfiledCost:
                 t += live_shift
             out.append(t * depth)
         return out
+
+    def decode_batch_ratio(self, reqs: int) -> float:
+        """What a decode-only stage compute of ``reqs`` requests costs over its stage model (``decode_batch``:
+        calibration's live decodes timed alone over the model, by requests; interpolated, held beyond the ends;
+        1 where the profile does not charge it)."""
+        if self._decode_batch is None:
+            return 1.0
+        xs, ys = self._decode_batch
+        return _interp(xs, ys, min(max(float(reqs), xs[0]), xs[-1]))
 
     def _stage_parts(self, stage: StageSpec, T: int, R: int) -> tuple:
         """The terms of ``stage_time`` that depend only on the stage and the token and request counts, in
