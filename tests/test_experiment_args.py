@@ -1075,6 +1075,25 @@ def test_glue_live_part_45_ways_charge_the_decode_batch_ratio_or_record_it(tmp_p
         assert ("decode_batch" in json.loads((d / "fits.json").read_text())) is charged, way
         assert json.loads((d / "meta.json").read_text())["decode_batch"]["xs"] == [1.0, 5.0], way
     assert "before45:decbatch" in glue_live.COMPARES and "before45:decbatch" not in glue_live.PRIMARY_OF
+    assert "before45:decbatch" in glue_live.OWN_FACTOR  # a compute change: --replay and --probed at its own prices
+
+
+def test_glue_live_batch_ratio_reads_decode_batch_inside_the_cost_wrappers():
+    """Part 45's ``--probed`` moves the probe's factor by each way's ``decode_batch`` at the probe step's requests:
+    read through wrappers (``.inner``), 1 for a model without the method."""
+    glue_live = importlib.import_module("experiments.validation.glue_live")
+
+    class Profiled:
+        def decode_batch_ratio(self, reqs: int) -> float:
+            return 0.5 + reqs / 10
+
+    class Wrapped:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+    assert glue_live.batch_ratio(Wrapped(Wrapped(Profiled())), 4) == pytest.approx(0.9)
+    assert glue_live.batch_ratio(Profiled(), 1) == pytest.approx(0.6)
+    assert glue_live.batch_ratio(object(), 8) == 1.0
 
 
 def test_glue_live_part_31_ways_fit_the_glue_before_it_or_the_prefill_step_glue(tmp_path):

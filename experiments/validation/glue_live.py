@@ -91,8 +91,9 @@ takes each way's own factor (:func:`own_factor`) and whose probe price they leav
 ``--probed`` hold: ``lastlive_insample_*.csv`` and ``widelast_insample_*.csv`` (in-sample: the kept `tiny` 75-79,
 ``dense-1024`` 94-96 and MoE rounds 86-91), ``widelast_readings_{replay,probed,plain}.csv`` (the runs after its rule).
 ``--compare before45:decbatch`` (part 45) a decode-only stage compute of R requests charged calibration's live decodes
-timed alone over the stage model at R (``decode_batch``) against not, on the plain prediction:
-``decode_batch_seen.csv`` (the draws it was found on) and ``decode_batch_readings.csv`` (the runs after its rule).
+timed alone over the stage model at R (``decode_batch``) against not, judged on the replay at each way's own factor
+(``--probed``: the probe's factor over each way's price of its step): ``decode_batch_seen{,_replay,_probed}.csv`` (the
+draws it was found on) and ``decode_batch_readings{,_replay,_probed}.csv`` (the runs after its rule).
 ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
@@ -122,6 +123,7 @@ if str(ROOT) not in sys.path:
 
 from calibration import calibrate as cal  # noqa: E402
 from calibration.artifact import read_samples  # noqa: E402
+from engine.probe import PROBE_BATCH  # noqa: E402  (the fixed probe's requests; no torch at import)
 from experiments.validation.glue_fit import approx_plan, check_refit_inputs  # noqa: E402
 from experiments.validation.replay_adjusted import COLUMNS, pick, prepared, recorded_steps  # noqa: E402
 from experiments.validation.runfiles import reading_run  # noqa: E402
@@ -218,7 +220,7 @@ TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:w
 REPLAYABLE = (*TURNAROUNDS, "pooled:busy", "before34:ringlad", "before35:ownsched", "before40:multi")
 # compute changes a replay reads at each way's own factor (the runs' stage seconds over the recorded predictions moved
 # to that way's prices, :func:`own_factor`), and whose probe price (the whole model at one stage) they leave alone
-OWN_FACTOR = ("before42:lastlive", "before4142:widelast")
+OWN_FACTOR = ("before42:lastlive", "before4142:widelast", "before45:decbatch")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 TTFT_JUDGED = (
@@ -264,6 +266,14 @@ def own_factor(steps: list[dict[str, str]], stages: Any, base: Any, cost: Any) -
     return measured / moved
 
 
+def batch_ratio(cost: Any, reqs: int) -> float:
+    """``cost``'s ``decode_batch`` ratio at ``reqs`` (the profiled cost inside the wrappers that add the ring's
+    return and the like; 1 for a model without it)."""
+    while not hasattr(cost, "decode_batch_ratio") and hasattr(cost, "inner"):
+        cost = cost.inner
+    return cost.decode_batch_ratio(reqs) if hasattr(cost, "decode_batch_ratio") else 1.0
+
+
 def predicted(
     run: Path, profile: Path, replay: bool = False, probed: bool = False, base: Any = None
 ) -> dict[str, float]:
@@ -276,7 +286,9 @@ def predicted(
     stage compute times the factor the whole-model probe read before the repeats, ``probe_conditioned`` in the run's
     ``validation.json``; nothing read after a run started), which part 41 checks its replay's verdict against. With
     ``replay`` and ``base`` (the cost model of the calibration the runs were predicted with), the replay at this
-    profile's own factor (:func:`own_factor`: part 42's compute change)."""
+    profile's own factor (:func:`own_factor`: part 42's compute change); with ``probed`` and ``base``, the probe's
+    factor over this profile's price of the probe's step (its recorded ``step``, the fixed probe's 4 requests for a
+    run from before part 44): part 45's ``decode_batch`` moves that price by its ratio at the step's requests."""
     v, prep = prepared(run, str(profile))
     if replay and base is not None:
         with (run / "step_costs.csv").open(newline="") as f:
@@ -284,9 +296,13 @@ def predicted(
         factor = own_factor(steps, prep.topology.stages, base, prep.cost)
         return pick(at_speed(prep, factor, v["engine_summaries"])["rows"])
     if probed:
-        factor = (v.get("probe_conditioned") or {}).get("factor")
+        pc = v.get("probe_conditioned") or {}
+        factor = pc.get("factor")
         if factor is None:
             raise PPSimError(f"{run}: no probe-conditioned prediction in validation.json; give runs of ppsim validate")
+        if base is not None:  # the probe's step priced by this way: a whole-model decode, moved by decode_batch only
+            batch = int((pc.get("step") or [PROBE_BATCH])[0])
+            factor = float(factor) * batch_ratio(base, batch) / batch_ratio(prep.cost, batch)
         return pick(at_speed(prep, float(factor), v["engine_summaries"])["rows"])
     if not replay:
         return pick(replay_with(prep, prep.cost, v["engine_summaries"])["rows"])
@@ -379,7 +395,8 @@ def glue_live(args: argparse.Namespace) -> None:
     out = []
     for run in map(Path, args.runs):
         with reading_run(run, "runs"):
-            was = prepared(run, args.profile)[1].cost if args.replay and args.compare in OWN_FACTOR else None
+            own = (args.replay or args.probed) and args.compare in OWN_FACTOR
+            was = prepared(run, args.profile)[1].cost if own else None
             errs = {w: predicted(run, p, args.replay, args.probed, was) for w, p in profiles.items()}
         cells = "  ".join(f"{m} {abs(errs[base][m]):.3f}->{abs(errs[new][m]):.3f}" for m in COLUMNS if m in errs[base])
         print(f"{run.name}: {cells}")
