@@ -1080,7 +1080,7 @@ def analyse_and_write(
     glue_whole: bool = True,
     path_multi: bool = False,
     last_live: bool = False,
-    decode_batch: bool = False,
+    decode_batch: bool = True,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -1122,8 +1122,8 @@ def analyse_and_write(
     depth, as before. ``path_multi``: :func:`fit_all`'s (part 40). ``last_live`` (part 42): fits ``last_live``, the
     live last stage's excess over its priced ends from calibration's two-stage steps timed alone
     (:func:`fit_last_live`), which the profiled cost charges at PP > 1 (``ProfiledCost._stage_parts``).
-    ``decode_batch`` (part 45): charges :func:`fit_decode_batch`, the live decodes timed alone over the stage model by
-    requests (recorded in ``meta.json`` ``decode_batch`` either way)."""
+    ``decode_batch`` (the default since part 45's verdict): charges :func:`fit_decode_batch`, the live decodes timed
+    alone over the stage model by requests (recorded in ``meta.json`` ``decode_batch`` either way; off: recorded only)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx, ring_lad, ring_own_schedule, path_multi)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -1162,7 +1162,7 @@ def analyse_and_write(
         fits["last_live"] = OpFit("last_live", "linear", "", {"c0": shift, "c1": 0.0})
     batch = fit_decode_batch(fits, meta, shape, rows)
     if batch is not None:
-        meta["decode_batch"] = batch.coef  # recorded (part 45), charged only with ``decode_batch``
+        meta["decode_batch"] = batch.coef  # recorded (part 45); charged with ``decode_batch``, the default
         if decode_batch:
             fits["decode_batch"] = batch
     idle = fit_idle([r for r in rows if r["split"] in ("idle", "idle_paired")], stat)

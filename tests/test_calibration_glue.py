@@ -1134,15 +1134,15 @@ def test_decode_batch_scales_decode_only_stage_computes_by_their_requests():
     assert before.decode_batch_ratio(1) == 1.0
 
 
-def test_analyse_and_write_records_decode_batch_and_charges_it_only_when_asked(tmp_path):
-    """``decode_batch=True`` puts the fit in the profile; by default (part 45's rule not yet judged) ``meta.json``
-    records it and the profile does not charge it."""
+def test_analyse_and_write_charges_decode_batch_by_default_and_records_it_either_way(tmp_path):
+    """By default (part 45's verdict) the fit is in the profile; ``decode_batch=False`` records it in ``meta.json``
+    and the profile does not charge it."""
     meta = dict(read_profile(_write(tmp_path / "src")).meta, statistic="mean")
     fits = {**base_fits(), **{k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}}
     live = _live_decodes(ProfiledCost(Profile({}, fits), SHAPE, None, 1), {1: 0.85, 8: 1.05})
     rows = synthetic_rows() + operator_rows() + live
-    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "default"))
-    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "batch"), decode_batch=True)
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "default"), decode_batch=False)
+    analyse_and_write(rows, SHAPE, meta, str(tmp_path / "batch"))
     default, batch = read_profile(tmp_path / "default"), read_profile(tmp_path / "batch")
     assert "decode_batch" not in default.fits and default.meta["decode_batch"]["xs"] == [1.0, 8.0]
     assert batch.fits["decode_batch"].coef == default.meta["decode_batch"]
