@@ -741,6 +741,21 @@ DECODE_BINS = ((1, 1), (2, 3), (4, 7), (8, 12), (13, 20), (21, 64), (65, 1 << 20
 DECODE_BIN_MIN_STEPS = 3  # a bin with fewer decode steps timed alone is left out
 
 
+def decode_ratios(cost: Any, rows: list[dict[str, Any]]) -> dict[tuple[int, int], list[tuple[int, float]]]:
+    """Calibration's live decode-only steps timed alone (``alone_s``), each as (its requests, its time over what
+    ``cost`` prices it at), by bin of requests (:data:`DECODE_BINS`, in order; empty bins left out)."""
+    by: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for r in timed_alone(rows):
+        plan = plan_of(r["items"])
+        if plan.is_empty or plan.num_prefill_tokens:
+            continue
+        pred = cost.stage_time(stage_spec(r), plan)
+        n = len(plan.items)
+        if pred > 0:
+            by.setdefault(next(b for b in DECODE_BINS if b[0] <= n <= b[1]), []).append((n, float(r["alone_s"]) / pred))
+    return dict(sorted(by.items()))
+
+
 def fit_decode_batch(
     fits: dict[str, OpFit], meta: dict[str, Any], shape: ModelShape, rows: list[dict[str, Any]]
 ) -> OpFit | None:
@@ -751,16 +766,7 @@ def fit_decode_batch(
     profiled cost multiplies a decode-only stage compute by this where the profile charges it. None with fewer than
     two bins."""
     cost = ProfiledCost(Profile(meta, {k: v for k, v in fits.items() if k != "decode_batch"}), shape, None, 1)
-    by: dict[tuple[int, int], list[tuple[int, float]]] = {}
-    for r in timed_alone(rows):
-        plan = plan_of(r["items"])
-        if plan.is_empty or plan.num_prefill_tokens:
-            continue
-        pred = cost.stage_time(stage_spec(r), plan)
-        n = len(plan.items)
-        if pred > 0:
-            by.setdefault(next(b for b in DECODE_BINS if b[0] <= n <= b[1]), []).append((n, float(r["alone_s"]) / pred))
-    kept = [v for b, v in sorted(by.items()) if len(v) >= DECODE_BIN_MIN_STEPS]
+    kept = [v for v in decode_ratios(cost, rows).values() if len(v) >= DECODE_BIN_MIN_STEPS]
     if len(kept) < 2:
         return None
     xs = [float(np.median([n for n, _ in v])) for v in kept]
@@ -1123,7 +1129,7 @@ def analyse_and_write(
     live last stage's excess over its priced ends from calibration's two-stage steps timed alone
     (:func:`fit_last_live`), which the profiled cost charges at PP > 1 (``ProfiledCost._stage_parts``).
     ``decode_batch`` (the default since part 45's verdict): charges :func:`fit_decode_batch`, the live decodes timed
-    alone over the stage model by requests (recorded in ``meta.json`` ``decode_batch`` either way; off: recorded only)."""
+    alone over the stage model by requests (recorded in ``meta.json`` ``decode_batch`` either way; off: only there)."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx, ring_lad, ring_own_schedule, path_multi)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)

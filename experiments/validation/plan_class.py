@@ -319,31 +319,18 @@ def report_live(model: str, profile: str) -> None:
     print(f"decode steps timed alone over the stage model, by requests (steps): {cells or 'none'}")
 
 
-BATCH_BINS = ((1, 1), (2, 3), (4, 7), (8, 12), (13, 20), (21, 64), (65, 1 << 20))
-
-
 def live_by_batch(cost: Any, rows: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[float, int]]:
     """Calibration's live decode-only steps timed alone over the stage model, median per bin of requests
-    (:data:`BATCH_BINS`; empty bins left out): the stage model's shape in the batch on the engine's own plans,
+    (``calibrate.decode_ratios``; empty bins left out): the stage model's shape in the batch on the engine's own plans,
     the host's level common to the bins of one profile. With the glue fitted on the grid alone, on this VM
     `tiny-moe`'s decode of 1 came out 0.81-0.88 and of 13-20 0.91-1.01 (four calibrations); `dense-1024`'s of 4-7
     1.02-1.16 and of 13-20 0.90-1.03 (twelve) (docs/validation.md, "What is left out"). Since 2026-12-05 the glue
     is fitted on these steps too (``calibrate.fit_layer_glue_live``), so for a profile fitted since, this is
-    in-sample."""
-    from calibration.calibrate import plan_of, stage_spec
+    in-sample; since part 45 a profile charges these ratios (``decode_batch``), so for one fitted since, the bins
+    read near 1 by construction."""
+    from calibration.calibrate import decode_ratios
 
-    ratios: dict[tuple[int, int], list[float]] = {}
-    for r in rows:
-        if not str(r["split"]).startswith("live") or not r.get("alone_s"):
-            continue
-        items = [part.split(":") for part in str(r["items"]).split(";")]
-        if any(n != "1" or start == "0" for start, n in items):  # a prefill in it
-            continue
-        pred = cost.stage_time(stage_spec(r), plan_of(r["items"]))
-        b = next(k for k in BATCH_BINS if k[0] <= len(items) <= k[1])
-        if pred > 0:
-            ratios.setdefault(b, []).append(float(r["alone_s"]) / pred)
-    return {k: (statistics.median(ratios[k]), len(ratios[k])) for k in BATCH_BINS if k in ratios}
+    return {k: (statistics.median(q for _, q in v), len(v)) for k, v in decode_ratios(cost, rows).items()}
 
 
 def timed_plans(
