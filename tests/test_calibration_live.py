@@ -51,6 +51,7 @@ def test_quick_calibrate_cli(quick_profile):
     # fitted from engine stages, not by leave-one-out
     derived = (*glue, "stage_idle", "live_stage", "live_depth", "stage_spread", "turnaround", "stage_corun", "handoff")
     derived += ("stage_layers",)  # a ratio of stage steps, in the fits only where charged (part 20: recorded)
+    derived += ("decode_batch",)  # the live decodes timed alone over the stage model (part 45)
     assert all(f["cv_median_abs_rel_err"] is not None for op, f in fits.items() if op not in derived)
     assert fits["stage_idle"]["form"] == "interp" and fits["stage_idle"]["coef"]["xs"][0] == 0.0
     assert all(fits[g]["form"] == "tok_req" for g in glue) and meta["statistic"] == "mean"  # thread clock
@@ -183,7 +184,7 @@ def test_stage_layers_recorded_and_charged_on_request_prices_a_stage_s_layers_at
     out, _ = quick_profile
     meta = json.loads((out / "meta.json").read_text())
     shape = ModelShape(**meta["model"])
-    analyse_and_write(read_samples(out), shape, meta, str(tmp_path), charge_stage_layers=True)
+    analyse_and_write(read_samples(out), shape, meta, str(tmp_path), charge_stage_layers=True, decode_batch=False)
     charged = json.loads((tmp_path / "fits.json").read_text())["stage_layers"]
     recorded = meta["stage_layers"]
     assert charged["coef"]["xs"] == recorded["xs"] and charged["coef"]["ys"] == recorded["ys"]
@@ -196,7 +197,8 @@ def test_stage_layers_recorded_and_charged_on_request_prices_a_stage_s_layers_at
     assert scaled.stage_time(half, plan) - scaled.f["prepare_inputs"].at(3) == pytest.approx(
         ratio * (scaled.layer_time(plan) * 4), rel=1e-9
     )
-    assert plain.stage_time(half, plan) - plain.f["prepare_inputs"].at(3) == pytest.approx(
+    at_batch = plain.decode_batch_ratio(3)  # the calibration's decode_batch (part 45) scales a decode-only plan
+    assert plain.stage_time(half, plan) / at_batch - plain.f["prepare_inputs"].at(3) == pytest.approx(
         plain.layer_time(plan) * 4, rel=1e-9
     )
 
