@@ -968,12 +968,12 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("whole_readings", "for 6, against 2, level 2; other targets worse: none: adopted"),
         # (b): tiny 67, dense-1024 89, MoE round 77, calibrated with it: kept
         ("whole_readings_after", "for 3, against 0, level 2; other targets worse: none: adopted"),
-        # part 37: the probe-conditioned prediction against the plain one, tiny 70-91, dense-1024 91-107, MoE 79-103
-        ("probe_conditioned_readings", "for 68, against 33, level 13; other targets worse: none: adopted"),
+        # part 37: the probe-conditioned prediction against the plain one, tiny 70-92, dense-1024 91-107, MoE 79-104
+        ("probe_conditioned_readings", "for 72, against 33, level 13; other targets worse: none: adopted"),
         # part 44: the shaped probe against the fixed one, tiny 86-88, dense-1024 104-105, MoE rounds 98-100
         ("shaped_probe_readings", "for 10, against 3, level 1; other targets worse: none: adopted"),
-        # and since its adoption, the fixed probe against the shaped one: tiny 89-91, dense-1024 106-107, MoE 101-103
-        ("shaped_since_readings", "for 11, against 2, level 1; other targets worse: none: adopted"),
+        # and since its adoption, the fixed probe against the shaped one: tiny 89-92, dense-1024 106-107, MoE 101-104
+        ("shaped_since_readings", "for 13, against 3, level 2; other targets worse: none: adopted"),
         # part 45: decode_batch, the replay the rule's reading; seen: dense-1024 104-106, tiny 86-89, MoE 98-101
         ("decode_batch_seen_replay", "for 4, against 0, level 15; other targets worse: none: adopted"),
         ("decode_batch_seen_probed", "for 8, against 8, level 3; other targets worse: none: not adopted"),
@@ -989,6 +989,10 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
             "for 3, against 5, level 1; other targets worse: output_throughput, p99_ttft_ms, median_e2el_ms, "
             "p99_e2el_ms: not adopted",
         ),
+        # (b): after the adoption, on profiles that charge it: tiny 92, MoE round 104 (revert if against > for)
+        ("decode_batch_after_replay", "for 0, against 0, level 4; other targets worse: none: not adopted"),
+        ("decode_batch_after_probed", "for 1, against 0, level 3; other targets worse: none: adopted"),
+        ("decode_batch_after", "for 2, against 2, level 0; other targets worse: none: not adopted"),
         # part 40: the control path at two stages, tiny 76-77, dense-1024 95, MoE round 87 (the replay judged)
         ("multi_readings", "for 0, against 1, level 5; other targets worse: none: not adopted"),
         ("multi_readings_plain", "for 0, against 1, level 5; other targets worse: none: not adopted"),
