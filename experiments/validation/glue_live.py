@@ -132,6 +132,7 @@ from ppsim.cost.profiled import read_profile  # noqa: E402
 from ppsim.errors import PPSimError  # noqa: E402
 from ppsim.outputs import check_apart  # noqa: E402
 from ppsim.validate.run import at_speed, replay_with, speed_adjusted  # noqa: E402
+from ppsim.validate.steps import inner_with  # noqa: E402
 
 # way -> calibrate.refit's keywords
 WAYS: dict[str, dict[str, bool]] = {
@@ -269,8 +270,7 @@ def own_factor(steps: list[dict[str, str]], stages: Any, base: Any, cost: Any) -
 def batch_ratio(cost: Any, reqs: int) -> float:
     """``cost``'s ``decode_batch`` ratio at ``reqs`` (the profiled cost inside the wrappers that add the ring's
     return and the like; 1 for a model without it)."""
-    while not hasattr(cost, "decode_batch_ratio") and hasattr(cost, "inner"):
-        cost = cost.inner
+    cost = inner_with(cost, "decode_batch_ratio")
     return cost.decode_batch_ratio(reqs) if hasattr(cost, "decode_batch_ratio") else 1.0
 
 

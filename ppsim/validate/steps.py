@@ -74,13 +74,19 @@ def bucket_of(num_tokens: int) -> str:
     return bucket_name(*TOKEN_BUCKETS[-1])
 
 
+def inner_with(cost: Any, name: str) -> Any:
+    """The cost model under any wrappers (a ring policy's return path, ...) that has the attribute ``name``: the
+    profiled model inside them, or the innermost one where none has it."""
+    while not hasattr(cost, name) and hasattr(cost, "inner"):
+        cost = cost.inner
+    return cost
+
+
 def model_factor(cost: Any, name: str) -> float:
     """The profiled model's factor ``name`` (:class:`ppsim.cost.profiled.ProfiledCost`'s ``live_factor``,
     ``depth_factor`` or ``corun_factor``) under any wrappers (a ring policy's return path, ...); 1 for a
     model without it."""
-    while not hasattr(cost, name) and hasattr(cost, "inner"):
-        cost = cost.inner
-    return float(getattr(cost, name, 1.0))
+    return float(getattr(inner_with(cost, name), name, 1.0))
 
 
 def corun_factor_of(cost: Any) -> float:
