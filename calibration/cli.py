@@ -82,7 +82,8 @@ def check_router_zipf(zipf: float) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     check_router_zipf(args.moe_router_zipf)
-    from calibration.calibrate import calibrate, format_report
+    from calibration.calibrate import calibrate
+    from calibration.report import format_report
 
     t0 = time.perf_counter()
     meta = calibrate(

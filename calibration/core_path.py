@@ -32,7 +32,7 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
   transfer (two isends, the receiver's thread woken from its wait), which the link ping-pong
   (``calibration/link.py``: two hot processes bouncing one buffer) under-counts by about 0.25 ms a
   step on this host (0.32-0.56 ms against 0.08-0.34 ms in validation traces). The profile keeps the
-  median excess over ``send_recv`` (``calibrate.fit_handoff``), which every link transfer is charged.
+  median excess over ``send_recv`` (``path_fits.fit_handoff``), which every link transfer is charged.
 * ``turnaround``: from a fourth run at two stages with two micro-batches in flight (``vllm-batch-queue``
   with ``--pp-throttle``), stage 1 restarting where its next input was already sent (stage 0 finished
   the step before stage 1 freed: :func:`ppsim.validate.path.restarts`), by the step's request count:
@@ -42,11 +42,11 @@ to 1 as requests finish. From its records, per step of ``n`` requests:
   does not depend on how long before stage 1 freed the input came (flat from 0 to 2 ms). Until
   2026-12-05 only restarts whose input came 1 ms or more before were kept (40-50 a calibration, one
   constant: 0.24-0.96 ms over MoE rounds 25-28); that sample is kept as ``turnaround_waited`` and is
-  what ``calibrate.fit_turnaround`` fits by default (a line by requests was tried in docs/validation.md
+  what ``path_fits.fit_turnaround`` fits by default (a line by requests was tried in docs/validation.md
   part 21 and not adopted: this run's restarts are bimodal, and its few at small counts set the slope).
 * ``turnaround_wide``: every restart of one more run at two stages with four times the requests and running
   sequences (:data:`WIDE`: micro-batches of 1-32 requests, where the run above has 1-8), one row each as
-  :func:`each_restart` gives them; ``calibrate.fit_turnaround(..., wide=True)`` fits a line by requests through
+  :func:`each_restart` gives them; ``path_fits.fit_turnaround(..., wide=True)`` fits a line by requests through
   them (docs/validation.md part 26: adopted; part 28 (a): reverted on fresh readings, the constant charged again).
 * ``ring_launch`` and ``ring_return``: launch and return from a third run at two stages with the
   sampled-token ring (``trtllm-slots``: ``engine/datapath.py``'s ``RingSender`` -> rank 0's
@@ -76,7 +76,7 @@ import numpy as np
 from ppsim.validate.path import handover_steps, restart_records, restarts, turnarounds
 
 MULTI_PATH = ("launch", "return", "schedule", "update")  # measured at two stages as ``<kind>_multi`` too
-LIVE_RUNS = 3  # live runs per pipeline depth whose stage computes are timed alone too (calibrate.fit_live)
+LIVE_RUNS = 3  # live runs per pipeline depth whose stage computes are timed alone too (live_fits.fit_live)
 WORKLOAD = {
     "num_prompts": 32,
     "request_rate": float("inf"),
@@ -182,7 +182,7 @@ def live_steps(run: Any) -> list[dict[str, Any]]:
     (``items``), its stage (``op`` = the stage kind, ``layers``, ``start_layer``), the idle gap since the
     stage's previous compute (``gap_s``), whether its micro-batch started beside an earlier one still in
     the pipeline (``corun``: 1 or 0, :func:`ppsim.validate.steps.corun_steps`) and its wall time: what the
-    profile's stage model, fitted on stages timed alone, is checked against (``calibrate.fit_live``). A
+    profile's stage model, fitted on stages timed alone, is checked against (``live_fits.fit_live``). A
     stage's first compute, whose gap is the start-up, is left out."""
     from ppsim.validate.steps import corun_steps
 
@@ -221,7 +221,7 @@ def live_steps(run: Any) -> list[dict[str, Any]]:
 
 def rows_of(paths: dict[str, list[tuple[int, float]]], x: str = "n") -> list[dict[str, Any]]:
     """Sample rows (median, p10, p90 per value of the feature ``x``) for the fits: wall-clock gaps, so
-    the median, as for every wall-clock sample (``calibration.calibrate.statistic``): a busy host's one-sided delays
+    the median, as for every wall-clock sample (``calibration.samples.statistic``): a busy host's one-sided delays
     would otherwise enter the fit."""
     rows = []
     for op, pairs in paths.items():
@@ -383,7 +383,7 @@ def profile_core_path(
 def shift_by_host(rows: list[dict[str, Any]], samples: list[tuple[float, float]]) -> None:
     """Set each live row's ``host_shift``: the in-run sampler's mean while its steps were timed alone over
     its mean during the live run (:func:`engine.host_sampler.window_mean`), i.e. how much slower the
-    host ran for the one than for the other. ``calibrate.fit_live(shift=True)`` multiplies the run's
+    host ran for the one than for the other. ``live_fits.fit_live(shift=True)`` multiplies the run's
     live / alone ratio by it, recorded in ``meta.json`` (``live_stage_host_shifted``), not charged: the
     host's speed flips within seconds, and a run whose alone timing caught a slower spell than the run
     itself comes out too fast (one calibration measured 0.85 at one stage and 1.03 at two, a depth

@@ -15,7 +15,7 @@ within minutes on this VM, so one reading is a snapshot: calibration keeps the o
 (:class:`CoRunner`) stopped through its whole timing and takes a one-round reading at the start of
 every round of the operator grid and one after the live engine's runs. ``stage_corun`` is, per reading,
 the median over plans of (median with) / (median alone), and the mean over the readings
-(:func:`calibration.calibrate.fit_corun`); the pipelines multiply every compute of a
+(:func:`calibration.live_fits.fit_corun`); the pipelines multiply every compute of a
 micro-batch that starts on the first stage while an earlier one is still in the pipeline by it
 (:mod:`ppsim.sim.fast`). CPU only: a GPU's stages each have their own device.
 """

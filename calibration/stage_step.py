@@ -28,8 +28,8 @@ from collections.abc import Callable
 
 import torch
 
-from calibration.calibrate import KINDS
 from calibration.layer import BLOCK_SIZE, Seq, block_tables, step_items
+from calibration.samples import KINDS
 from calibration.timer import Timer, summarize
 from engine.kvcache import PagedKVCache
 from engine.model import StageModel, build_stage
@@ -132,7 +132,7 @@ class EngineStages:
 def time_live_alone(stages: EngineStages, timer: Timer, rows: list[dict], every: int = 3) -> None:
     """Time every ``every``-th live-engine stage compute (``calibration.core_path.live_steps`` rows) again
     in a hot loop, on the same stage layout and plan, and set its ``alone_s`` (the timer's mean, or
-    median on a wall clock): ``calibrate.fit_live`` compares the two. Called right after each live
+    median on a wall clock): ``live_fits.fit_live`` compares the two. Called right after each live
     run, on that run's rows, so that both see the host in the same state."""
     with torch.inference_mode():
         for r in [r for r in rows if str(r.get("split", "")).startswith("live") and "items" in r][::every]:

@@ -20,7 +20,8 @@ def test_every_profile_in_the_repository_reads(profile):
 
 
 def test_differences_may_be_negative_times_may_not():
-    """Glue and handoff are least squares of a difference (calibration/calibrate.py): negative terms are
+    """Glue and handoff are least squares of a difference (calibration/glue_fits.py, calibration/path_fits.py):
+    negative terms are
     real fits. An operator's own time is a non-negative least squares of measured times."""
     glue = {"form": "tok_req", "x": "", "coef": {"c0": 1e-4, "tok": -1e-7, "req": -2e-6}}
     assert fit_from_json("layer_glue", glue).tok_req(8, 2) == pytest.approx(1e-4 - 8e-7 - 4e-6)

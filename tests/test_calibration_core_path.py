@@ -138,7 +138,7 @@ def test_control_path_report_adds_the_stage_handoff(tmp_path):
 
 
 def test_handoff_fit_is_the_median_excess_over_the_ping_pong():
-    from calibration.calibrate import fit_handoff
+    from calibration.path_fits import fit_handoff
     from ppsim.cost.profiled import OpFit
 
     wire = OpFit("send_recv", "linear", "bytes", {"c0": 50e-6, "c1": 1e-9})

@@ -1,4 +1,4 @@
-"""The stage glue fits (``calibration.calibrate.fit_stage_glue``) recover known glue from synthetic
+"""The stage glue fits (``calibration.glue_fits.fit_stage_glue``) recover known glue from synthetic
 engine stage steps, and the profiled cost model charges it where a stage runs it. Pure arithmetic:
 no torch, no timing."""
 
@@ -8,7 +8,9 @@ import math
 
 import pytest
 
-from calibration.calibrate import analyse_and_write, fit_stage_glue, statistic, value
+from calibration.calibrate import analyse_and_write
+from calibration.glue_fits import fit_stage_glue
+from calibration.samples import statistic, value
 from ppsim.cost.base import StageSpec
 from ppsim.cost.profiled import OpFit, Profile, ProfiledCost, fit_from_json, read_profile
 from ppsim.models.shape import load_model
@@ -38,7 +40,7 @@ def base_fits() -> dict[str, OpFit]:
 
 def synthetic_rows(stat_key: str = "mean_s", true: dict[str, dict[str, float]] = TRUE) -> list[dict]:
     """Stage samples as a profile with the ``true`` glue (TRUE) predicts them, for 3 layers from layer 0."""
-    from calibration.calibrate import KINDS, plan_of
+    from calibration.samples import KINDS, plan_of
 
     glue = {k: OpFit(k, "tok_req", "", c) for k, c in true.items()}
     cost = ProfiledCost(Profile({}, {**base_fits(), **glue}), SHAPE, None, 1)
@@ -98,7 +100,7 @@ def test_fit_stage_glue_recovers_the_glue_of_each_stage_end():
 
 
 def _relative_errors(rows: list[dict], got: dict[str, OpFit]) -> list[float]:
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
 
     cost = ProfiledCost(Profile({}, {**base_fits(), **got}), SHAPE, None, 1)
     return [
@@ -127,7 +129,7 @@ def test_glue_is_charged_at_the_stage_ends_only():
     glue = {k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}
     with_g = ProfiledCost(Profile({}, {**base, **glue}), SHAPE, None, 1)
     no_ends = ProfiledCost(Profile({}, {**base, "layer_glue": glue["layer_glue"]}), SHAPE, None, 1)
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
 
     plan = plan_of("0:32;300:1;77:1")  # 34 tokens, 3 requests
     mid = StageSpec(1, 2, 4, False, False)
@@ -192,7 +194,7 @@ def test_analyse_and_write_fits_the_prefill_log_glue_where_asked(tmp_path):
 def test_the_prefill_step_glue_is_charged_once_a_step_that_holds_a_prefill_item():
     """``pstep`` is charged once a layer on a step with any prefill item, however many items or tokens it holds, and
     not on a decode-only step; ``dreq`` on each decode request; a glue without ``pstep`` prices as before."""
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
 
     stage = StageSpec(0, 0, 3, False, False)
 
@@ -219,7 +221,7 @@ def test_the_prefill_step_glue_is_charged_once_a_step_that_holds_a_prefill_item(
 
 
 def test_idle_fit_is_per_layer_extra_time_over_back_to_back_and_never_decreases():
-    from calibration.calibrate import fit_idle
+    from calibration.path_fits import fit_idle
     from ppsim.cost.base import StageSpec
 
     def row(plan: str, gap: float, t: float) -> dict:
@@ -293,7 +295,7 @@ def test_fit_all_fits_the_two_stage_path_only_with_path_multi():
 def test_paired_idle_rows_carry_the_penalty_itself_from_zero_at_no_gap():
     """idle_paired samples are (step after the gap) - (the back-to-back step just before it): no gap-0
     task to subtract, so one slow back-to-back task can no longer cancel the penalty (it did: P64@0's)."""
-    from calibration.calibrate import fit_idle
+    from calibration.path_fits import fit_idle
 
     def row(plan: str, gap: float, extra: float) -> dict:
         return {"op": "stage_idle", "split": "idle_paired", "plan": plan, "gap_s": gap, "layers": 4, "median_s": extra}
@@ -331,7 +333,7 @@ def test_replay_without_idle_drops_only_the_idle_charge():
 def _live_rows(cost: ProfiledCost, factor: float, stages: int, gap_s: float) -> list[dict]:
     """Live-engine stage computes taking ``factor`` x their time alone (plus the idle charge), every
     other one timed alone."""
-    from calibration.calibrate import KINDS, plan_of
+    from calibration.samples import KINDS, plan_of
 
     kinds = ("stage_full",) if stages == 1 else ("stage_first", "stage_last")
     rows = []
@@ -349,7 +351,8 @@ def _live_rows(cost: ProfiledCost, factor: float, stages: int, gap_s: float) -> 
 
 
 def test_live_factor_is_the_engine_over_the_same_steps_alone_per_depth_after_the_idle_charge():
-    from calibration.calibrate import fit_live, plan_of
+    from calibration.live_fits import fit_live
+    from calibration.samples import plan_of
     from experiments.validation.replay_adjusted import WithLive, WithoutDepth
 
     idle = OpFit("stage_idle", "interp", "gap_s", {"xs": [0.0, 0.01], "ys": [0.0, 0.4e-3], "per": "step"})
@@ -399,7 +402,7 @@ def test_the_simulators_model_charges_the_live_level_held_at_one_at_every_depth(
     (``charge_level``, as ``load_profiled_cost`` builds it) at every depth, the depth ratio on top at PP > 1;
     the idle charge is not scaled; a model built directly (calibration, steps timed alone) charges none;
     ``replay_adjusted.py``'s ``LevelAs`` gives back the model a run was recorded with."""
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
     from experiments.validation.replay_adjusted import LevelAs, WithLive
     from ppsim.validate.run import level_factor_of
 
@@ -458,7 +461,7 @@ def test_the_simulators_model_charges_the_live_level_held_at_one_at_every_depth(
 
 def test_with_live_finds_the_factor_under_a_ring_policys_wrapper():
     """A ring policy's cost model wraps the profile's (RingReturnCost): --with-live must still find it."""
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
     from experiments.validation.replay_adjusted import WithLive, live_factor_of
     from ppsim.cost.ring import RingReturnCost
     from ppsim.validate.run import depth_factor_of
@@ -476,7 +479,8 @@ def test_with_live_finds_the_factor_under_a_ring_policys_wrapper():
 def test_spread_is_each_steps_ratio_over_its_runs_level_mean_one_and_charged_at_pp2_only():
     """``stage_spread``: per live2 step (live - idle charge) / alone over the run's ratio of sums, pooled,
     mean one; ProfiledCost draws it per (stage, step) at PP > 1 only, and the mean model is untouched."""
-    from calibration.calibrate import SPREAD_QUANTILES, fit_spread, plan_of
+    from calibration.live_fits import SPREAD_QUANTILES, fit_spread
+    from calibration.samples import plan_of
     from ppsim.cost.ring import RingReturnCost
     from ppsim.cost.scaled import JitteredCompute
 
@@ -518,7 +522,7 @@ def test_spread_is_each_steps_ratio_over_its_runs_level_mean_one_and_charged_at_
 
 
 def test_turnaround_is_the_median_restart_and_charged_past_the_first_stage_at_pp2():
-    from calibration.calibrate import fit_turnaround
+    from calibration.path_fits import fit_turnaround
     from ppsim.cost.ring import RingReturnCost
 
     rows = [
@@ -542,8 +546,8 @@ def test_each_restart_is_recorded_one_by_one_and_no_fit_reads_it(tmp_path):
     """The calibration run's restarts one by one (``turnaround_each``, split ``record``): they survive
     samples.csv with their fields, and the turnaround fit reads only its own rows."""
     from calibration.artifact import read_samples, samples_csv
-    from calibration.calibrate import fit_turnaround
     from calibration.core_path import each_restart
+    from calibration.path_fits import fit_turnaround
     from ppsim.metrics.records import OpRecord
 
     ms = 1e-3
@@ -591,7 +595,7 @@ def test_turnaround_b2b_is_the_line_through_back_to_back_restarts_only():
     line (0.5 ms + 0.02 ms a request here, the fast 0.2-ms ones at 8 requests ignored); rows without
     ``after_handover`` (the first calibrations that kept them) count as back-to-back where the step before is
     among the run's restarts; without such rows, the constant."""
-    from calibration.calibrate import back_to_back, fit_turnaround
+    from calibration.path_fits import back_to_back, fit_turnaround
 
     def each(sid, reqs, ms, after=None, run=3):
         r = {"op": "turnaround_each", "split": "record", "run": run, "step_id": sid, "reqs": reqs}
@@ -614,7 +618,7 @@ def test_turnaround_wide_is_the_line_through_every_restart_of_the_wide_run():
     """Part 26: ``wide`` fits the line by requests through all the wide run's restarts (``turnaround_wide``),
     the fast ones too, each request count's median weighted by its count; the two-micro-batch run's rows take no
     part; a calibration without the wide run keeps the constant; the default is the constant either way."""
-    from calibration.calibrate import fit_turnaround
+    from calibration.path_fits import fit_turnaround
 
     def wide(sid, reqs, ms, after=0):
         r = {"op": "turnaround_wide", "split": "record", "run": -1, "step_id": sid, "reqs": reqs}
@@ -643,7 +647,7 @@ def test_turnaround_held_stops_the_line_at_the_most_requests_its_restarts_had():
     """Part 25 (c): ``held`` keeps the b2b line and records ``n_max``, the most requests among the back-to-back
     restarts; the model charges a step of more requests the line's value there (through the ring wrapper
     too); without ``held``, or a fit without ``n_max`` (every profile before), the line runs on unheld."""
-    from calibration.calibrate import fit_turnaround
+    from calibration.path_fits import fit_turnaround
     from ppsim.cost.profile_check import fit_problem
     from ppsim.cost.ring import RingReturnCost
 
@@ -676,7 +680,7 @@ def test_turnaround_by_requests_is_a_line_through_the_medians_and_charged_per_re
     """Rows by the step's requests (calibration since part 21): a weighted line through their medians,
     recovered exactly from points on one; a negative slope or one request count gives the weighted
     median; by default (part 21 did not adopt the line) the constant from the ``turnaround_waited`` rows."""
-    from calibration.calibrate import fit_turnaround
+    from calibration.path_fits import fit_turnaround
     from experiments.validation.replay_adjusted import WithoutTurnaround, WithPath
     from ppsim.cost.ring import RingReturnCost
 
@@ -707,7 +711,7 @@ def test_turnaround_by_requests_is_a_line_through_the_medians_and_charged_per_re
 def test_the_idle_table_checked_on_the_two_stage_live_runs():
     """idle_live_scale: the share of the paired idle table that makes the two-stage live runs, net of it,
     run at the one-stage runs' level; 1 where they run slower, 0 where they run faster even without it."""
-    from calibration.calibrate import idle_live_scale
+    from calibration.live_fits import idle_live_scale
 
     idle = OpFit("stage_idle", "interp", "gap_s", {"xs": [0.0, 0.01], "ys": [0.0, 1e-4], "per": "step"})
     cost = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": idle}), SHAPE, None, 1)  # steps of ~0.2 ms
@@ -727,7 +731,7 @@ def test_the_idle_table_checked_on_the_two_stage_live_runs():
     over = ProfiledCost(Profile({}, {**base_fits(), "stage_idle": huge}), SHAPE, None, 1)  # 5x the step
     assert idle_live_scale(over, one + two) == pytest.approx(0.04, abs=1e-9)
     # calibrate prints it (reported in meta.json, not charged)
-    from calibration.calibrate import format_report
+    from calibration.report import format_report
 
     line = "idle charge (stage_idle) checked on the live runs: the two-stage runs bear out x0.400 of the paired"
     assert line in format_report({"stage_idle_live_scale": 0.4}, {})
@@ -739,7 +743,7 @@ def test_depth_over_model_takes_the_stage_models_error_on_the_live_steps_out(tmp
     alone as first timed, the two-stage steps' alone timing then 10% under it: over the steps alone the
     ratio reads (1.13 / 0.9) / 1.04, over the model 1.13 / 1.04; 1 at one stage."""
     from calibration.artifact import samples_csv
-    from calibration.calibrate import fit_live
+    from calibration.live_fits import fit_live
     from experiments.validation.replay_adjusted import depth_over_model
     from ppsim.errors import PPSimError
 
@@ -762,13 +766,15 @@ def test_depth_over_model_takes_the_stage_models_error_on_the_live_steps_out(tmp
 
 
 def test_the_simulator_charges_the_depth_ratio_over_the_model_where_the_profile_has_it():
-    """``live_depth`` (calibrate.fit_depth): the live runs at two stages over one, each over the stage model;
+    """``live_depth`` (live_fits.fit_depth): the live runs at two stages over one, each over the stage model;
     the simulator's model charges it at PP > 1 (held at 1 or more) in place of live_stage's ratio over the
     steps timed alone, which counts the model's error on the two-stage steps a second time; calibration's own
     model keeps live_stage's; calibrate reports which; --depth-over-model gives the same ratio on older
     profiles."""
-    from calibration.calibrate import fit_depth, fit_live, format_report, plan_of
     from calibration.fit import fit_to_json
+    from calibration.live_fits import fit_depth, fit_live
+    from calibration.report import format_report
+    from calibration.samples import plan_of
     from experiments.validation.replay_adjusted import WithoutDepth, depth_over_level
 
     cost = ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1)
@@ -804,7 +810,8 @@ def test_level_over_model_charges_live_runs_under_the_model_unheld(tmp_path):
     depth ratio 0.924 / 0.935, not held at 1 (1 without two-stage runs); refused in one line for a profile
     without samples.csv."""
     from calibration.artifact import samples_csv
-    from calibration.calibrate import fit_depth, fit_live, plan_of
+    from calibration.live_fits import fit_depth, fit_live
+    from calibration.samples import plan_of
     from experiments.validation.replay_adjusted import LevelAs, WithoutDepth, level_over_model
     from ppsim.errors import PPSimError
 
@@ -835,7 +842,7 @@ def test_level_over_model_charges_live_runs_under_the_model_unheld(tmp_path):
 def _alone_rows(layer_c0: float) -> list[dict]:
     """Live-engine steps timed alone (``alone_s``) as a model with the TRUE glue but ``layer_c0`` per layer
     prices them: one-stage (3 layers, both ends) and two-stage (a first and a last stage of 3 layers)."""
-    from calibration.calibrate import KINDS, plan_of
+    from calibration.samples import KINDS, plan_of
 
     glue = {k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}
     glue["layer_glue"] = OpFit("layer_glue", "tok_req", "", {**TRUE["layer_glue"], "c0": layer_c0})
@@ -879,7 +886,7 @@ def test_tok_prefill_takes_the_glue_token_term_from_the_grids_one_item_prefills_
     """Part 27: ``tok_prefill`` fits the token term on the grid's plans of one prefill item (``0:64``, ``512:128``),
     then the constant and request terms with it held. Where grid and live steps agree, the glue comes back; with the
     live steps 15 us a layer cheaper, the token term stays the prefills' own while the joint fit's moves."""
-    from calibration.calibrate import one_prefill, plan_of
+    from calibration.samples import one_prefill, plan_of
 
     assert [one_prefill(plan_of(p)) for p in PLANS] == [False, True, False, False, False, True]
     same = fit_stage_glue(base_fits(), {}, SHAPE, synthetic_rows(), "mean", live=_alone_rows(20e-6), tok_prefill=True)
@@ -918,7 +925,7 @@ def test_glue_whole_fits_the_layer_glue_on_the_one_stage_live_steps_only(tmp_pat
     model's glue back and counts the one-stage steps alone; with it off the fit lands between the two sets."""
     import json
 
-    from calibration.calibrate import whole_model_steps
+    from calibration.live_fits import whole_model_steps
 
     live = [r for r in _alone_rows(20e-6) if r["split"] == "live1"]
     live += [r for r in _alone_rows(5e-6) if r["split"] == "live2"]
@@ -939,7 +946,7 @@ def test_live_glue_prices_a_smaller_stage_with_stage_layers_where_it_is_charged(
     """Live steps of one-layer stages costing 0.8x a layer of the three-layer stack: with ``stage_layers`` charged
     (``replay_adjusted.py --with-stage-layers``) the live fit takes the ratio out and gives the stack's glue back;
     recorded only, the glue absorbs it (lower)."""
-    from calibration.calibrate import KINDS, plan_of
+    from calibration.samples import KINDS, plan_of
 
     ratio = OpFit("stage_layers", "interp", "layers", {"xs": [1.0, 3.0], "ys": [0.8, 1.0]})
     glue = {k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}
@@ -962,7 +969,8 @@ def test_spread_by_gap_keeps_a_table_for_busy_steps_and_one_for_steps_after_long
     """Part 29: ``fit_spread(by_gap=True)`` splits the live2 steps at ``SPREAD_GAP_S`` by the gap before them; the
     pipelines' draw takes the table of the compute's own gap; a class too small for a table takes the pooled one;
     fits.json's check refuses half a second table."""
-    from calibration.calibrate import SPREAD_GAP_S, SPREAD_QUANTILES, fit_spread, plan_of
+    from calibration.live_fits import SPREAD_GAP_S, SPREAD_QUANTILES, fit_spread
+    from calibration.samples import plan_of
     from ppsim.cost.profile_check import fit_problem
 
     cost = ProfiledCost(Profile({}, base_fits()), SHAPE, None, 1)
@@ -1006,7 +1014,7 @@ def test_spread_by_gap_keeps_a_table_for_busy_steps_and_one_for_steps_after_long
 def _live2_pairs(cost: ProfiledCost, excess: float, alone: bool = True) -> list[dict]:
     """Calibration's two-stage live steps (``live2``, 4 layers each of ``tiny``'s 8) as ``cost`` prices them, the last
     stage ``excess`` seconds slower than priced; both timed alone (``alone_s``) unless ``alone`` is False."""
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
 
     rows = []
     for items in PLANS:
@@ -1029,7 +1037,7 @@ def _live2_pairs(cost: ProfiledCost, excess: float, alone: bool = True) -> list[
 def test_fit_last_live_is_the_live_last_stage_over_its_priced_ends_against_the_first():
     """Part 42: the median over calibration's two-stage steps timed alone of (last - first, measured) minus (the same,
     priced); the layers' glue cancels, as both stages hold as many layers. Too few pairs timed alone: None."""
-    from calibration.calibrate import fit_last_live
+    from calibration.live_fits import fit_last_live
 
     fits = {**base_fits(), **{k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}}
     cost = ProfiledCost(Profile({}, fits), SHAPE, None, 1)
@@ -1043,7 +1051,7 @@ def test_fit_last_live_is_the_live_last_stage_over_its_priced_ends_against_the_f
 def test_last_live_moves_stage_time_to_the_last_stage_at_pp_above_one_only():
     """The profile's ``last_live`` X: a stage of n of the model's L layers is charged X (if last) - X n / L, so one
     stage (PP=1) is priced as before, at PP=2 the last stage X / 2 more and the first X / 2 less, the sum the same."""
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
 
     fits = {**base_fits(), **{k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}}
     x = 400e-6
@@ -1080,7 +1088,7 @@ def test_analyse_and_write_fits_last_live_only_when_asked(tmp_path):
 def _live_decodes(cost: ProfiledCost, ratio: dict[int, float], each: int = 3) -> list[dict]:
     """Calibration's live decode steps timed alone (``live1``, the whole of ``tiny``), ``each`` per request count,
     each at ``ratio[n]`` of what ``cost`` prices it; and one live prefill step, which the fit leaves out."""
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
 
     whole = StageSpec(0, 0, 8, True, True)
     rows = []
@@ -1099,7 +1107,7 @@ def test_fit_decode_batch_is_the_live_decodes_timed_alone_over_the_stage_model_b
     """Part 45: per bin of requests (1, 2-3, 4-7, ...) the median of the live decode steps timed alone over their
     price, at the bin's median request count; prefill steps and bins of fewer than three steps left out; None with
     fewer than two bins."""
-    from calibration.calibrate import fit_decode_batch
+    from calibration.live_fits import fit_decode_batch
 
     fits = {**base_fits(), **{k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}}
     cost = ProfiledCost(Profile({}, fits), SHAPE, None, 1)
@@ -1117,7 +1125,7 @@ def test_fit_decode_batch_is_the_live_decodes_timed_alone_over_the_stage_model_b
 def test_decode_batch_scales_decode_only_stage_computes_by_their_requests():
     """A decode-only plan of R requests costs ``decode_batch`` at R times its stage model (interpolated, held beyond
     the ends), at every stage; a plan holding a prefill item is priced as without it."""
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
 
     fits = {**base_fits(), **{k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}}
     before = ProfiledCost(Profile({}, fits), SHAPE, None, 1)

@@ -9,8 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from calibration.calibrate import KINDS, analyse_and_write, fit_stage_glue, multi_item, plan_of, prefill_sq
+from calibration.calibrate import analyse_and_write
+from calibration.glue_fits import fit_stage_glue
 from calibration.profile_ops import FULL, parse_plan
+from calibration.samples import KINDS, multi_item, plan_of, prefill_sq
 from ppsim.cost.base import StageSpec
 from ppsim.cost.profile_check import fit_problem
 from ppsim.cost.profiled import OpFit, Profile, ProfiledCost, read_profile

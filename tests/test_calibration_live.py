@@ -18,7 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from calibration.artifact import read_samples  # noqa: E402
-from calibration.calibrate import _line_by_reqs, calibrate, fit_turnaround, plan_of, plan_of_seqs  # noqa: E402
+from calibration.calibrate import calibrate  # noqa: E402
+from calibration.path_fits import _line_by_reqs, fit_turnaround  # noqa: E402
+from calibration.samples import plan_of, plan_of_seqs  # noqa: E402
 from calibration.stage_layers import PLANS, layer_counts  # noqa: E402
 from ppsim.cli import main  # noqa: E402
 from ppsim.config import build_scenario  # noqa: E402
@@ -115,7 +117,7 @@ def test_quick_calibrate_cli(quick_profile):
     live = fits["live_stage"]["coef"]
     assert live["xs"] == [1.0, 2.0] and all(0.2 < y < 5.0 for y in live["ys"])  # any host: the same code, timed twice
     assert "live_stage" in text
-    # the depth ratio charged: the same runs over the stage model, two stages over one (calibrate.fit_depth)
+    # the depth ratio charged: the same runs over the stage model, two stages over one (live_fits.fit_depth)
     depth = fits["live_depth"]["coef"]["c0"]
     assert fits["live_depth"]["form"] == "linear" and 0.2 < depth < 5.0
     assert f"its depth ratio x{max(depth, 1.0):.3f} at PP > 1 (over the model, live_depth)" in text
@@ -257,9 +259,9 @@ def test_calibrated_dtype_is_the_storage_dtype_of_the_profile(monkeypatch, tmp_p
 
 def test_profile_of_this_host_predicts_fresh_engine_stages(quick_profile):
     """Whole engine stages (the live engine's own ``forward_step``) on plans outside the grid."""
-    from calibration.calibrate import value
     from calibration.layer import Layer
     from calibration.profile_ops import OpProfiler, parse_plan
+    from calibration.samples import value
     from calibration.timer import Timer, summarize
     from engine.probe import stage_probe
     from ppsim.cost.base import StageSpec
@@ -375,7 +377,7 @@ def test_glue_live_reads_the_spread_by_gap_on_the_real_calibration(validated_wit
     by ``judge``."""
     import csv
 
-    from calibration.calibrate import SPREAD_GAP_S
+    from calibration.live_fits import SPREAD_GAP_S
     from experiments.validation import glue_live
     from experiments.validation.replay_adjusted import pick
 

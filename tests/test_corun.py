@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from calibration.calibrate import _uncharged, corun_ratio, fit_corun, fit_live, plan_of
+from calibration.live_fits import _uncharged, fit_corun, fit_live
+from calibration.samples import plan_of
 from ppsim.cost.base import StageSpec
-from ppsim.cost.profiled import OpFit, Profile, ProfiledCost
+from ppsim.cost.profiled import OpFit, Profile, ProfiledCost, corun_ratio
 from ppsim.cost.ring import RingReturnCost
 from ppsim.metrics.records import OpRecord
 from ppsim.validate.steps import corun_steps, model_factor, step_costs

@@ -1063,7 +1063,7 @@ def _refittable_profile(d: Path) -> Path:
 def test_glue_live_part_30_ways_fit_the_attention_context_term_and_the_glue_token_term_as_named(tmp_path):
     """Part 30's ways are explicit, whatever calibrate's defaults: ``before30`` and ``tokfix`` fit ``attn_prefill``
     without ``ctx``, ``ctx`` and ``both`` with it; ``tokfix`` and ``both`` take the glue's token term from the grid's
-    one-item prefills (:func:`calibration.calibrate.fit_layer_glue_live`'s ``tok_prefill``)."""
+    one-item prefills (:func:`calibration.glue_fits.fit_layer_glue_live`'s ``tok_prefill``)."""
     import json
 
     glue_live = importlib.import_module("experiments.validation.glue_live")
@@ -1185,7 +1185,7 @@ def test_class_balance_reads_the_plans_the_engine_launched_into_stage_0(tmp_path
 def test_class_balance_is_each_ways_prefill_speed_over_its_decode_speed():
     """Measured over predicted per class, prefill over decode, each way's prediction the recorded one moved by its
     stage time minus the run profile's; a way that prices the prefill computes 2 ms dearer halves their speed here."""
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
 
     cb = importlib.import_module("experiments.validation.class_balance")
 

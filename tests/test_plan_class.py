@@ -205,7 +205,7 @@ def test_live_ratios_over_the_steps_alone_and_over_the_model():
     """Live steps taking 1.04x (one stage) and 1.13x (two) their time alone, itself 1.1x the model: over the
     steps alone 1.04 / 1.13 (as fit_live charges), over the model 1.1x that; a co-running compute counts
     without the co-run charge."""
-    from calibration.calibrate import live_ratios
+    from calibration.live_fits import live_ratios
     from ppsim.cost.profiled import OpFit, Profile, ProfiledCost
     from tests.test_calibration_glue import SHAPE, _live_rows, base_fits
 
@@ -224,7 +224,7 @@ def test_live_ratios_over_the_steps_alone_and_over_the_model():
 def test_live_by_batch_bins_decode_steps_alone_over_the_model():
     """Decode-only live steps timed alone at f(B) x the model: each bin's median is f of its steps; a step with
     a prefill and one not timed alone are left out, as are empty bins."""
-    from calibration.calibrate import plan_of
+    from calibration.samples import plan_of
     from ppsim.cost.base import StageSpec
     from ppsim.cost.profiled import Profile, ProfiledCost
     from tests.test_calibration_glue import SHAPE, base_fits

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from calibration.calibrate import value
+from calibration.samples import value
 from calibration.stage_layers import OP, PLANS, SPLIT, fit, layer_counts
 from ppsim.cost.base import StageSpec
 from ppsim.cost.profiled import OpFit, stage_layers_ratio

@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from calibration.artifact import read_samples  # noqa: E402
-from calibration.calibrate import multi_item, plan_of, stage_spec, value  # noqa: E402
+from calibration.samples import multi_item, plan_of, stage_spec, value  # noqa: E402
 from experiments.validation.glue_fit import check_refit_inputs  # noqa: E402
 from experiments.validation.glue_live import COMPARES, refit_copy  # noqa: E402
 from experiments.validation.replay_adjusted import prepared  # noqa: E402

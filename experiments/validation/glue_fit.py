@@ -1,5 +1,5 @@
 """The stage glue fitted two ways, on finished ``ppsim validate`` runs: least squares in seconds and
-in relative error (``calibrate.fit_stage_glue``'s default since 2026-12-01, when the operators were
+in relative error (``glue_fits.fit_stage_glue``'s default since 2026-12-01, when the operators were
 first timed cold; the seconds form was the default before, docs/calibration.md "The glue's fit").
 
 The profile the runs were predicted with is refitted from its own ``samples.csv`` both ways (copies

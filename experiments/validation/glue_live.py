@@ -1,6 +1,6 @@
 """Two ways of fitting a calibration's stage model, compared on finished ``ppsim validate`` runs of it: by default the
 stage glue fitted on the grid alone against the grid and calibration's live steps timed alone
-(``calibrate.fit_layer_glue_live``, the default since 2026-12-05); ``--compare live:layers`` that default against the
+(``glue_fits.fit_layer_glue_live``, the default since 2026-12-05); ``--compare live:layers`` that default against the
 same with ``stage_layers`` charged (fitted first, pricing the live steps' stages in the glue's fit); ``--compare
 waited:reqs`` today's defaults with the stage turnaround as before docs/validation.md part 21 (a constant, from the
 restarts whose input came 1 ms or more early) against the same by the step's requests; ``--compare live:items``
@@ -47,7 +47,7 @@ and request terms with it held (part 27; judged on median TTFT, the plain predic
 computes the replay's factor is taken over). ``--compare wide:wideb2b`` the wide line (the default from part 26's
 verdict until part 28 (a)) against the same through the wide run's back-to-back restarts only (part 28). ``--compare
 pooled:busy`` the step-to-step spread as one table against two split by the gap before the step
-(``calibrate.fit_spread(by_gap=True)``, part 29; a spread is mean one, so ``--replay`` holds for it);
+(``live_fits.fit_spread(by_gap=True)``, part 29; a spread is mean one, so ``--replay`` holds for it);
 ``experiments/validation/spread_gap_readings_{replay,plain}.csv`` hold its readings (MoE rounds 60-62, seed 80),
 ``spread_gap_readings_insample.csv`` those of rounds 54-59, which the form was found on, and
 ``spread_gap_readings_after{,_plain}.csv`` the fresh readings of part 29 (b), rounds 63-65, which reverted it.
@@ -122,7 +122,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from calibration import calibrate as cal  # noqa: E402
+from calibration import live_fits, path_fits  # noqa: E402
 from calibration.artifact import read_samples  # noqa: E402
+from calibration.samples import multi_item  # noqa: E402
 from engine.probe import PROBE_BATCH  # noqa: E402  (the fixed probe's requests; no torch at import)
 from experiments.validation.glue_fit import approx_plan, check_refit_inputs  # noqa: E402
 from experiments.validation.replay_adjusted import COLUMNS, pick, prepared, recorded_steps  # noqa: E402
@@ -327,7 +329,7 @@ def check_inputs(args: argparse.Namespace) -> None:
 def glue_live(args: argparse.Namespace) -> None:
     check_inputs(args)
     samples = read_samples(args.profile)
-    if not cal.timed_alone(samples):
+    if not live_fits.timed_alone(samples):
         raise PPSimError(f"--profile: {args.profile} has no live steps timed alone; calibrate with the live engine")
     if "layers" in args.compare and not any(r["op"] == "stage_layers" for r in samples):
         raise PPSimError(f"--profile: {args.profile} has no stage_layers samples; calibrate with today's code")
@@ -340,7 +342,7 @@ def glue_live(args: argparse.Namespace) -> None:
         raise PPSimError(
             f"--profile: {args.profile} has no wide run's restarts (turnaround_wide); calibrate with today's code"
         )
-    if any(w in args.compare for w in ("b2b", "held")) and not cal.back_to_back(samples):  # bareheld too
+    if any(w in args.compare for w in ("b2b", "held")) and not path_fits.back_to_back(samples):  # bareheld too
         raise PPSimError(
             f"--profile: {args.profile} has no back-to-back restarts one by one (turnaround_each); "
             "calibrate with today's code"
@@ -355,13 +357,16 @@ def glue_live(args: argparse.Namespace) -> None:
             f"--profile: {args.profile} has no control path measured at two stages (return_multi); "
             "calibrate with today's code"
         )
-    if any(w.get("last_live") for w in ways) and len(cal.last_live_pairs(samples)) < cal.LAST_LIVE_MIN_PAIRS:
+    if (
+        any(w.get("last_live") for w in ways)
+        and len(live_fits.last_live_pairs(samples)) < live_fits.LAST_LIVE_MIN_PAIRS
+    ):
         raise PPSimError(
             f"--profile: {args.profile} has no two-stage live steps timed alone at both stages; calibrate with today's "
             "code"
         )
     needs_many = any(w in args.compare for w in ("items", "dec"))
-    if needs_many and not any(r["split"] == "stage" and cal.multi_item(r) for r in samples):
+    if needs_many and not any(r["split"] == "stage" and multi_item(r) for r in samples):
         raise PPSimError(
             f"--profile: {args.profile} has no stage plans of many prefill items; calibrate with today's code"
         )

@@ -115,9 +115,9 @@ def _reading(stages: Any, shape: Any, cost: Any, stack: int) -> tuple[float, flo
     """(co-run: median over plans of with / alone, speed: median over plans of alone / the profile's prediction)."""
     import numpy as np
 
-    from calibration.calibrate import plan_of_seqs
     from calibration.corun import profile_corun
     from calibration.profile_ops import parse_plan
+    from calibration.samples import plan_of_seqs
     from ppsim.cost.base import StageSpec
 
     rows = {r["plan"]: r for r in profile_corun(stages, shape, shape.dtype, rounds=3)}

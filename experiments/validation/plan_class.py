@@ -41,7 +41,7 @@ the prediction net of it and of the run's live factors (``level_factor`` x ``dep
 ``ppsim.validate.steps.corun_steps``). Medians per run and per depth, and PP=2 over PP=1.
 
 ``live --model MODEL PROFILE``: the same per depth on calibration's live runs (``samples.csv``), over the same
-steps timed alone (``live_stage`` as charged, ``calibrate.fit_live``) and over the stage model: where the two
+steps timed alone (``live_stage`` as charged, ``live_fits.fit_live``) and over the stage model: where the two
 differ, the model's own error on the live steps' stages, which the charged ratio leaves out but multiplies; and
 the live decode steps timed alone over the stage model by their number of requests (:func:`live_by_batch`).
 On `dense-1024` the serving runs' PP=2 / PP=1 came out 0.98-1.03 where calibration's charged depth ratio was
@@ -298,7 +298,7 @@ def report_depth(paths: list[str]) -> None:
 
 def report_live(model: str, profile: str) -> None:
     from calibration.artifact import read_samples
-    from calibration.calibrate import live_ratios
+    from calibration.live_fits import live_ratios
     from ppsim.cost.profiled import ProfiledCost, corun_ratio, read_profile
     from ppsim.models.shape import load_model
 
@@ -321,14 +321,14 @@ def report_live(model: str, profile: str) -> None:
 
 def live_by_batch(cost: Any, rows: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[float, int]]:
     """Calibration's live decode-only steps timed alone over the stage model, median per bin of requests
-    (``calibrate.decode_ratios``; empty bins left out): the stage model's shape in the batch on the engine's own plans,
+    (``live_fits.decode_ratios``; empty bins left out): the stage model's shape in the batch on the engine's own plans,
     the host's level common to the bins of one profile. With the glue fitted on the grid alone, on this VM
     `tiny-moe`'s decode of 1 came out 0.81-0.88 and of 13-20 0.91-1.01 (four calibrations); `dense-1024`'s of 4-7
     1.02-1.16 and of 13-20 0.90-1.03 (twelve) (docs/validation.md, "What is left out"). Since 2026-12-05 the glue
-    is fitted on these steps too (``calibrate.fit_layer_glue_live``), so for a profile fitted since, this is
+    is fitted on these steps too (``glue_fits.fit_layer_glue_live``), so for a profile fitted since, this is
     in-sample; since part 45 a profile charges these ratios (``decode_batch``), so for one fitted since, the bins
     read near 1 by construction."""
-    from calibration.calibrate import decode_ratios
+    from calibration.live_fits import decode_ratios
 
     return {k: (statistics.median(q for _, q in v), len(v)) for k, v in decode_ratios(cost, rows).items()}
 
@@ -340,8 +340,8 @@ def timed_plans(
     thread CPU time, interleaved rounds) of the first stage of a ``first_stage_of``-stage pipeline."""
     import torch
 
-    from calibration.calibrate import plan_of_seqs
     from calibration.layer import Seq
+    from calibration.samples import plan_of_seqs
     from calibration.stage_step import EngineStages
     from engine.model import torch_dtype
     from ppsim.cost.base import StageSpec
@@ -391,8 +391,8 @@ def without_glue(profile: str, model: str, pp: int) -> Any:
 
 
 def items(model: str, profile: str, rounds: int) -> None:
-    from calibration.calibrate import plan_of_seqs
     from calibration.layer import Seq
+    from calibration.samples import plan_of_seqs
     from ppsim.cost.base import StageSpec
     from ppsim.models.shape import load_model
 

@@ -33,7 +33,7 @@ measured the live engine's step-to-step spread): what that term is worth on the 
 at once after a compute).
 ``--with-live`` predicts with the profile's whole ``live_stage``
 factor at the run's depth charged as measured (the live engine's stage compute over the same steps alone,
-``calibrate.fit_live``; the simulator charges its level live_stage(1) and its depth ratio live_stage(2) over the
+``live_fits.fit_live``; the simulator charges its level live_stage(1) and its depth ratio live_stage(2) over the
 level as charged at PP > 1, each held at 1 or more);
 ``--without-depth`` predicts and replays without that ratio. ``--without-level`` predicts with the level at 1 (as
 before it was charged, 2026-12-03); ``--depth-over-measured-level`` with the depth ratio over the one-stage level as
@@ -41,7 +41,7 @@ measured, ``max(live_stage(2) / live_stage(1), 1)``, the rule before 2026-12-04 
 ``max(live_stage(1), 1)``, so that PP=2 charges ``max(live_stage(1), live_stage(2), 1)``; they differ only where the
 one-stage level is under 1, docs/validation.md, part 16); ``--depth-over-charged-level`` with ``live_stage``'s ratio
 over the level as charged, the rule until a profile has ``live_depth``; ``--depth-over-model`` with the depth ratio
-from the same live runs over the stage model instead of over the steps timed alone (``calibrate.fit_depth``,
+from the same live runs over the stage model instead of over the steps timed alone (``live_fits.fit_depth``,
 ``plan_class.py live``): charged since 2026-12-04 as a profile's ``live_depth``, and for profiles made before it
 computed from their ``samples.csv``. ``--level-over-model`` charges those live runs over the stage model as
 measured, unheld: the one-stage runs over the model as the level (the simulator charges them over the steps
@@ -231,7 +231,7 @@ def depth_over_level(cost: object, pp: int, charged: bool = False) -> float:
 
 def live_inputs(v: dict, cost: object, flag: str) -> tuple[ProfiledCost, list[dict], float] | None:
     """What calibration fits its live ratios from, for the run's profile: the bare stage model, the rows of
-    its ``samples.csv`` and its co-run charge (:func:`calibration.calibrate.live_ratios`); ``flag`` names
+    its ``samples.csv`` and its co-run charge (:func:`calibration.live_fits.live_ratios`); ``flag`` names
     the option in the one-line refusal for a profile without them. None off a profiled model."""
     from calibration.artifact import read_samples
 
@@ -248,10 +248,10 @@ def live_inputs(v: dict, cost: object, flag: str) -> tuple[ProfiledCost, list[di
 
 def depth_over_model(v: dict, cost: object, pp: int) -> float:
     """The depth ratio from calibration's live runs over the stage model rather than over the same steps timed
-    alone (:func:`calibration.calibrate.fit_depth`, from the run's profile's ``samples.csv``; charged since
+    alone (:func:`calibration.live_fits.fit_depth`, from the run's profile's ``samples.csv``; charged since
     2026-12-04 where a profile has it): two stages over one, both over the model, held at 1 or more; 1 at one
     stage or without live runs at both depths."""
-    from calibration.calibrate import fit_depth
+    from calibration.live_fits import fit_depth
 
     inputs = live_inputs(v, cost, "--depth-over-model") if pp > 1 else None
     fit = fit_depth(*inputs) if inputs is not None else None
@@ -264,7 +264,7 @@ def level_over_model(v: dict, cost: object, pp: int) -> tuple[float, float]:
     those at two stages over those at one (``live_depth``, not held at 1); their product at PP=2 is the
     two-stage live runs over the model. 1 for what the profile has no live runs for (nothing measured,
     nothing charged, as the simulator does)."""
-    from calibration.calibrate import fit_depth, live_ratios
+    from calibration.live_fits import fit_depth, live_ratios
 
     inputs = live_inputs(v, cost, "--level-over-model")
     ratios = live_ratios(*inputs) if inputs is not None else {}

@@ -13,7 +13,7 @@ restart's fast or slow side (under or over
 ``FAST_MS``) is set against what might set it: the step's requests and prefill tokens, how early its input came,
 the stage's compute before (seconds, prefill or not), when the core's schedule of the step ended, and when in
 the run it fell; then the restarts by requests, back-to-back (the stage's previous compute a restart too:
-``calibrate.back_to_back``, what part 24's line is fitted on) apart from those right after a hand-over, where the
+``path_fits.back_to_back``, what part 24's line is fitted on) apart from those right after a hand-over, where the
 fast mode sits. Calibrations since 2026-12-06 also carry each restart's parts from the engine's stage-loop
 record (the hand-on of the previous outputs, switched out or not; the control messages; the receive), printed by
 requests (``experiments/validation/stage_loop.py`` gives the same split for an engine or validate run).
@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from calibration.artifact import read_samples  # noqa: E402
-from calibration.calibrate import back_to_back  # noqa: E402
+from calibration.path_fits import back_to_back  # noqa: E402
 from experiments.validation.control_path import read_ops  # noqa: E402
 from ppsim.cli import Parser, run_main  # noqa: E402
 from ppsim.cost.profiled import read_profile  # noqa: E402

@@ -48,8 +48,8 @@ def stage_check(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from calibration.calibrate import plan_of_seqs
     from calibration.layer import Seq
+    from calibration.samples import plan_of_seqs
     from calibration.stage_step import EngineStages
     from calibration.timer import Timer
     from engine.model import torch_dtype

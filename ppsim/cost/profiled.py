@@ -218,7 +218,7 @@ def depth_ratio(live: OpFit, over_charged_level: bool = False) -> float:
 def depth_charged(fits: dict[str, OpFit], charge_level: bool) -> float:
     """The depth ratio a stage compute pays at PP > 1, held at 1 or more. The simulator's model
     (``charge_level``) charges ``live_depth`` where the profile has it: calibration's live runs at two
-    stages over one, each over the stage model (``calibrate.fit_depth``). A ratio over the same steps
+    stages over one, each over the stage model (``live_fits.fit_depth``). A ratio over the same steps
     timed alone, charged on the model, counts the model's own error on the two-stage live steps' stages
     a second time (docs/validation.md, part 16). Otherwise, and in calibration's own model of steps
     timed alone, ``live_stage``'s ratio (:func:`depth_ratio`); 1 without either."""
@@ -379,7 +379,7 @@ class ProfiledCost:
         self.turnaround_per_req_s = max(float(turn.coef.get("c1", 0.0)), 0.0) if by_reqs else 0.0
         # charged at no more requests than calibration's restarts had, where the fit says so (n_max; part 25 (c))
         self.turnaround_max_reqs = float(turn.coef.get("n_max", math.inf)) if by_reqs else math.inf
-        # the live engine's stage compute over the same steps alone, at this depth (calibrate.fit_live).
+        # the live engine's stage compute over the same steps alone, at this depth (live_fits.fit_live).
         # Its level, held at 1 or more, is charged at every depth where ``charge_level`` (the simulator's
         # model, load_profiled_cost; docs/validation.md part 16): what the live stage loop costs a step
         # beyond the same step alone. Its depth ratio is charged at PP > 1: every stage compute times
@@ -391,7 +391,7 @@ class ProfiledCost:
         self.live_factor = live.at(float(min(pp, 2))) if live is not None else 1.0
         self.level_factor = live_level(live) if live is not None and charge_level and charge_live else 1.0
         self.depth_factor = depth_charged(self.p.fits, charge_level) if pp > 1 and charge_live else 1.0
-        # the live engine's step-to-step spread of stage computes (mean one, calibrate.fit_spread): at PP > 1
+        # the live engine's step-to-step spread of stage computes (mean one, live_fits.fit_spread): at PP > 1
         # the pipelines multiply each compute by one ratio drawn by (seed, stage, step id), as in-flight
         # micro-batches pay for a slow step that a mean cannot show; at one stage it would move no mean
         # (part 29: a second table for computes after a longer gap than ``gap_s``, where the profile has one)
@@ -420,7 +420,7 @@ class ProfiledCost:
         self._glue_pstep = glue.coef.get("pstep", 0.0) if tok_req else 0.0  # seconds per prefill step (part 31)
         self._glue_plog = glue.coef.get("plog", 0.0) if tok_req else 0.0  # x log2 largest prefill item (part 32)
         # a decode-only stage compute of R requests times the live decodes' measured over priced at R, where the
-        # profile charges it (``decode_batch``, calibrate.fit_decode_batch; docs/validation.md part 45)
+        # profile charges it (``decode_batch``, live_fits.fit_decode_batch; docs/validation.md part 45)
         batch = self.f.get("decode_batch")
         self._decode_batch = (list(batch.coef["xs"]), list(batch.coef["ys"])) if batch is not None else None
         self.moe_skew = moe_skew
