@@ -382,6 +382,7 @@ def analyse_and_write(
     path_multi: bool = False,
     last_live: bool = False,
     decode_batch: bool = True,
+    decode_batch_shape: bool = False,
 ) -> dict[str, Any]:
     """Fit every operator, the stage glue, score the held-out samples, and write the artifact. ``stage_layers``
     (:mod:`calibration.stage_layers`) is recorded in ``meta.json`` (docs/validation.md parts 17 and 20: charged from
@@ -429,7 +430,8 @@ def analyse_and_write(
     (``ProfiledCost._stage_parts``).
     ``decode_batch`` (the default since part 45's verdict): charges :func:`calibration.live_fits.fit_decode_batch`, the
     live decodes timed
-    alone over the stage model by requests (recorded in ``meta.json`` ``decode_batch`` either way; off: only there)."""
+    alone over the stage model by requests (recorded in ``meta.json`` ``decode_batch`` either way; off: only there);
+    ``decode_batch_shape`` (part 46): its shape only, each bin over the median of the steps' ratios."""
     stat = meta.get("statistic", "median")
     fits, stats = fit_all(rows, stat, attn_ctx, ring_lad, ring_own_schedule, path_multi)
     layers = stage_layers.fit(rows, fits.get("prepare_inputs"), stat, value)
@@ -466,7 +468,7 @@ def analyse_and_write(
     shift = fit_last_live(fits, meta, shape, rows) if last_live else None
     if shift is not None:  # charged by ProfiledCost at PP > 1 (its stages' shares of it sum to 0 at every depth)
         fits["last_live"] = OpFit("last_live", "linear", "", {"c0": shift, "c1": 0.0})
-    batch = fit_decode_batch(fits, meta, shape, rows)
+    batch = fit_decode_batch(fits, meta, shape, rows, decode_batch_shape)
     if batch is not None:
         meta["decode_batch"] = batch.coef  # recorded (part 45); charged with ``decode_batch``, the default
         if decode_batch:

@@ -230,20 +230,28 @@ def decode_ratios(cost: Any, rows: list[dict[str, Any]]) -> dict[tuple[int, int]
 
 
 def fit_decode_batch(
-    fits: dict[str, OpFit], meta: dict[str, Any], shape: ModelShape, rows: list[dict[str, Any]]
+    fits: dict[str, OpFit],
+    meta: dict[str, Any],
+    shape: ModelShape,
+    rows: list[dict[str, Any]],
+    shape_only: bool = False,
 ) -> OpFit | None:
     """``decode_batch``: calibration's live decode-only steps timed alone (both depths' stages, ``alone_s``) over the
     stage model ``fits`` prices them at, the median per bin of requests (:data:`DECODE_BINS`, at the bin's median
     request count; ``interp`` over requests, held beyond the ends). A glue linear in tokens and requests prices the
     one-request decode 5-19% over these same steps on every calibration read (docs/validation.md part 45); the
-    profiled cost multiplies a decode-only stage compute by this where the profile charges it. None with fewer than
-    two bins."""
+    profiled cost multiplies a decode-only stage compute by this where the profile charges it. ``shape_only`` (part
+    46): each bin over the median of every kept step's ratio, so the calibration's decodes timed alone keep the stage
+    model's level (median one) and only its shape across request counts moves. None with fewer than two bins."""
     cost = ProfiledCost(Profile(meta, {k: v for k, v in fits.items() if k != "decode_batch"}), shape, None, 1)
     kept = [v for v in decode_ratios(cost, rows).values() if len(v) >= DECODE_BIN_MIN_STEPS]
     if len(kept) < 2:
         return None
     xs = [float(np.median([n for n, _ in v])) for v in kept]
     ys = [float(np.median([q for _, q in v])) for v in kept]
+    if shape_only:
+        level = float(np.median([q for v in kept for _, q in v]))
+        ys = [y / level for y in ys]
     return OpFit("decode_batch", "interp", "reqs", {"xs": xs, "ys": ys})
 
 

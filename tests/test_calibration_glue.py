@@ -1122,6 +1122,23 @@ def test_fit_decode_batch_is_the_live_decodes_timed_alone_over_the_stage_model_b
     assert again.coef["ys"] == pytest.approx([0.9, 1.1])  # over the model without it
 
 
+def test_fit_decode_batch_shape_only_keeps_the_model_level_at_the_steps_median():
+    """Part 46: with ``shape_only`` each bin is over the median of every kept step's ratio (here 1.0 among 0.8 x 3,
+    1.0 x 3, 1.3 x 5): the shape across request counts is kept, the calibration's decodes' level is the model's."""
+    from calibration.live_fits import fit_decode_batch
+
+    fits = {**base_fits(), **{k: OpFit(k, "tok_req", "", c) for k, c in TRUE.items()}}
+    cost = ProfiledCost(Profile({}, fits), SHAPE, None, 1)
+    rows = _live_decodes(cost, {1: 0.8, 5: 1.0}) + _live_decodes(cost, {16: 1.3}, each=5)
+    full = fit_decode_batch(fits, {}, SHAPE, rows)
+    shape = fit_decode_batch(fits, {}, SHAPE, rows, shape_only=True)
+    assert full.coef["ys"] == pytest.approx([0.8, 1.0, 1.3]) and shape.coef["xs"] == full.coef["xs"]
+    assert shape.coef["ys"] == pytest.approx([0.8, 1.0, 1.3])  # the median step is at 1.0
+    low = _live_decodes(cost, {1: 0.8, 5: 0.9}) + _live_decodes(cost, {16: 0.95}, each=7)  # median step 0.95
+    got = fit_decode_batch(fits, {}, SHAPE, low, shape_only=True)
+    assert got.coef["ys"] == pytest.approx([0.8 / 0.95, 0.9 / 0.95, 1.0])
+
+
 def test_decode_batch_scales_decode_only_stage_computes_by_their_requests():
     """A decode-only plan of R requests costs ``decode_batch`` at R times its stage model (interpolated, held beyond
     the ends), at every stage; a plan holding a prefill item is priced as without it."""

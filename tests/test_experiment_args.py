@@ -993,6 +993,10 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("decode_batch_after_replay", "for 0, against 0, level 4; other targets worse: none: not adopted"),
         ("decode_batch_after_probed", "for 1, against 0, level 3; other targets worse: none: adopted"),
         ("decode_batch_after", "for 2, against 2, level 0; other targets worse: none: not adopted"),
+        # part 46: decode_batch's shape only, in-sample on part 45's draws (dense-1024 104-107, tiny 86-92, MoE 98-104)
+        ("decode_shape_seen", "for 17, against 8, level 7; other targets worse: none: adopted"),
+        ("decode_shape_seen_replay", "for 2, against 0, level 30; other targets worse: none: adopted"),
+        ("decode_shape_seen_probed", "for 2, against 2, level 28; other targets worse: none: not adopted"),
         # part 40: the control path at two stages, tiny 76-77, dense-1024 95, MoE round 87 (the replay judged)
         ("multi_readings", "for 0, against 1, level 5; other targets worse: none: not adopted"),
         ("multi_readings_plain", "for 0, against 1, level 5; other targets worse: none: not adopted"),
@@ -1097,6 +1101,13 @@ def test_glue_live_part_45_ways_charge_the_decode_batch_ratio_or_record_it(tmp_p
         assert json.loads((d / "meta.json").read_text())["decode_batch"]["xs"] == [1.0, 5.0], way
     assert "before45:decbatch" in glue_live.COMPARES and "before45:decbatch" not in glue_live.PRIMARY_OF
     assert "before45:decbatch" in glue_live.OWN_FACTOR  # a compute change: --replay and --probed at its own prices
+    # part 46: its shape only, every bin over the median of the kept steps' ratios (a median among the bins')
+    batch = json.loads((tmp_path / "decbatch" / "fits.json").read_text())["decode_batch"]["coef"]["ys"]
+    d = glue_live.refit_copy(src, tmp_path / "decshape", "decshape")
+    shaped = json.loads((d / "fits.json").read_text())["decode_batch"]["coef"]["ys"]
+    assert shaped[1] / shaped[0] == pytest.approx(batch[1] / batch[0]) and min(shaped) <= 1.0 <= max(shaped)
+    assert shaped != pytest.approx(batch)
+    assert "decbatch:decshape" in glue_live.COMPARES and "decbatch:decshape" in glue_live.OWN_FACTOR
 
 
 def test_glue_live_batch_ratio_reads_decode_batch_inside_the_cost_wrappers():

@@ -94,6 +94,9 @@ takes each way's own factor (:func:`own_factor`) and whose probe price they leav
 timed alone over the stage model at R (``decode_batch``) against not, judged on the replay at each way's own factor
 (``--probed``: the probe's factor over each way's price of its step): ``decode_batch_seen{,_replay,_probed}.csv`` (the
 draws it was found on) and ``decode_batch_readings{,_replay,_probed}.csv`` (the runs after its rule).
+``--compare decbatch:decshape`` (part 46) that ratio whole against its shape only (each bin over the median of the
+calibration's decode steps' ratios: the level stays the stage model's), judged on the plain prediction:
+``decode_shape_seen{,_replay,_probed}.csv`` (part 45's draws, in-sample) and ``decode_shape_readings*.csv`` (after).
 ``today`` is calibrate's defaults.
 
 Run: python experiments/validation/glue_live.py refit --profile DIR
@@ -101,7 +104,7 @@ Run: python experiments/validation/glue_live.py refit --profile DIR
                    b2b:held|waited:held|live:bareheld|waited:wide|live:tokfix|wide:wideb2b|pooled:busy|
                    before30:ctx|before30:tokfix|before30:both|ctx:both|before31:prestep|
                    before31:prelog|before34:ringlad|before35:ownsched|before36:whole|before40:multi|
-                   before42:lastlive|before4142:widelast|before45:decbatch]
+                   before42:lastlive|before4142:widelast|before45:decbatch|decbatch:decshape]
          [--work DIR] [--csv FILE] [--reading run] [--replay | --probed] RUN_DIR [...]
      python experiments/validation/glue_live.py judge FILE
 """
@@ -187,6 +190,8 @@ WAYS: dict[str, dict[str, bool]] = {
     # part 45: a decode-only stage compute times calibration's live decodes alone over the stage model, by requests
     "before45": {"decode_batch": False},
     "decbatch": {"decode_batch": True},
+    # part 46: its shape across request counts only, the calibration's decodes timed alone keeping the model's level
+    "decshape": {"decode_batch": True, "decode_batch_shape": True},
 }
 COMPARES = (
     "grid:live",
@@ -217,13 +222,14 @@ COMPARES = (
     "before42:lastlive",
     "before4142:widelast",
     "before45:decbatch",
+    "decbatch:decshape",
 )
 TURNAROUNDS = ("waited:reqs", "waited:b2b", "b2b:held", "waited:held", "waited:wide", "wide:wideb2b")
 # the mean stage computes alike: the replay's factor holds for both (part 34's ring fits are core path, not computes)
 REPLAYABLE = (*TURNAROUNDS, "pooled:busy", "before34:ringlad", "before35:ownsched", "before40:multi")
 # compute changes a replay reads at each way's own factor (the runs' stage seconds over the recorded predictions moved
 # to that way's prices, :func:`own_factor`), and whose probe price (the whole model at one stage) they leave alone
-OWN_FACTOR = ("before42:lastlive", "before4142:widelast", "before45:decbatch")
+OWN_FACTOR = ("before42:lastlive", "before4142:widelast", "before45:decbatch", "decbatch:decshape")
 FIELDS = ("compare", "reading", "profile", "run", "metric", "base", "new")
 PRIMARY = "mean_tpot_ms"
 TTFT_JUDGED = (
