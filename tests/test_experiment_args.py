@@ -968,12 +968,12 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
         ("whole_readings", "for 6, against 2, level 2; other targets worse: none: adopted"),
         # (b): tiny 67, dense-1024 89, MoE round 77, calibrated with it: kept
         ("whole_readings_after", "for 3, against 0, level 2; other targets worse: none: adopted"),
-        # part 37: the probe-conditioned prediction against the plain one, tiny 70-94, dense-1024 91-109, MoE 79-107
-        ("probe_conditioned_readings", "for 79, against 39, level 13; other targets worse: none: adopted"),
+        # part 37: the probe-conditioned prediction against the plain one, tiny 70-95, dense-1024 91-109, MoE 79-108
+        ("probe_conditioned_readings", "for 81, against 41, level 13; other targets worse: none: adopted"),
         # part 44: the shaped probe against the fixed one, tiny 86-88, dense-1024 104-105, MoE rounds 98-100
         ("shaped_probe_readings", "for 10, against 3, level 1; other targets worse: none: adopted"),
-        # and since its adoption, the fixed probe against the shaped one: tiny 89-94, dense-1024 106-109, MoE 101-107
-        ("shaped_since_readings", "for 22, against 6, level 3; other targets worse: none: adopted"),
+        # and since its adoption, the fixed probe against the shaped one: tiny 89-95, dense-1024 106-109, MoE 101-108
+        ("shaped_since_readings", "for 25, against 7, level 3; other targets worse: none: adopted"),
         # part 45: decode_batch, the replay the rule's reading; seen: dense-1024 104-106, tiny 86-89, MoE 98-101
         ("decode_batch_seen_replay", "for 4, against 0, level 15; other targets worse: none: adopted"),
         ("decode_batch_seen_probed", "for 8, against 8, level 3; other targets worse: none: not adopted"),
@@ -989,13 +989,13 @@ def test_glue_live_stage_layers_comparison_needs_their_samples(monkeypatch, tmp_
             "for 3, against 5, level 1; other targets worse: output_throughput, p99_ttft_ms, median_e2el_ms, "
             "p99_e2el_ms: not adopted",
         ),
-        # (b): after the adoption, on profiles that charge it: tiny 92-94, dense-1024 108-109, MoE 104-107 (revert
+        # (b): after the adoption, on profiles that charge it: tiny 92-95, dense-1024 108-109, MoE 104-108 (revert
         # if the replay or the probe-conditioned prediction has more against than for): kept
-        ("decode_batch_after_replay", "for 3, against 1, level 13; other targets worse: none: adopted"),
-        ("decode_batch_after_probed", "for 3, against 2, level 12; other targets worse: none: adopted"),
+        ("decode_batch_after_replay", "for 5, against 1, level 15; other targets worse: none: adopted"),
+        ("decode_batch_after_probed", "for 4, against 2, level 15; other targets worse: none: adopted"),
         (
             "decode_batch_after",
-            "for 10, against 7, level 0; other targets worse: p99_ttft_ms, median_e2el_ms: not adopted",
+            "for 13, against 8, level 0; other targets worse: p99_e2el_ms: not adopted",
         ),
         # part 46: decode_batch's shape only, in-sample on part 45's draws (dense-1024 104-107, tiny 86-92, MoE 98-104)
         ("decode_shape_seen", "for 17, against 8, level 7; other targets worse: none: adopted"),
